@@ -1,0 +1,1 @@
+//! dlq: list, inspect, filter and replay dead letters from RabbitMQ DLQs and a failed-task table.
