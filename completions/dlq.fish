@@ -1,0 +1,276 @@
+# Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
+function __fish_dlq_global_optspecs
+    string join \n config= profile= database-url= table= amqp-url= management-url= vhost= o/output= q/quiet v/verbose color= no-progress h/help V/version
+end
+
+function __fish_dlq_needs_command
+    # Figure out if the current invocation already has a command.
+    set -l cmd (commandline -opc)
+    set -e cmd[1]
+    argparse -s (__fish_dlq_global_optspecs) -- $cmd 2>/dev/null
+    or return
+    if set -q argv[1]
+        # Also print the command, so this can be used to figure out what it is.
+        echo $argv[1]
+        return 1
+    end
+    return 0
+end
+
+function __fish_dlq_using_subcommand
+    set -l cmd (__fish_dlq_needs_command)
+    test -z "$cmd"
+    and return 1
+    contains -- $cmd[1] $argv
+end
+
+complete -c dlq -n "__fish_dlq_needs_command" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
+complete -c dlq -n "__fish_dlq_needs_command" -l profile -d 'Named profile from the config file [env: DLQ_PROFILE]' -r
+complete -c dlq -n "__fish_dlq_needs_command" -l database-url -d 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]' -r
+complete -c dlq -n "__fish_dlq_needs_command" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
+complete -c dlq -n "__fish_dlq_needs_command" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
+complete -c dlq -n "__fish_dlq_needs_command" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_needs_command" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_needs_command" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
+json\t''
+ndjson\t''
+csv\t''"
+complete -c dlq -n "__fish_dlq_needs_command" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlq -n "__fish_dlq_needs_command" -s q -l quiet -d 'Print only data and errors'
+complete -c dlq -n "__fish_dlq_needs_command" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
+complete -c dlq -n "__fish_dlq_needs_command" -l no-progress -d 'Never draw progress bars'
+complete -c dlq -n "__fish_dlq_needs_command" -s h -l help -d 'Print help'
+complete -c dlq -n "__fish_dlq_needs_command" -s V -l version -d 'Print version'
+complete -c dlq -n "__fish_dlq_needs_command" -f -a "list" -d 'Overview of every dead-letter source: counts, oldest, top reasons'
+complete -c dlq -n "__fish_dlq_needs_command" -f -a "inspect" -d 'Show individual dead letters (default --limit 20; --full shows everything)'
+complete -c dlq -n "__fish_dlq_needs_command" -f -a "filter" -d 'Evaluate a selection: group it, count it, or export its records (-o ndjson)'
+complete -c dlq -n "__fish_dlq_needs_command" -f -a "replay" -d 'Re-dispatch selected dead letters (table rows as Celery tasks, queue messages to where they died)'
+complete -c dlq -n "__fish_dlq_needs_command" -f -a "archive" -d 'Write selected dead letters to an NDJSON archive, optionally deleting them from the source'
+complete -c dlq -n "__fish_dlq_needs_command" -f -a "init" -d 'Create the failed-task table with the right columns and index'
+complete -c dlq -n "__fish_dlq_needs_command" -f -a "completions" -d 'Print a shell completion script'
+complete -c dlq -n "__fish_dlq_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c dlq -n "__fish_dlq_using_subcommand list" -s Q -l queue -d 'Also list this queue (repeatable; works without the management API)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l top -d 'How many top reasons to show per source' -r
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l profile -d 'Named profile from the config file [env: DLQ_PROFILE]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l database-url -d 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand list" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
+json\t''
+ndjson\t''
+csv\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand list" -s q -l quiet -d 'Print only data and errors'
+complete -c dlq -n "__fish_dlq_using_subcommand list" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l no-progress -d 'Never draw progress bars'
+complete -c dlq -n "__fish_dlq_using_subcommand list" -s h -l help -d 'Print help'
+complete -c dlq -n "__fish_dlq_using_subcommand list" -s V -l version -d 'Print version'
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -s Q -l queue -d 'Act on this RabbitMQ dead-letter queue instead of the table (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l motivo-header -d 'Extra message header holding the error text, used for motivo (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l motivo -d 'Reason contains TEXT (case-sensitive, like SQL LIKE \'%TEXT%\')' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -s e -l pattern -d 'Regex over reason, task name and payload text' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l task -d 'Task name (Celery task, or for queues the queue it first died in) (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l since -d 'Created at or after WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l until -d 'Created before WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l older-than -d 'Created more than DURATION ago (90m, 7d) or before an RFC 3339 time' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l where -d 'jq expression over the record\'s JSON; selected when its first output is truthy' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l id -d 'Only this id (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l limit -d 'At most N dead letters' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l profile -d 'Named profile from the config file [env: DLQ_PROFILE]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l database-url -d 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
+json\t''
+ndjson\t''
+csv\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit'
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -s i -l ignore-case -d 'Make --motivo case-insensitive'
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l include-replayed -d 'Also select rows already marked reprocessada'
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l only-replayed -d 'Select only rows already marked reprocessada'
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l full -d 'Show every field of every record, reasons in full'
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -s q -l quiet -d 'Print only data and errors'
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l no-progress -d 'Never draw progress bars'
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -s h -l help -d 'Print help'
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -s V -l version -d 'Print version'
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -s Q -l queue -d 'Act on this RabbitMQ dead-letter queue instead of the table (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l motivo-header -d 'Extra message header holding the error text, used for motivo (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l motivo -d 'Reason contains TEXT (case-sensitive, like SQL LIKE \'%TEXT%\')' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -s e -l pattern -d 'Regex over reason, task name and payload text' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l task -d 'Task name (Celery task, or for queues the queue it first died in) (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l since -d 'Created at or after WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l until -d 'Created before WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l older-than -d 'Created more than DURATION ago (90m, 7d) or before an RFC 3339 time' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l where -d 'jq expression over the record\'s JSON; selected when its first output is truthy' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l id -d 'Only this id (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l limit -d 'At most N dead letters' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l group-by -d 'Group the selection and count each group' -r -f -a "motivo\t''
+task\t''
+day\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l profile -d 'Named profile from the config file [env: DLQ_PROFILE]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l database-url -d 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
+json\t''
+ndjson\t''
+csv\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit'
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -s i -l ignore-case -d 'Make --motivo case-insensitive'
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l include-replayed -d 'Also select rows already marked reprocessada'
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l only-replayed -d 'Select only rows already marked reprocessada'
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l count -d 'Print only the number of selected dead letters'
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -s q -l quiet -d 'Print only data and errors'
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l no-progress -d 'Never draw progress bars'
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -s h -l help -d 'Print help'
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -s V -l version -d 'Print version'
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -s Q -l queue -d 'Act on this RabbitMQ dead-letter queue instead of the table (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l motivo-header -d 'Extra message header holding the error text, used for motivo (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l motivo -d 'Reason contains TEXT (case-sensitive, like SQL LIKE \'%TEXT%\')' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -s e -l pattern -d 'Regex over reason, task name and payload text' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l task -d 'Task name (Celery task, or for queues the queue it first died in) (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l since -d 'Created at or after WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l until -d 'Created before WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l older-than -d 'Created more than DURATION ago (90m, 7d) or before an RFC 3339 time' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l where -d 'jq expression over the record\'s JSON; selected when its first output is truthy' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l id -d 'Only this id (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l limit -d 'At most N dead letters' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l to-queue -d 'Publish to this queue (table default: celery; queue default: where each message died)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l to-exchange -d 'Publish to this exchange instead' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l routing-key -d 'Routing key with --to-exchange' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l rate -d 'At most N messages per second' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l from-file -d 'Replay from an archive written by `dlq archive`' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l max-replays -d 'Refuse messages already replayed this many times' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l canary -d 'Replay N messages first and stop if any of them dies again' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l canary-wait -d 'How long to watch the canary messages' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l profile -d 'Named profile from the config file [env: DLQ_PROFILE]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l database-url -d 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
+json\t''
+ndjson\t''
+csv\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit'
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -s i -l ignore-case -d 'Make --motivo case-insensitive'
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l include-replayed -d 'Also select rows already marked reprocessada'
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l only-replayed -d 'Select only rows already marked reprocessada'
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l dry-run -d 'Print the plan and what would be done, change nothing'
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -s y -l yes -d 'Do not ask for confirmation'
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -s q -l quiet -d 'Print only data and errors'
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l no-progress -d 'Never draw progress bars'
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -s h -l help -d 'Print help'
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -s V -l version -d 'Print version'
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -s Q -l queue -d 'Act on this RabbitMQ dead-letter queue instead of the table (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l motivo-header -d 'Extra message header holding the error text, used for motivo (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l motivo -d 'Reason contains TEXT (case-sensitive, like SQL LIKE \'%TEXT%\')' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -s e -l pattern -d 'Regex over reason, task name and payload text' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l task -d 'Task name (Celery task, or for queues the queue it first died in) (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l since -d 'Created at or after WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l until -d 'Created before WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l older-than -d 'Created more than DURATION ago (90m, 7d) or before an RFC 3339 time' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l where -d 'jq expression over the record\'s JSON; selected when its first output is truthy' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l id -d 'Only this id (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l limit -d 'At most N dead letters' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l to -d 'Archive file (NDJSON; gzip when it ends in .gz; - for stdout)' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l profile -d 'Named profile from the config file [env: DLQ_PROFILE]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l database-url -d 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
+json\t''
+ndjson\t''
+csv\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit'
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -s i -l ignore-case -d 'Make --motivo case-insensitive'
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l include-replayed -d 'Also select rows already marked reprocessada'
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l only-replayed -d 'Select only rows already marked reprocessada'
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l dry-run -d 'Print the plan and what would be done, change nothing'
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -s y -l yes -d 'Do not ask for confirmation'
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l delete -d 'Remove archived dead letters from their source once the archive is on disk'
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -s q -l quiet -d 'Print only data and errors'
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l no-progress -d 'Never draw progress bars'
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -s h -l help -d 'Print help'
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -s V -l version -d 'Print version'
+complete -c dlq -n "__fish_dlq_using_subcommand init" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand init" -l profile -d 'Named profile from the config file [env: DLQ_PROFILE]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand init" -l database-url -d 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand init" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand init" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand init" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand init" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand init" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
+json\t''
+ndjson\t''
+csv\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand init" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand init" -l dry-run -d 'Print the SQL instead of running it'
+complete -c dlq -n "__fish_dlq_using_subcommand init" -s q -l quiet -d 'Print only data and errors'
+complete -c dlq -n "__fish_dlq_using_subcommand init" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
+complete -c dlq -n "__fish_dlq_using_subcommand init" -l no-progress -d 'Never draw progress bars'
+complete -c dlq -n "__fish_dlq_using_subcommand init" -s h -l help -d 'Print help'
+complete -c dlq -n "__fish_dlq_using_subcommand init" -s V -l version -d 'Print version'
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -l profile -d 'Named profile from the config file [env: DLQ_PROFILE]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -l database-url -d 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
+json\t''
+ndjson\t''
+csv\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -s q -l quiet -d 'Print only data and errors'
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -l no-progress -d 'Never draw progress bars'
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -s h -l help -d 'Print help'
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -s V -l version -d 'Print version'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init completions help" -f -a "list" -d 'Overview of every dead-letter source: counts, oldest, top reasons'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init completions help" -f -a "inspect" -d 'Show individual dead letters (default --limit 20; --full shows everything)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init completions help" -f -a "filter" -d 'Evaluate a selection: group it, count it, or export its records (-o ndjson)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init completions help" -f -a "replay" -d 'Re-dispatch selected dead letters (table rows as Celery tasks, queue messages to where they died)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init completions help" -f -a "archive" -d 'Write selected dead letters to an NDJSON archive, optionally deleting them from the source'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init completions help" -f -a "init" -d 'Create the failed-task table with the right columns and index'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

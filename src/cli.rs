@@ -1,0 +1,289 @@
+//! The command line: clap definitions only. `settings` turns these into validated
+//! settings; nothing below that layer sees clap types.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success (also when nothing matched)
+  1  runtime failure (connection, permission, broker or database error)
+  2  bad usage or bad input (nothing was changed)
+  3  partial: some selected items could not be processed while the rest were
+
+Environment: DLQ_DATABASE_URL (then DATABASE_URL), DLQ_TABLE, DLQ_AMQP_URL (then AMQP_URL),
+DLQ_MANAGEMENT_URL, DLQ_VHOST, DLQ_PROFILE, DLQ_CONFIG, NO_COLOR.
+Config file: $XDG_CONFIG_HOME/dlq/config.toml (precedence: flag > env > config > default).";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "dlq",
+    version,
+    about = "List, inspect, filter, replay and archive dead letters from RabbitMQ DLQs and Celery failed-task tables",
+    after_help = EXIT_CODES,
+    propagate_version = true,
+    max_term_width = 100
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args, Default)]
+pub struct GlobalArgs {
+    /// Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Named profile from the config file [env: DLQ_PROFILE]
+    #[arg(long, global = true, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]
+    #[arg(long, global = true, value_name = "URL")]
+    pub database_url: Option<String>,
+    /// Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]
+    #[arg(long, global = true, value_name = "NAME")]
+    pub table: Option<String>,
+    /// RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]
+    #[arg(long, global = true, value_name = "URL")]
+    pub amqp_url: Option<String>,
+    /// RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]
+    #[arg(long, global = true, value_name = "URL")]
+    pub management_url: Option<String>,
+    /// RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]
+    #[arg(long, global = true, value_name = "VHOST")]
+    pub vhost: Option<String>,
+    /// Output format [default: table]
+    #[arg(short, long, global = true, value_enum, value_name = "FORMAT")]
+    pub output: Option<OutputFormat>,
+    /// Print only data and errors
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+    /// More diagnostics on stderr (repeat for more)
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    /// When to use colour [default: auto; NO_COLOR is honoured]
+    #[arg(long, global = true, value_enum, value_name = "WHEN")]
+    pub color: Option<ColorChoice>,
+    /// Never draw progress bars
+    #[arg(long, global = true)]
+    pub no_progress: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputFormat {
+    Table,
+    Json,
+    Ndjson,
+    Csv,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Overview of every dead-letter source: counts, oldest, top reasons
+    List(ListArgs),
+    /// Show individual dead letters (default --limit 20; --full shows everything)
+    Inspect(InspectArgs),
+    /// Evaluate a selection: group it, count it, or export its records (-o ndjson)
+    Filter(FilterArgs),
+    /// Re-dispatch selected dead letters (table rows as Celery tasks, queue messages to where they died)
+    Replay(ReplayArgs),
+    /// Write selected dead letters to an NDJSON archive, optionally deleting them from the source
+    Archive(ArchiveArgs),
+    /// Create the failed-task table with the right columns and index
+    Init(InitArgs),
+    /// Print a shell completion script
+    Completions(CompletionsArgs),
+}
+
+/// Where dead letters come from: the table (default) or RabbitMQ queues.
+#[derive(Debug, Args, Default, Clone)]
+pub struct SourceArgs {
+    /// Act on this RabbitMQ dead-letter queue instead of the table (repeatable)
+    #[arg(short = 'Q', long = "queue", value_name = "NAME")]
+    pub queues: Vec<String>,
+    /// Extra message header holding the error text, used for motivo (repeatable)
+    #[arg(long, value_name = "NAME")]
+    pub motivo_header: Vec<String>,
+    /// Read a quorum queue even where that could push messages over its delivery limit
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// The selection flags, identical on every command that acts on dead letters.
+#[derive(Debug, Args, Default, Clone)]
+pub struct SelectionArgs {
+    /// Reason contains TEXT (case-sensitive, like SQL LIKE '%TEXT%')
+    #[arg(long, value_name = "TEXT")]
+    pub motivo: Option<String>,
+    /// Make --motivo case-insensitive
+    #[arg(short = 'i', long)]
+    pub ignore_case: bool,
+    /// Regex over reason, task name and payload text
+    #[arg(short = 'e', long, value_name = "REGEX")]
+    pub pattern: Option<String>,
+    /// Task name (Celery task, or for queues the queue it first died in) (repeatable)
+    #[arg(long, value_name = "NAME")]
+    pub task: Vec<String>,
+    /// Created at or after WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+    /// Created before WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)
+    #[arg(long, value_name = "WHEN")]
+    pub until: Option<String>,
+    /// Created more than DURATION ago (90m, 7d) or before an RFC 3339 time
+    #[arg(long, value_name = "DURATION")]
+    pub older_than: Option<String>,
+    /// jq expression over the record's JSON; selected when its first output is truthy
+    #[arg(long = "where", value_name = "JQ")]
+    pub where_: Option<String>,
+    /// Only this id (repeatable)
+    #[arg(long, value_name = "ID")]
+    pub id: Vec<String>,
+    /// Also select rows already marked reprocessada
+    #[arg(long, conflicts_with = "only_replayed")]
+    pub include_replayed: bool,
+    /// Select only rows already marked reprocessada
+    #[arg(long)]
+    pub only_replayed: bool,
+    /// At most N dead letters
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u64>,
+}
+
+/// Flags every mutating command has.
+#[derive(Debug, Args, Default, Clone)]
+pub struct SafetyArgs {
+    /// Print the plan and what would be done, change nothing
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Do not ask for confirmation
+    #[arg(short = 'y', long)]
+    pub yes: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Also list this queue (repeatable; works without the management API)
+    #[arg(short = 'Q', long = "queue", value_name = "NAME")]
+    pub queues: Vec<String>,
+    /// How many top reasons to show per source
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub top: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub selection: SelectionArgs,
+    /// Show every field of every record, reasons in full
+    #[arg(long)]
+    pub full: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum GroupBy {
+    Motivo,
+    Task,
+    Day,
+}
+
+#[derive(Debug, Args)]
+pub struct FilterArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub selection: SelectionArgs,
+    /// Group the selection and count each group
+    #[arg(long, value_enum, value_name = "KEY", conflicts_with = "count")]
+    pub group_by: Option<GroupBy>,
+    /// Print only the number of selected dead letters
+    #[arg(long)]
+    pub count: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub selection: SelectionArgs,
+    #[command(flatten)]
+    pub safety: SafetyArgs,
+    /// Publish to this queue (table default: celery; queue default: where each message died)
+    #[arg(long, value_name = "QUEUE", conflicts_with = "to_exchange")]
+    pub to_queue: Option<String>,
+    /// Publish to this exchange instead
+    #[arg(long, value_name = "EXCHANGE")]
+    pub to_exchange: Option<String>,
+    /// Routing key with --to-exchange
+    #[arg(long, value_name = "KEY", requires = "to_exchange")]
+    pub routing_key: Option<String>,
+    /// At most N messages per second
+    #[arg(long, value_name = "N")]
+    pub rate: Option<f64>,
+    /// Replay from an archive written by `dlq archive`
+    #[arg(long, value_name = "FILE")]
+    pub from_file: Option<PathBuf>,
+    /// Refuse messages already replayed this many times
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub max_replays: u32,
+    /// Replay N messages first and stop if any of them dies again
+    #[arg(long, value_name = "N")]
+    pub canary: Option<u64>,
+    /// How long to watch the canary messages
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "30s",
+        requires = "canary"
+    )]
+    pub canary_wait: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ArchiveArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    #[command(flatten)]
+    pub selection: SelectionArgs,
+    #[command(flatten)]
+    pub safety: SafetyArgs,
+    /// Archive file (NDJSON; gzip when it ends in .gz; - for stdout)
+    #[arg(long, value_name = "FILE")]
+    pub to: PathBuf,
+    /// Remove archived dead letters from their source once the archive is on disk
+    #[arg(long)]
+    pub delete: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct InitArgs {
+    /// Print the SQL instead of running it
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// Shell to generate completions for
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+/// The clap command, for completions, man pages and the drift test.
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}

@@ -1,0 +1,158 @@
+//! `dlq filter`: evaluate a selection: count it, group it, or export its records.
+
+use crate::cli;
+use crate::error::Exit;
+use crate::fingerprint;
+use crate::model::rfc3339;
+use crate::output::{Printer, ellipsize};
+use crate::select::{Selected, Selection};
+use crate::settings::Settings;
+use crate::source::{self, SourceChoice};
+use anyhow::Result;
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupKey {
+    Motivo,
+    Task,
+    Day,
+}
+
+impl From<cli::GroupBy> for GroupKey {
+    fn from(g: cli::GroupBy) -> Self {
+        match g {
+            cli::GroupBy::Motivo => GroupKey::Motivo,
+            cli::GroupBy::Task => GroupKey::Task,
+            cli::GroupBy::Day => GroupKey::Day,
+        }
+    }
+}
+
+pub enum Mode {
+    Count,
+    Group(GroupKey),
+    Export,
+}
+
+pub struct Options {
+    pub source: SourceChoice,
+    pub selection: Selection,
+    pub mode: Mode,
+}
+
+#[derive(Default)]
+struct Group {
+    count: u64,
+    example: String,
+    oldest: Option<DateTime<Utc>>,
+    newest: Option<DateTime<Utc>>,
+}
+
+pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
+    if matches!(opts.mode, Mode::Count)
+        && matches!(opts.source, SourceChoice::Table)
+        && let Some(n) = count_in_sql(settings, &opts.selection).await?
+    {
+        println!("{n}");
+        return Ok(Exit::Ok);
+    }
+    let rx = source::open_stream(settings, &opts.source, &opts.selection).await?;
+    let mut selected = Selected::new(rx, &opts.selection);
+    match opts.mode {
+        Mode::Count => {
+            let mut n: u64 = 0;
+            let bar = printer.progress(None, "counting");
+            while let Some(rec) = selected.next().await {
+                rec?;
+                n += 1;
+                bar.inc(1);
+            }
+            bar.finish_and_clear();
+            println!("{n}");
+        }
+        Mode::Export => {
+            let mut out = printer.records(false);
+            while let Some(rec) = selected.next().await {
+                out.write(&rec?)?;
+            }
+            out.finish()?;
+        }
+        Mode::Group(key) => {
+            let mut groups: HashMap<String, Group> = HashMap::new();
+            while let Some(rec) = selected.next().await {
+                let rec = rec?;
+                let motivo = rec.motivo.as_deref().unwrap_or("");
+                let k = match key {
+                    GroupKey::Motivo => fingerprint::fingerprint(motivo),
+                    GroupKey::Task => rec.task.clone().unwrap_or_else(|| "-".into()),
+                    GroupKey::Day => rec
+                        .created_at
+                        .map(|t| t.format("%Y-%m-%d").to_string())
+                        .unwrap_or_else(|| "-".into()),
+                };
+                let g = groups.entry(k).or_default();
+                if g.count == 0 {
+                    g.example = fingerprint::headline(motivo).to_string();
+                }
+                g.count += 1;
+                if let Some(t) = rec.created_at {
+                    g.oldest = Some(g.oldest.map_or(t, |o| o.min(t)));
+                    g.newest = Some(g.newest.map_or(t, |o| o.max(t)));
+                }
+            }
+            let mut sorted: Vec<(String, Group)> = groups.into_iter().collect();
+            match key {
+                GroupKey::Day => sorted.sort_by(|a, b| a.0.cmp(&b.0)),
+                _ => sorted.sort_by(|a, b| b.1.count.cmp(&a.1.count).then_with(|| a.0.cmp(&b.0))),
+            }
+            let key_name = match key {
+                GroupKey::Motivo => "motivo",
+                GroupKey::Task => "task",
+                GroupKey::Day => "day",
+            };
+            let time = |t: Option<DateTime<Utc>>| {
+                t.map(|t| Value::String(rfc3339(&t))).unwrap_or(Value::Null)
+            };
+            let mut columns = vec![key_name, "count", "oldest", "newest"];
+            if key == GroupKey::Motivo {
+                columns.push("example");
+            }
+            let rows: Vec<Vec<Value>> = sorted
+                .into_iter()
+                .map(|(k, g)| {
+                    // Tables stay readable; machine formats get the full text.
+                    let fit = |s: String| {
+                        if printer.format == cli::OutputFormat::Table {
+                            ellipsize(&s, 70)
+                        } else {
+                            s
+                        }
+                    };
+                    let mut row = vec![
+                        json!(fit(k)),
+                        json!(g.count),
+                        time(g.oldest),
+                        time(g.newest),
+                    ];
+                    if key == GroupKey::Motivo {
+                        row.push(json!(fit(g.example)));
+                    }
+                    row
+                })
+                .collect();
+            printer.rows(&columns, &rows)?;
+        }
+    }
+    if let Some(w) = selected.eval_warning() {
+        printer.warn(w);
+    }
+    Ok(Exit::Ok)
+}
+
+async fn count_in_sql(settings: &Settings, sel: &Selection) -> Result<Option<u64>> {
+    let db = settings.require_database()?;
+    let table = source::sql::FailedTable::open(db, &settings.table).await?;
+    table.count_exact(sel).await
+}

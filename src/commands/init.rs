@@ -1,0 +1,28 @@
+//! `dlq init`: create the failed-task table (idempotent), then check it.
+
+use crate::error::Exit;
+use crate::output::Printer;
+use crate::settings::Settings;
+use crate::source::sql;
+use anyhow::Result;
+
+pub struct Options {
+    pub dry_run: bool,
+}
+
+pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
+    let db = settings.require_database()?;
+    let statements = sql::init_statements(db.dialect, &settings.table);
+    if opts.dry_run {
+        for s in statements {
+            println!("{s};");
+        }
+        return Ok(Exit::Ok);
+    }
+    let pool = sql::connect(db, true).await?;
+    sql::init(&pool, db.dialect, &settings.table).await?;
+    // An existing table with the same name must still have what dlq needs.
+    sql::FailedTable::check(pool, db.dialect, &settings.table).await?;
+    printer.info(format!("table {} is ready", settings.table));
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,37 @@
+//! `dlq inspect`: individual dead letters.
+
+use crate::error::Exit;
+use crate::output::Printer;
+use crate::select::{Selected, Selection};
+use crate::settings::Settings;
+use crate::source::{self, SourceChoice};
+use anyhow::Result;
+
+pub const DEFAULT_LIMIT: u64 = 20;
+
+pub struct Options {
+    pub source: SourceChoice,
+    pub selection: Selection,
+    pub full: bool,
+}
+
+pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
+    let rx = source::open_stream(settings, &opts.source, &opts.selection).await?;
+    let mut selected = Selected::new(rx, &opts.selection);
+    let mut out = printer.records(opts.full);
+    while let Some(rec) = selected.next().await {
+        out.write(&rec?)?;
+    }
+    let n = out.finish()?;
+    if let Some(w) = selected.eval_warning() {
+        printer.warn(w);
+    }
+    if selected.has_more().await {
+        printer.info(format!(
+            "showing the first {n}; more match (use --limit N, or `dlq filter --count`)"
+        ));
+    } else if n == 0 {
+        printer.info("no dead letters match");
+    }
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,78 @@
+//! One file per subcommand, each thin: validated options in, an exit code out.
+
+pub mod completions;
+pub mod filter;
+pub mod init;
+pub mod inspect;
+pub mod list;
+
+use crate::cli::{Cli, Command, SourceArgs};
+use crate::error::Exit;
+use crate::output::Printer;
+use crate::settings::{self, Settings};
+use crate::source::{QueueOptions, SourceChoice};
+use anyhow::Result;
+
+/// Turns the source flags into a source choice.
+pub fn source_choice(args: &SourceArgs) -> SourceChoice {
+    if args.queues.is_empty() {
+        SourceChoice::Table
+    } else {
+        SourceChoice::Queues(QueueOptions {
+            names: args.queues.clone(),
+            motivo_headers: args.motivo_header.clone(),
+            force: args.force,
+        })
+    }
+}
+
+/// Builds settings once, then runs the command.
+pub async fn dispatch(cli: Cli) -> Result<Exit> {
+    if let Command::Completions(a) = &cli.command {
+        return completions::run(a.shell);
+    }
+    let settings = Settings::from_env(&cli.global)?;
+    let printer = Printer::new(&settings);
+    let now = chrono::Utc::now();
+    match cli.command {
+        Command::List(a) => {
+            let opts = list::Options {
+                queues: a.queues,
+                top: a.top,
+            };
+            list::run(&settings, &printer, opts).await
+        }
+        Command::Inspect(a) => {
+            let mut selection = settings::selection(&a.selection, now)?;
+            if selection.limit.is_none() {
+                selection.limit = Some(inspect::DEFAULT_LIMIT);
+            }
+            let opts = inspect::Options {
+                source: source_choice(&a.source),
+                selection,
+                full: a.full,
+            };
+            inspect::run(&settings, &printer, opts).await
+        }
+        Command::Filter(a) => {
+            let selection = settings::selection(&a.selection, now)?;
+            let mode = match (a.group_by, a.count) {
+                (Some(g), _) => filter::Mode::Group(g.into()),
+                (None, true) => filter::Mode::Count,
+                (None, false) => filter::Mode::Export,
+            };
+            let opts = filter::Options {
+                source: source_choice(&a.source),
+                selection,
+                mode,
+            };
+            filter::run(&settings, &printer, opts).await
+        }
+        Command::Replay(_) => Err(crate::error::usage("replay is not available yet")),
+        Command::Archive(_) => Err(crate::error::usage("archive is not available yet")),
+        Command::Init(a) => {
+            init::run(&settings, &printer, init::Options { dry_run: a.dry_run }).await
+        }
+        Command::Completions(_) => unreachable!("handled above"),
+    }
+}

@@ -1,0 +1,42 @@
+//! The one place that decides what an outcome means as an exit code.
+
+use std::process::ExitCode;
+
+/// Exit codes are part of the scripting interface: keep them stable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    /// Success, including "nothing matched".
+    Ok = 0,
+    /// Runtime failure: connection, permission, broker or database error.
+    Failure = 1,
+    /// Bad usage or bad input; nothing was changed.
+    Usage = 2,
+    /// Some selected items could not be processed while the rest were.
+    Partial = 3,
+}
+
+impl From<Exit> for ExitCode {
+    fn from(e: Exit) -> Self {
+        ExitCode::from(e as u8)
+    }
+}
+
+/// An error the user caused (bad flag value, unknown table, invalid regex ...).
+/// Anything else that bubbles up as `anyhow::Error` is a runtime failure.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// Shorthand to build a usage error inside `anyhow` chains.
+pub fn usage(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(UsageError(msg.into()))
+}
+
+/// Maps an error chain to its exit code: usage errors anywhere in the chain win.
+pub fn exit_for(err: &anyhow::Error) -> Exit {
+    if err.chain().any(|e| e.is::<UsageError>()) {
+        Exit::Usage
+    } else {
+        Exit::Failure
+    }
+}

@@ -1,0 +1,168 @@
+//! One record shape for a dead letter, whether it came from a queue or a table row.
+//! It is also the JSON every command prints with `-o json|ndjson` and what archives hold.
+
+use base64::Engine as _;
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    Table,
+    Queue,
+}
+
+impl SourceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Table => "table",
+            SourceKind::Queue => "queue",
+        }
+    }
+}
+
+/// A row id is usually an integer; text ids (uuid primary keys) are kept as text.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum RecordId {
+    Int(i64),
+    Text(String),
+}
+
+impl std::fmt::Display for RecordId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecordId::Int(i) => write!(f, "{i}"),
+            RecordId::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+impl RecordId {
+    /// `--id` values arrive as text: integers when they look like integers.
+    pub fn parse(s: &str) -> RecordId {
+        match s.parse::<i64>() {
+            Ok(i) => RecordId::Int(i),
+            Err(_) => RecordId::Text(s.to_string()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeadLetter {
+    pub source: SourceKind,
+    /// Table name or queue name.
+    pub location: String,
+    pub id: RecordId,
+    pub task: Option<String>,
+    pub motivo: Option<String>,
+    #[serde(with = "rfc3339_opt")]
+    pub created_at: Option<DateTime<Utc>>,
+    pub replayed: bool,
+    /// The JSON value; bytes that are not JSON as `{"base64": "..."}`.
+    pub payload: Value,
+    /// Queue only: application headers, readable form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<Value>,
+    /// Queue only: the `x-death` history, newest first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub death: Option<Value>,
+    /// Queue only: message properties, readable form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub properties: Option<Value>,
+    /// Queue only: the exact message (typed headers/properties, body bytes) for a
+    /// byte-identical restore from an archive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw: Option<Value>,
+    /// The payload as stored, for `--pattern`: never serialized.
+    #[serde(skip)]
+    pub payload_text: Option<String>,
+}
+
+impl DeadLetter {
+    /// The text `--pattern` searches in the payload: the stored text when there is one.
+    pub fn payload_search_text(&self) -> std::borrow::Cow<'_, str> {
+        match &self.payload_text {
+            Some(t) => std::borrow::Cow::Borrowed(t.as_str()),
+            None => std::borrow::Cow::Owned(self.payload.to_string()),
+        }
+    }
+}
+
+/// Decodes stored bytes into the payload value: JSON when they parse as JSON,
+/// otherwise `{"base64": ...}` so that nothing is lost or mangled.
+pub fn payload_from_bytes(bytes: &[u8]) -> Value {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(v) => v,
+        Err(_) => serde_json::json!({
+            "base64": base64::engine::general_purpose::STANDARD.encode(bytes)
+        }),
+    }
+}
+
+pub fn rfc3339(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
+}
+
+mod rfc3339_opt {
+    use chrono::{DateTime, Utc};
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(t) => s.serialize_str(&super::rfc3339(t)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+        let s: Option<String> = Option::deserialize(d)?;
+        s.map(|s| {
+            DateTime::parse_from_rfc3339(&s)
+                .map(|t| t.with_timezone(&Utc))
+                .map_err(serde::de::Error::custom)
+        })
+        .transpose()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_json_bytes_become_base64() {
+        assert_eq!(
+            payload_from_bytes(b"\xff\x00abc"),
+            serde_json::json!({"base64": "/wBhYmM="})
+        );
+        assert_eq!(payload_from_bytes(b"[1,2]"), serde_json::json!([1, 2]));
+    }
+
+    #[test]
+    fn record_json_shape() {
+        let r = DeadLetter {
+            source: SourceKind::Table,
+            location: "tasks_falhadas".into(),
+            id: RecordId::Int(7),
+            task: Some("t".into()),
+            motivo: Some("IntegrityError".into()),
+            created_at: Some("2026-01-02T03:04:05Z".parse().unwrap()),
+            replayed: false,
+            payload: serde_json::json!({"a": 1}),
+            headers: None,
+            death: None,
+            properties: None,
+            raw: None,
+            payload_text: None,
+        };
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            v.to_string(),
+            r#"{"source":"table","location":"tasks_falhadas","id":7,"task":"t","motivo":"IntegrityError","created_at":"2026-01-02T03:04:05Z","replayed":false,"payload":{"a":1}}"#
+        );
+        let back: DeadLetter = serde_json::from_value(v).unwrap();
+        assert_eq!(back, r);
+    }
+}

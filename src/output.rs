@@ -1,0 +1,414 @@
+//! The one output layer: data on stdout as table / json / ndjson / csv; diagnostics,
+//! plans and progress on stderr (progress only on a terminal).
+
+use crate::cli::OutputFormat;
+use crate::model::{DeadLetter, rfc3339};
+use crate::redact;
+use crate::settings::Settings;
+use comfy_table::{Cell, Color, ContentArrangement, Table, presets};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::Value;
+use std::io::{self, Write};
+
+/// Reasons longer than this are cut with an ellipsis in tables unless `--full`.
+const REASON_WIDTH: usize = 70;
+/// Tables are printed in blocks so that memory stays flat for huge selections.
+const TABLE_BLOCK: usize = 1000;
+
+#[derive(Debug, Clone)]
+pub struct Printer {
+    pub format: OutputFormat,
+    pub quiet: bool,
+    pub verbose: u8,
+    pub color: bool,
+    pub progress: bool,
+    pub stdout_tty: bool,
+}
+
+impl Printer {
+    pub fn new(s: &Settings) -> Printer {
+        Printer {
+            format: s.output,
+            quiet: s.quiet,
+            verbose: s.verbose,
+            color: s.color,
+            progress: s.progress,
+            stdout_tty: s.terminal.stdout_tty,
+        }
+    }
+
+    /// Informational line on stderr (suppressed by -q). Always scrubbed of secrets.
+    pub fn info(&self, msg: impl AsRef<str>) {
+        if !self.quiet {
+            eprintln!("{}", redact::scrub(msg.as_ref()));
+        }
+    }
+
+    /// A warning is shown even with -q: it is about something the user must know.
+    pub fn warn(&self, msg: impl AsRef<str>) {
+        let prefix = if self.color {
+            "\x1b[33mwarning:\x1b[0m"
+        } else {
+            "warning:"
+        };
+        eprintln!("{prefix} {}", redact::scrub(msg.as_ref()));
+    }
+
+    /// Shown with -v (level 1) or -vv (level 2).
+    pub fn debug(&self, level: u8, msg: impl AsRef<str>) {
+        if self.verbose >= level {
+            eprintln!("{}", redact::scrub(msg.as_ref()));
+        }
+    }
+
+    /// A progress bar on stderr when it is a terminal and progress is not disabled.
+    pub fn progress(&self, len: Option<u64>, what: &str) -> ProgressBar {
+        if !self.progress {
+            return ProgressBar::hidden();
+        }
+        let bar = match len {
+            Some(n) => ProgressBar::with_draw_target(Some(n), ProgressDrawTarget::stderr()),
+            None => ProgressBar::new_spinner(),
+        };
+        let template = match len {
+            Some(_) => "{msg} [{bar:30}] {pos}/{len} {per_sec} eta {eta}",
+            None => "{spinner} {msg} {pos} {per_sec}",
+        };
+        if let Ok(style) = ProgressStyle::with_template(template) {
+            bar.set_style(style.progress_chars("=> "));
+        }
+        bar.set_message(what.to_string());
+        bar
+    }
+
+    fn new_table(&self) -> Table {
+        let mut t = Table::new();
+        t.load_style(presets::UTF8_FULL_CONDENSED);
+        t.set_content_arrangement(ContentArrangement::Dynamic);
+        if let Some(w) = std::env::var("COLUMNS")
+            .ok()
+            .and_then(|c| c.parse::<u16>().ok())
+        {
+            t.set_width(w);
+        }
+        if self.color {
+            t.enforce_styling();
+        } else {
+            t.force_no_tty();
+        }
+        t
+    }
+
+    fn header_cell(&self, name: &str) -> Cell {
+        let c = Cell::new(name);
+        if self.color { c.fg(Color::Cyan) } else { c }
+    }
+
+    /// Prints key/value rows (summaries, groups) in the chosen format.
+    pub fn rows(&self, columns: &[&str], rows: &[Vec<Value>]) -> io::Result<()> {
+        let stdout = io::stdout();
+        let mut out = io::BufWriter::new(stdout.lock());
+        match self.format {
+            OutputFormat::Table => {
+                let mut t = self.new_table();
+                t.set_header(
+                    columns
+                        .iter()
+                        .map(|c| self.header_cell(c))
+                        .collect::<Vec<_>>(),
+                );
+                for r in rows {
+                    t.add_row(r.iter().map(|v| Cell::new(plain(v))).collect::<Vec<_>>());
+                }
+                writeln!(out, "{t}")?;
+            }
+            OutputFormat::Json => {
+                let arr: Vec<Value> = rows.iter().map(|r| object(columns, r)).collect();
+                serde_json::to_writer_pretty(&mut out, &arr)?;
+                writeln!(out)?;
+            }
+            OutputFormat::Ndjson => {
+                for r in rows {
+                    serde_json::to_writer(&mut out, &object(columns, r))?;
+                    writeln!(out)?;
+                }
+            }
+            OutputFormat::Csv => {
+                write_csv_line(&mut out, columns.iter().map(|c| c.to_string()))?;
+                for r in rows {
+                    write_csv_line(&mut out, r.iter().map(plain))?;
+                }
+            }
+        }
+        out.flush()
+    }
+
+    /// A streaming writer for dead-letter records.
+    pub fn records(&self, full: bool) -> RecordWriter {
+        RecordWriter {
+            printer: self.clone(),
+            full,
+            out: io::BufWriter::new(io::stdout()),
+            count: 0,
+            block: Vec::new(),
+        }
+    }
+}
+
+/// Streams records to stdout; tables are rendered in blocks.
+pub struct RecordWriter {
+    printer: Printer,
+    full: bool,
+    out: io::BufWriter<io::Stdout>,
+    count: u64,
+    block: Vec<DeadLetter>,
+}
+
+const RECORD_COLUMNS: [&str; 8] = [
+    "source",
+    "location",
+    "id",
+    "task",
+    "motivo",
+    "created_at",
+    "replayed",
+    "payload",
+];
+
+impl RecordWriter {
+    pub fn write(&mut self, r: &DeadLetter) -> io::Result<()> {
+        match self.printer.format {
+            OutputFormat::Table => {
+                self.block.push(r.clone());
+                if self.block.len() >= TABLE_BLOCK {
+                    self.flush_block()?;
+                }
+            }
+            OutputFormat::Json => {
+                self.out
+                    .write_all(if self.count == 0 { b"[\n" } else { b",\n" })?;
+                let mut ser = serde_json::Serializer::with_formatter(&mut self.out, Indented);
+                serde::Serialize::serialize(r, &mut ser)?;
+            }
+            OutputFormat::Ndjson => {
+                serde_json::to_writer(&mut self.out, r)?;
+                self.out.write_all(b"\n")?;
+            }
+            OutputFormat::Csv => {
+                if self.count == 0 {
+                    write_csv_line(&mut self.out, RECORD_COLUMNS.iter().map(|c| c.to_string()))?;
+                }
+                let fields = [
+                    r.source.as_str().to_string(),
+                    r.location.clone(),
+                    r.id.to_string(),
+                    r.task.clone().unwrap_or_default(),
+                    r.motivo.clone().unwrap_or_default(),
+                    r.created_at.as_ref().map(rfc3339).unwrap_or_default(),
+                    r.replayed.to_string(),
+                    r.payload.to_string(),
+                ];
+                write_csv_line(&mut self.out, fields.into_iter())?;
+            }
+        }
+        self.count += 1;
+        Ok(())
+    }
+
+    fn flush_block(&mut self) -> io::Result<()> {
+        if self.block.is_empty() {
+            return Ok(());
+        }
+        let block = std::mem::take(&mut self.block);
+        if self.full {
+            for r in &block {
+                self.write_full(r)?;
+            }
+        } else {
+            let p = &self.printer;
+            let mut t = p.new_table();
+            t.set_header(
+                ["id", "task", "created_at", "motivo", "replayed", "location"]
+                    .iter()
+                    .map(|c| p.header_cell(c))
+                    .collect::<Vec<_>>(),
+            );
+            for r in &block {
+                let replayed = Cell::new(if r.replayed { "yes" } else { "no" });
+                let replayed = if p.color && r.replayed {
+                    replayed.fg(Color::Green)
+                } else {
+                    replayed
+                };
+                t.add_row(vec![
+                    Cell::new(r.id.to_string()),
+                    Cell::new(r.task.as_deref().unwrap_or("-")),
+                    Cell::new(
+                        r.created_at
+                            .as_ref()
+                            .map(short_time)
+                            .unwrap_or_else(|| "-".into()),
+                    ),
+                    Cell::new(ellipsize(
+                        crate::fingerprint::headline(r.motivo.as_deref().unwrap_or("-")),
+                        REASON_WIDTH,
+                    )),
+                    replayed,
+                    Cell::new(&r.location),
+                ]);
+            }
+            writeln!(self.out, "{t}")?;
+        }
+        Ok(())
+    }
+
+    /// `--full`: every field, payload pretty-printed, reason in full.
+    fn write_full(&mut self, r: &DeadLetter) -> io::Result<()> {
+        let p = &self.printer;
+        let mut t = p.new_table();
+        let key = |k: &str| {
+            if p.color {
+                Cell::new(k).fg(Color::Cyan)
+            } else {
+                Cell::new(k)
+            }
+        };
+        t.add_row(vec![
+            key("source"),
+            Cell::new(format!("{} {}", r.source.as_str(), r.location)),
+        ]);
+        t.add_row(vec![key("id"), Cell::new(r.id.to_string())]);
+        t.add_row(vec![
+            key("task"),
+            Cell::new(r.task.as_deref().unwrap_or("-")),
+        ]);
+        t.add_row(vec![
+            key("created_at"),
+            Cell::new(
+                r.created_at
+                    .as_ref()
+                    .map(rfc3339)
+                    .unwrap_or_else(|| "-".into()),
+            ),
+        ]);
+        t.add_row(vec![key("replayed"), Cell::new(r.replayed)]);
+        t.add_row(vec![
+            key("motivo"),
+            Cell::new(r.motivo.as_deref().unwrap_or("-")),
+        ]);
+        t.add_row(vec![key("payload"), Cell::new(pretty(&r.payload))]);
+        for (name, v) in [
+            ("properties", &r.properties),
+            ("headers", &r.headers),
+            ("death", &r.death),
+        ] {
+            if let Some(v) = v {
+                t.add_row(vec![key(name), Cell::new(pretty(v))]);
+            }
+        }
+        writeln!(self.out, "{t}")
+    }
+
+    /// Ends the output (closing the JSON array) and returns how many records were written.
+    pub fn finish(mut self) -> io::Result<u64> {
+        match self.printer.format {
+            OutputFormat::Table => self.flush_block()?,
+            OutputFormat::Json => {
+                self.out
+                    .write_all(if self.count == 0 { b"[]\n" } else { b"\n]\n" })?
+            }
+            _ => {}
+        }
+        self.out.flush()?;
+        Ok(self.count)
+    }
+}
+
+/// Pretty JSON inside a streamed array: records indented by two spaces.
+struct Indented;
+impl serde_json::ser::Formatter for Indented {}
+
+fn pretty(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+}
+
+fn object(columns: &[&str], row: &[Value]) -> Value {
+    Value::Object(
+        columns
+            .iter()
+            .map(|c| c.to_string())
+            .zip(row.iter().cloned())
+            .collect(),
+    )
+}
+
+/// A value as table/CSV text: strings without quotes, null as empty.
+pub fn plain(v: &Value) -> String {
+    match v {
+        Value::Null => String::new(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+pub fn short_time(t: &chrono::DateTime<chrono::Utc>) -> String {
+    t.format("%Y-%m-%d %H:%M:%S").to_string()
+}
+
+/// Cuts text to `max` characters with an ellipsis.
+pub fn ellipsize(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        s.to_string()
+    } else {
+        let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+        out.push('…');
+        out
+    }
+}
+
+fn write_csv_line(out: &mut impl Write, fields: impl Iterator<Item = String>) -> io::Result<()> {
+    let mut first = true;
+    for f in fields {
+        if !first {
+            out.write_all(b",")?;
+        }
+        first = false;
+        if f.contains([',', '"', '\n', '\r']) {
+            write!(out, "\"{}\"", f.replace('"', "\"\""))?;
+        } else {
+            out.write_all(f.as_bytes())?;
+        }
+    }
+    out.write_all(b"\r\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_quoting() {
+        let mut buf = Vec::new();
+        write_csv_line(
+            &mut buf,
+            [
+                "a".to_string(),
+                "b,c".into(),
+                "say \"hi\"".into(),
+                "l1\nl2".into(),
+            ]
+            .into_iter(),
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(buf).unwrap(),
+            "a,\"b,c\",\"say \"\"hi\"\"\",\"l1\nl2\"\r\n"
+        );
+    }
+
+    #[test]
+    fn ellipsis() {
+        assert_eq!(ellipsize("abcdef", 4), "abc…");
+        assert_eq!(ellipsize("abc", 4), "abc");
+    }
+}

@@ -1,0 +1,126 @@
+//! Credentials never reach output: URLs are shown with their password masked, and every
+//! diagnostic passes through `scrub`, which masks every secret registered at start-up.
+
+use std::sync::{OnceLock, RwLock};
+
+const MASK: &str = "***";
+
+fn secrets() -> &'static RwLock<Vec<String>> {
+    static SECRETS: OnceLock<RwLock<Vec<String>>> = OnceLock::new();
+    SECRETS.get_or_init(|| RwLock::new(Vec::new()))
+}
+
+/// Remembers the secret parts of a connection URL (password, password-like query
+/// parameters, in raw and percent-decoded form) so that `scrub` masks them anywhere.
+pub fn register_url(url: &str) {
+    let Ok(parsed) = url::Url::parse(url) else {
+        return;
+    };
+    let mut found = Vec::new();
+    if let Some(p) = parsed.password() {
+        found.push(p.to_string());
+    }
+    for (k, v) in parsed.query_pairs() {
+        if is_secret_param(&k) {
+            found.push(v.into_owned());
+        }
+    }
+    let mut all = secrets().write().unwrap_or_else(|e| e.into_inner());
+    for s in found {
+        if s.is_empty() {
+            continue;
+        }
+        let decoded = percent_decode(&s);
+        for candidate in [s, decoded] {
+            if !all.contains(&candidate) {
+                all.push(candidate);
+            }
+        }
+    }
+    // Longest first so that a secret containing another is masked whole.
+    all.sort_by_key(|s| std::cmp::Reverse(s.len()));
+}
+
+fn is_secret_param(name: &str) -> bool {
+    matches!(
+        name.to_ascii_lowercase().as_str(),
+        "password" | "pass" | "pwd" | "sslpassword" | "secret" | "token"
+    )
+}
+
+fn percent_decode(s: &str) -> String {
+    url::form_urlencoded::parse(format!("x={s}").as_bytes())
+        .next()
+        .map(|(_, v)| v.into_owned())
+        .unwrap_or_else(|| s.to_string())
+}
+
+/// Masks every registered secret in a diagnostic text.
+pub fn scrub(text: &str) -> String {
+    let all = secrets().read().unwrap_or_else(|e| e.into_inner());
+    let mut out = text.to_string();
+    for s in all.iter() {
+        if out.contains(s.as_str()) {
+            out = out.replace(s.as_str(), MASK);
+        }
+    }
+    out
+}
+
+/// A URL fit for display: the password and password-like query parameters masked.
+pub fn url(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut u) => {
+            if u.password().is_some() {
+                let _ = u.set_password(Some(MASK));
+            }
+            let pairs: Vec<(String, String)> = u
+                .query_pairs()
+                .map(|(k, v)| {
+                    let v = if is_secret_param(&k) {
+                        MASK.to_string()
+                    } else {
+                        v.into_owned()
+                    };
+                    (k.into_owned(), v)
+                })
+                .collect();
+            if !pairs.is_empty() {
+                u.query_pairs_mut().clear().extend_pairs(pairs);
+            }
+            u.to_string()
+        }
+        // Unparsable: show only the scheme-ish prefix, never the rest.
+        Err(_) => {
+            let prefix: String = raw.chars().take_while(|c| *c != ':').take(16).collect();
+            format!("{prefix}:{MASK}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn masks_password_in_url() {
+        assert_eq!(
+            url("postgres://app:s3cr%40t@db:5432/x?sslmode=require&password=zz"),
+            "postgres://app:***@db:5432/x?sslmode=require&password=***"
+        );
+        assert_eq!(url("amqp://guest@h/%2f"), "amqp://guest@h/%2f");
+    }
+
+    #[test]
+    fn unparsable_url_shows_no_secret() {
+        let shown = url("postgres//user:hunter2@@@");
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
+
+    #[test]
+    fn scrub_masks_raw_and_decoded_password() {
+        register_url("mysql://u:p%40ssw0rd-unique@h/db");
+        assert_eq!(scrub("a p@ssw0rd-unique b"), "a *** b");
+        assert_eq!(scrub("a p%40ssw0rd-unique b"), "a *** b");
+    }
+}

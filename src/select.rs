@@ -1,0 +1,411 @@
+//! The selection: which dead letters a command acts on. One definition used by every
+//! command and every source. Sources may push parts of it down (SQL); `matches` is
+//! always the final word, so a pushed-down predicate only has to be a superset.
+
+use crate::jq::JqFilter;
+use crate::model::{DeadLetter, RecordId};
+use chrono::{DateTime, Utc};
+use regex::Regex;
+
+/// Which rows by their `reprocessada` flag. Queue messages are never "replayed".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReplayedFilter {
+    /// Default: only what was not replayed yet.
+    #[default]
+    Pending,
+    All,
+    Only,
+}
+
+#[derive(Debug, Default)]
+pub struct Selection {
+    /// Reason contains this text.
+    pub motivo: Option<String>,
+    /// `--motivo` compares case-insensitively.
+    pub ignore_case: bool,
+    /// Regex over reason, task name and payload text.
+    pub pattern: Option<Regex>,
+    /// Task name equals one of these.
+    pub tasks: Vec<String>,
+    /// created_at >= since.
+    pub since: Option<DateTime<Utc>>,
+    /// created_at < until (the earliest of `--until` and `--older-than`).
+    pub until: Option<DateTime<Utc>>,
+    pub jq: Option<JqFilter>,
+    pub ids: Vec<RecordId>,
+    pub replayed: ReplayedFilter,
+    pub limit: Option<u64>,
+}
+
+/// A jq runtime error on one record: that record is not selected.
+#[derive(Debug, Clone)]
+pub struct EvalError {
+    pub id: RecordId,
+    pub message: String,
+}
+
+impl Selection {
+    /// True when every predicate can be decided by an exact SQL translation, so a
+    /// source may push `LIMIT` down.
+    pub fn exact_in_sql(&self) -> bool {
+        self.pattern.is_none() && self.jq.is_none() && !(self.ignore_case && self.motivo.is_some())
+    }
+
+    /// Whether a time-based bound exists (the record must have a timestamp).
+    pub fn has_time_bounds(&self) -> bool {
+        self.since.is_some() || self.until.is_some()
+    }
+
+    /// The final decision for one record.
+    pub fn matches(&self, r: &DeadLetter) -> Result<bool, EvalError> {
+        if !self.matches_cheap(r) {
+            return Ok(false);
+        }
+        if let Some(jq) = &self.jq {
+            let json = serde_json::to_vec(r).expect("record serializes");
+            return jq.is_truthy(&json).map_err(|message| EvalError {
+                id: r.id.clone(),
+                message,
+            });
+        }
+        Ok(true)
+    }
+
+    fn matches_cheap(&self, r: &DeadLetter) -> bool {
+        match self.replayed {
+            ReplayedFilter::Pending if r.replayed => return false,
+            ReplayedFilter::Only if !r.replayed => return false,
+            _ => {}
+        }
+        if !self.ids.is_empty() && !self.ids.contains(&r.id) {
+            return false;
+        }
+        if !self.tasks.is_empty() {
+            match &r.task {
+                Some(t) if self.tasks.iter().any(|x| x == t) => {}
+                _ => return false,
+            }
+        }
+        if let Some(needle) = &self.motivo {
+            let hay = r.motivo.as_deref().unwrap_or("");
+            let found = if self.ignore_case {
+                hay.to_lowercase().contains(&needle.to_lowercase())
+            } else {
+                hay.contains(needle.as_str())
+            };
+            if !found {
+                return false;
+            }
+        }
+        if self.has_time_bounds() {
+            let Some(t) = r.created_at else {
+                return false;
+            };
+            if self.since.is_some_and(|s| t < s) || self.until.is_some_and(|u| t >= u) {
+                return false;
+            }
+        }
+        if let Some(re) = &self.pattern {
+            let in_reason = r.motivo.as_deref().is_some_and(|m| re.is_match(m));
+            let in_task = r.task.as_deref().is_some_and(|t| re.is_match(t));
+            if !(in_reason || in_task || re.is_match(&r.payload_search_text())) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// One line describing the selection, for plans and logs.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(m) = &self.motivo {
+            let ci = if self.ignore_case {
+                " (case-insensitive)"
+            } else {
+                ""
+            };
+            parts.push(format!("motivo contains {m:?}{ci}"));
+        }
+        if let Some(p) = &self.pattern {
+            parts.push(format!("matches /{}/", p.as_str()));
+        }
+        if !self.tasks.is_empty() {
+            parts.push(format!("task in [{}]", self.tasks.join(", ")));
+        }
+        if let Some(s) = self.since {
+            parts.push(format!("created >= {}", crate::model::rfc3339(&s)));
+        }
+        if let Some(u) = self.until {
+            parts.push(format!("created < {}", crate::model::rfc3339(&u)));
+        }
+        if let Some(j) = &self.jq {
+            parts.push(format!("jq {:?}", j.source()));
+        }
+        if !self.ids.is_empty() {
+            let ids: Vec<String> = self.ids.iter().map(ToString::to_string).collect();
+            parts.push(format!("id in [{}]", ids.join(", ")));
+        }
+        match self.replayed {
+            ReplayedFilter::Pending => parts.push("not yet replayed".into()),
+            ReplayedFilter::Only => parts.push("already replayed".into()),
+            ReplayedFilter::All => {}
+        }
+        if let Some(l) = self.limit {
+            parts.push(format!("first {l}"));
+        }
+        if parts.is_empty() {
+            "everything".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
+/// Applies a selection to a stream of candidate records from any source: the final
+/// decision, the limit, and a tally of records jq could not evaluate.
+pub struct Selected<'a> {
+    rx: tokio::sync::mpsc::Receiver<anyhow::Result<DeadLetter>>,
+    sel: &'a Selection,
+    taken: u64,
+    /// Records skipped because `--where` failed on them (first few kept, all counted).
+    pub eval_errors: Vec<EvalError>,
+    pub eval_error_count: u64,
+}
+
+impl<'a> Selected<'a> {
+    pub fn new(
+        rx: tokio::sync::mpsc::Receiver<anyhow::Result<DeadLetter>>,
+        sel: &'a Selection,
+    ) -> Self {
+        Selected {
+            rx,
+            sel,
+            taken: 0,
+            eval_errors: Vec::new(),
+            eval_error_count: 0,
+        }
+    }
+
+    /// The next selected record; `None` at the end or once the limit is reached.
+    pub async fn next(&mut self) -> Option<anyhow::Result<DeadLetter>> {
+        if self.sel.limit.is_some_and(|l| self.taken >= l) {
+            return None;
+        }
+        loop {
+            let rec = match self.rx.recv().await? {
+                Ok(r) => r,
+                Err(e) => return Some(Err(e)),
+            };
+            match self.sel.matches(&rec) {
+                Ok(true) => {
+                    self.taken += 1;
+                    return Some(Ok(rec));
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    self.eval_error_count += 1;
+                    if self.eval_errors.len() < 3 {
+                        self.eval_errors.push(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// True when the limit stopped the stream and at least one more record matches.
+    pub async fn has_more(&mut self) -> bool {
+        if self.sel.limit.is_none_or(|l| self.taken < l) {
+            return false;
+        }
+        while let Some(Ok(rec)) = self.rx.recv().await {
+            if matches!(self.sel.matches(&rec), Ok(true)) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// A warning line when `--where` failed on some records, else `None`.
+    pub fn eval_warning(&self) -> Option<String> {
+        let first = self.eval_errors.first()?;
+        Some(format!(
+            "--where could not be evaluated on {} record(s), which were not selected (e.g. id {}: {})",
+            self.eval_error_count, first.id, first.message
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::SourceKind;
+    use serde_json::json;
+
+    fn rec(
+        id: i64,
+        task: &str,
+        motivo: &str,
+        at: &str,
+        replayed: bool,
+        payload: serde_json::Value,
+    ) -> DeadLetter {
+        DeadLetter {
+            source: SourceKind::Table,
+            location: "t".into(),
+            id: RecordId::Int(id),
+            task: Some(task.into()),
+            motivo: Some(motivo.into()),
+            created_at: Some(at.parse().unwrap()),
+            replayed,
+            payload,
+            headers: None,
+            death: None,
+            properties: None,
+            raw: None,
+            payload_text: None,
+        }
+    }
+
+    fn sample() -> Vec<DeadLetter> {
+        vec![
+            rec(
+                1,
+                "processar_pagamento",
+                "IntegrityError: null value",
+                "2026-11-01T00:00:00Z",
+                false,
+                json!({"pedido_id": 1}),
+            ),
+            rec(
+                2,
+                "processar_pagamento",
+                "integrityerror lower",
+                "2026-11-10T00:00:00Z",
+                false,
+                json!({"pedido_id": 2}),
+            ),
+            rec(
+                3,
+                "enviar_email",
+                "TimeoutError",
+                "2026-11-20T00:00:00Z",
+                false,
+                json!([3, "x@y"]),
+            ),
+            rec(
+                4,
+                "processar_pagamento",
+                "IntegrityError: dup",
+                "2026-11-25T00:00:00Z",
+                true,
+                json!({"pedido_id": 4}),
+            ),
+        ]
+    }
+
+    fn ids(sel: &Selection) -> Vec<i64> {
+        sample()
+            .iter()
+            .filter(|r| sel.matches(r).unwrap_or(false))
+            .map(|r| match r.id {
+                RecordId::Int(i) => i,
+                _ => unreachable!(),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn default_excludes_replayed() {
+        assert_eq!(ids(&Selection::default()), vec![1, 2, 3]);
+        let all = Selection {
+            replayed: ReplayedFilter::All,
+            ..Default::default()
+        };
+        assert_eq!(ids(&all), vec![1, 2, 3, 4]);
+        let only = Selection {
+            replayed: ReplayedFilter::Only,
+            ..Default::default()
+        };
+        assert_eq!(ids(&only), vec![4]);
+    }
+
+    #[test]
+    fn motivo_is_case_sensitive_unless_asked() {
+        let s = Selection {
+            motivo: Some("IntegrityError".into()),
+            ..Default::default()
+        };
+        assert_eq!(ids(&s), vec![1]);
+        let s = Selection {
+            motivo: Some("IntegrityError".into()),
+            ignore_case: true,
+            ..Default::default()
+        };
+        assert_eq!(ids(&s), vec![1, 2]);
+        assert!(!s.exact_in_sql());
+    }
+
+    #[test]
+    fn pattern_searches_reason_task_and_payload() {
+        let s = Selection {
+            pattern: Some(Regex::new("x@y").unwrap()),
+            ..Default::default()
+        };
+        assert_eq!(ids(&s), vec![3]);
+        let s = Selection {
+            pattern: Some(Regex::new("^enviar").unwrap()),
+            ..Default::default()
+        };
+        assert_eq!(ids(&s), vec![3]);
+        let s = Selection {
+            pattern: Some(Regex::new(r"Error: \w+").unwrap()),
+            ..Default::default()
+        };
+        assert_eq!(ids(&s), vec![1]);
+    }
+
+    #[test]
+    fn time_window_and_ids_and_tasks() {
+        let s = Selection {
+            since: Some("2026-11-05T00:00:00Z".parse().unwrap()),
+            until: Some("2026-11-20T00:00:00Z".parse().unwrap()),
+            ..Default::default()
+        };
+        assert_eq!(ids(&s), vec![2]);
+        let s = Selection {
+            ids: vec![RecordId::Int(3), RecordId::Int(4)],
+            ..Default::default()
+        };
+        assert_eq!(ids(&s), vec![3]);
+        let s = Selection {
+            tasks: vec!["enviar_email".into()],
+            ..Default::default()
+        };
+        assert_eq!(ids(&s), vec![3]);
+    }
+
+    #[test]
+    fn jq_over_the_record() {
+        let s = Selection {
+            jq: Some(JqFilter::compile(".payload.pedido_id >= 2").unwrap()),
+            ..Default::default()
+        };
+        // Record 3 has an array payload: indexing it with a key is an error -> not selected.
+        let errs: Vec<_> = sample().iter().filter_map(|r| s.matches(r).err()).collect();
+        assert_eq!(errs.len(), 1);
+        assert_eq!(ids(&s), vec![2]);
+    }
+
+    #[test]
+    fn describe_is_readable() {
+        let s = Selection {
+            motivo: Some("IntegrityError".into()),
+            limit: Some(5),
+            ..Default::default()
+        };
+        assert_eq!(
+            s.describe(),
+            "motivo contains \"IntegrityError\", not yet replayed, first 5"
+        );
+    }
+}

@@ -1,0 +1,652 @@
+//! Flags + environment + config file -> validated `Settings`, built once.
+//! Precedence: flag > env > config (profile, then top level) > default.
+
+use crate::cli::{ColorChoice, GlobalArgs, OutputFormat, SelectionArgs};
+use crate::error::usage;
+use crate::jq::JqFilter;
+use crate::model::RecordId;
+use crate::redact;
+use crate::select::{ReplayedFilter, Selection};
+use crate::when;
+use anyhow::{Context, Result};
+use chrono::{DateTime, Utc};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+pub const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+pub const DEFAULT_TABLE: &str = "tasks_falhadas";
+
+/// What the terminal looks like; passed in so that tests can fake it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Terminal {
+    pub stdin_tty: bool,
+    pub stdout_tty: bool,
+    pub stderr_tty: bool,
+}
+
+impl Terminal {
+    pub fn detect() -> Terminal {
+        use std::io::IsTerminal;
+        // DLQ_FORCE_TTY lets tests exercise terminal-only behaviour (colour, prompts' refusal paths).
+        let forced = std::env::var_os("DLQ_FORCE_TTY").is_some();
+        Terminal {
+            stdin_tty: forced || std::io::stdin().is_terminal(),
+            stdout_tty: forced || std::io::stdout().is_terminal(),
+            stderr_tty: forced || std::io::stderr().is_terminal(),
+        }
+    }
+}
+
+/// One section of the config file (top level or a profile). Unknown keys are errors,
+/// so a typo never silently falls back to a default.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigSection {
+    pub database_url: Option<String>,
+    pub table: Option<String>,
+    pub amqp_url: Option<String>,
+    pub management_url: Option<String>,
+    pub vhost: Option<String>,
+    pub output: Option<OutputFormat>,
+    pub color: Option<ColorChoice>,
+    /// DLQs to list and read even without the management API.
+    pub queues: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    #[serde(flatten)]
+    pub base: ConfigSection,
+    #[serde(default)]
+    pub profiles: BTreeMap<String, ConfigSection>,
+}
+
+/// A validated table name: `name` or `schema.name`, each part an SQL identifier.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableName {
+    pub schema: Option<String>,
+    pub name: String,
+}
+
+impl TableName {
+    pub fn parse(s: &str) -> Result<TableName, String> {
+        let parts: Vec<&str> = s.split('.').collect();
+        let valid = |p: &str| {
+            !p.is_empty()
+                && p.len() <= 64
+                && p.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                && p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        match parts.as_slice() {
+            [name] if valid(name) => Ok(TableName {
+                schema: None,
+                name: name.to_string(),
+            }),
+            [schema, name] if valid(schema) && valid(name) => Ok(TableName {
+                schema: Some(schema.to_string()),
+                name: name.to_string(),
+            }),
+            _ => Err(format!(
+                "invalid table name {s:?}: expected an identifier (letters, digits, _) or schema.table"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for TableName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.schema {
+            Some(s) => write!(f, "{s}.{}", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
+}
+
+/// Which SQL database a URL points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    Postgres,
+    MySql,
+    Sqlite,
+}
+
+#[derive(Debug, Clone)]
+pub struct DatabaseUrl {
+    pub dialect: Dialect,
+    /// The URL as sqlx wants it (mariadb:// rewritten to mysql://). Secret: never print.
+    pub url: String,
+}
+
+impl DatabaseUrl {
+    pub fn parse(raw: &str) -> Result<DatabaseUrl, String> {
+        let shown = redact::url(raw);
+        let (scheme, rest) = raw.split_once(':').ok_or_else(|| {
+            format!("invalid database URL {shown}: expected postgres://, mysql:// or sqlite://")
+        })?;
+        let dialect = match scheme.to_ascii_lowercase().as_str() {
+            "postgres" | "postgresql" => Dialect::Postgres,
+            "mysql" | "mariadb" => Dialect::MySql,
+            "sqlite" => Dialect::Sqlite,
+            other => {
+                return Err(format!(
+                    "invalid database URL {shown}: unsupported scheme {other:?} (use postgres://, mysql://, mariadb:// or sqlite://)"
+                ));
+            }
+        };
+        let url = match dialect {
+            Dialect::MySql => format!("mysql:{rest}"),
+            _ => raw.to_string(),
+        };
+        if dialect != Dialect::Sqlite {
+            let parsed =
+                url::Url::parse(&url).map_err(|e| format!("invalid database URL {shown}: {e}"))?;
+            if parsed.host_str().is_none_or(str::is_empty) {
+                return Err(format!("invalid database URL {shown}: missing host"));
+            }
+        } else if rest.trim_start_matches('/').is_empty() {
+            return Err(format!(
+                "invalid database URL {shown}: missing file path (sqlite://path/to/db.sqlite)"
+            ));
+        }
+        Ok(DatabaseUrl { dialect, url })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub database: Option<DatabaseUrl>,
+    pub table: TableName,
+    /// Secret: never print; use `redact::url`.
+    pub amqp_url: String,
+    pub management_url: Option<String>,
+    pub vhost: Option<String>,
+    /// Queues named in the config file.
+    pub config_queues: Vec<String>,
+    pub output: OutputFormat,
+    pub quiet: bool,
+    pub verbose: u8,
+    pub color: bool,
+    pub progress: bool,
+    pub terminal: Terminal,
+    /// Diagnostics found while loading (e.g. a world-readable config file).
+    pub warnings: Vec<String>,
+}
+
+type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+fn non_empty(v: Option<String>) -> Option<String> {
+    v.filter(|s| !s.trim().is_empty())
+}
+
+fn default_config_path(env: Env) -> Option<PathBuf> {
+    if let Some(x) = non_empty(env("XDG_CONFIG_HOME")) {
+        return Some(Path::new(&x).join("dlq/config.toml"));
+    }
+    non_empty(env("HOME")).map(|h| Path::new(&h).join(".config/dlq/config.toml"))
+}
+
+/// Reads the config file: an explicit path must exist; the default path may not.
+fn load_config(
+    explicit: Option<PathBuf>,
+    env: Env,
+    warnings: &mut Vec<String>,
+) -> Result<ConfigFile> {
+    let (path, required) =
+        match explicit.or_else(|| non_empty(env("DLQ_CONFIG")).map(PathBuf::from)) {
+            Some(p) => (p, true),
+            None => match default_config_path(env) {
+                Some(p) => (p, false),
+                None => return Ok(ConfigFile::default()),
+            },
+        };
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !required => {
+            return Ok(ConfigFile::default());
+        }
+        Err(e) => {
+            return Err(usage(format!(
+                "cannot read config file {}: {e}",
+                path.display()
+            )));
+        }
+    };
+    warn_if_readable_by_others(&path, warnings);
+    let config: ConfigFile = toml::from_str(&text).map_err(|e| {
+        // toml errors quote the offending line, which may hold a password: scrub it.
+        for url in text
+            .lines()
+            .filter_map(|l| l.split_once('=').map(|(_, v)| v.trim().trim_matches('"')))
+        {
+            redact::register_url(url);
+        }
+        usage(redact::scrub(&format!(
+            "invalid config file {}: {e}",
+            path.display()
+        )))
+    })?;
+    Ok(config)
+}
+
+#[cfg(unix)]
+fn warn_if_readable_by_others(path: &Path, warnings: &mut Vec<String>) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Ok(meta) = std::fs::metadata(path)
+        && meta.permissions().mode() & 0o044 != 0
+    {
+        // Printed at once: it matters even when the rest of the settings are invalid.
+        let msg = format!(
+            "config file {} is readable by other users and may hold credentials; run: chmod 600 {}",
+            path.display(),
+            path.display()
+        );
+        eprintln!("warning: {msg}");
+        warnings.push(msg);
+    }
+}
+
+#[cfg(not(unix))]
+fn warn_if_readable_by_others(_: &Path, _: &mut Vec<String>) {}
+
+impl Settings {
+    pub fn from_env(global: &GlobalArgs) -> Result<Settings> {
+        Settings::build(global, &|k| std::env::var(k).ok(), Terminal::detect())
+    }
+
+    pub fn build(g: &GlobalArgs, env: Env, terminal: Terminal) -> Result<Settings> {
+        let mut warnings = Vec::new();
+        let config = load_config(g.config.clone(), env, &mut warnings)?;
+        let profile_name = g.profile.clone().or_else(|| non_empty(env("DLQ_PROFILE")));
+        let profile = match &profile_name {
+            Some(name) => config.profiles.get(name).cloned().ok_or_else(|| {
+                let known: Vec<&str> = config.profiles.keys().map(String::as_str).collect();
+                usage(format!(
+                    "unknown profile {name:?}; the config file defines: {}",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ))
+            })?,
+            None => ConfigSection::default(),
+        };
+        let base = &config.base;
+        // flag > env > profile > top level
+        macro_rules! pick {
+            ($flag:expr, [$($env:literal),*], $field:ident) => {
+                $flag.clone()
+                    $(.or_else(|| non_empty(env($env))))*
+                    .or_else(|| profile.$field.clone())
+                    .or_else(|| base.$field.clone())
+            };
+        }
+
+        let database_raw = pick!(
+            g.database_url,
+            ["DLQ_DATABASE_URL", "DATABASE_URL"],
+            database_url
+        );
+        let amqp_url = pick!(g.amqp_url, ["DLQ_AMQP_URL", "AMQP_URL"], amqp_url)
+            .unwrap_or_else(|| DEFAULT_AMQP_URL.to_string());
+        let management_url = pick!(g.management_url, ["DLQ_MANAGEMENT_URL"], management_url);
+        for u in [
+            database_raw.as_deref(),
+            Some(amqp_url.as_str()),
+            management_url.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            redact::register_url(u);
+        }
+        let database = database_raw
+            .as_deref()
+            .map(DatabaseUrl::parse)
+            .transpose()
+            .map_err(usage)?;
+        validate_amqp_url(&amqp_url).map_err(usage)?;
+        if let Some(m) = &management_url {
+            validate_http_url(m).map_err(usage)?;
+        }
+        let table_raw =
+            pick!(g.table, ["DLQ_TABLE"], table).unwrap_or_else(|| DEFAULT_TABLE.to_string());
+        let table = TableName::parse(&table_raw).map_err(usage)?;
+        let vhost = pick!(g.vhost, ["DLQ_VHOST"], vhost);
+        let output = g
+            .output
+            .or(profile.output)
+            .or(base.output)
+            .unwrap_or(OutputFormat::Table);
+        let color_choice = g
+            .color
+            .or(profile.color)
+            .or(base.color)
+            .unwrap_or(ColorChoice::Auto);
+        let no_color = env("NO_COLOR").is_some_and(|v| !v.is_empty());
+        let color = match color_choice {
+            ColorChoice::Always => true,
+            ColorChoice::Never => false,
+            ColorChoice::Auto => terminal.stdout_tty && !no_color,
+        };
+        let mut config_queues = profile
+            .queues
+            .clone()
+            .or_else(|| base.queues.clone())
+            .unwrap_or_default();
+        config_queues.dedup();
+        Ok(Settings {
+            database,
+            table,
+            amqp_url,
+            management_url,
+            vhost,
+            config_queues,
+            output,
+            quiet: g.quiet,
+            verbose: g.verbose,
+            color,
+            progress: terminal.stderr_tty && !g.no_progress && !g.quiet,
+            terminal,
+            warnings,
+        })
+    }
+
+    /// The database, or a usage error telling how to configure one.
+    pub fn require_database(&self) -> Result<&DatabaseUrl> {
+        self.database.as_ref().ok_or_else(|| {
+            usage("no database configured: pass --database-url, set DLQ_DATABASE_URL or DATABASE_URL, or put database_url in the config file")
+        })
+    }
+}
+
+fn validate_amqp_url(raw: &str) -> Result<(), String> {
+    let shown = redact::url(raw);
+    let u = url::Url::parse(raw).map_err(|e| format!("invalid AMQP URL {shown}: {e}"))?;
+    if !matches!(u.scheme(), "amqp" | "amqps") {
+        return Err(format!(
+            "invalid AMQP URL {shown}: scheme must be amqp:// or amqps://"
+        ));
+    }
+    if u.host_str().is_none_or(str::is_empty) {
+        return Err(format!("invalid AMQP URL {shown}: missing host"));
+    }
+    Ok(())
+}
+
+fn validate_http_url(raw: &str) -> Result<(), String> {
+    let shown = redact::url(raw);
+    let u = url::Url::parse(raw).map_err(|e| format!("invalid management URL {shown}: {e}"))?;
+    if !matches!(u.scheme(), "http" | "https") {
+        return Err(format!(
+            "invalid management URL {shown}: scheme must be http:// or https://"
+        ));
+    }
+    Ok(())
+}
+
+/// Turns the selection flags into a validated `Selection`; every bad value is a usage error
+/// naming the flag.
+pub fn selection(args: &SelectionArgs, now: DateTime<Utc>) -> Result<Selection> {
+    let pattern = args
+        .pattern
+        .as_deref()
+        .map(|p| regex::Regex::new(p).map_err(|e| usage(format!("invalid --pattern regex: {e}"))))
+        .transpose()?;
+    let jq = args
+        .where_
+        .as_deref()
+        .map(|j| {
+            JqFilter::compile(j)
+                .map_err(|e| usage(format!("invalid --where jq expression {j:?}: {e}")))
+        })
+        .transpose()?;
+    let since = args
+        .since
+        .as_deref()
+        .map(|s| when::parse_when(s, now).map_err(|e| usage(format!("--since: {e}"))))
+        .transpose()?;
+    let until = args
+        .until
+        .as_deref()
+        .map(|s| when::parse_when(s, now).map_err(|e| usage(format!("--until: {e}"))))
+        .transpose()?;
+    let older = args
+        .older_than
+        .as_deref()
+        .map(|s| when::parse_cutoff(s, now).map_err(|e| usage(format!("--older-than: {e}"))))
+        .transpose()?;
+    let until = match (until, older) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    if let (Some(s), Some(u)) = (since, until)
+        && s >= u
+    {
+        return Err(usage(format!(
+            "empty time window: --since {} is not before the upper bound {}",
+            crate::model::rfc3339(&s),
+            crate::model::rfc3339(&u)
+        )));
+    }
+    if args.limit == Some(0) {
+        return Err(usage("--limit must be at least 1"));
+    }
+    if args.motivo.as_deref() == Some("") {
+        return Err(usage("--motivo must not be empty"));
+    }
+    if args.ignore_case && args.motivo.is_none() {
+        return Err(usage(
+            "-i/--ignore-case applies to --motivo, which is missing",
+        ));
+    }
+    for t in &args.task {
+        if t.trim().is_empty() {
+            return Err(usage("--task must not be empty"));
+        }
+    }
+    let ids = args
+        .id
+        .iter()
+        .map(|s| {
+            if s.trim().is_empty() {
+                Err(usage("--id must not be empty"))
+            } else {
+                Ok(RecordId::parse(s.trim()))
+            }
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let replayed = if args.include_replayed {
+        ReplayedFilter::All
+    } else if args.only_replayed {
+        ReplayedFilter::Only
+    } else {
+        ReplayedFilter::Pending
+    };
+    Ok(Selection {
+        motivo: args.motivo.clone(),
+        ignore_case: args.ignore_case,
+        pattern,
+        tasks: args.task.clone(),
+        since,
+        until,
+        jq,
+        ids,
+        replayed,
+        limit: args.limit,
+    })
+}
+
+/// Reads a whole file with context, for commands that take file arguments.
+pub fn read_file(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn build(g: &GlobalArgs, env: &[(&str, &str)]) -> Result<Settings> {
+        let map: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Settings::build(g, &move |k| map.get(k).cloned(), Terminal::default())
+    }
+
+    #[test]
+    fn precedence_flag_env_config_default() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("config.toml");
+        std::fs::write(
+            &cfg,
+            "table = \"from_config\"\namqp_url = \"amqp://cfg/%2f\"\n[profiles.prod]\ntable = \"from_profile\"\n",
+        )
+        .unwrap();
+        let cfg_s = cfg.to_str().unwrap();
+        let s = build(&GlobalArgs::default(), &[("DLQ_CONFIG", cfg_s)]).unwrap();
+        assert_eq!(s.table.name, "from_config");
+        assert_eq!(s.amqp_url, "amqp://cfg/%2f");
+        let s = build(
+            &GlobalArgs {
+                profile: Some("prod".into()),
+                ..Default::default()
+            },
+            &[("DLQ_CONFIG", cfg_s)],
+        )
+        .unwrap();
+        assert_eq!(s.table.name, "from_profile");
+        let s = build(
+            &GlobalArgs::default(),
+            &[("DLQ_CONFIG", cfg_s), ("DLQ_TABLE", "from_env")],
+        )
+        .unwrap();
+        assert_eq!(s.table.name, "from_env");
+        let g = GlobalArgs {
+            table: Some("from_flag".into()),
+            ..Default::default()
+        };
+        let s = build(&g, &[("DLQ_CONFIG", cfg_s), ("DLQ_TABLE", "from_env")]).unwrap();
+        assert_eq!(s.table.name, "from_flag");
+        let s = build(&GlobalArgs::default(), &[]).unwrap();
+        assert_eq!(s.table.name, DEFAULT_TABLE);
+        assert_eq!(s.amqp_url, DEFAULT_AMQP_URL);
+    }
+
+    #[test]
+    fn database_url_env_fallback() {
+        let s = build(
+            &GlobalArgs::default(),
+            &[("DATABASE_URL", "postgres://h/db")],
+        )
+        .unwrap();
+        assert_eq!(s.database.unwrap().dialect, Dialect::Postgres);
+        let s = build(
+            &GlobalArgs::default(),
+            &[
+                ("DATABASE_URL", "postgres://h/db"),
+                ("DLQ_DATABASE_URL", "mariadb://h/db"),
+            ],
+        )
+        .unwrap();
+        let db = s.database.unwrap();
+        assert_eq!(db.dialect, Dialect::MySql);
+        assert_eq!(db.url, "mysql://h/db");
+    }
+
+    #[test]
+    fn bad_values_are_usage_errors_without_secrets() {
+        let g = GlobalArgs {
+            database_url: Some("oracle://u:topsecret@h/db".into()),
+            ..Default::default()
+        };
+        let e = build(&g, &[]).unwrap_err();
+        assert_eq!(crate::error::exit_for(&e), crate::error::Exit::Usage);
+        assert!(!format!("{e:#}").contains("topsecret"), "{e:#}");
+        let g = GlobalArgs {
+            table: Some("x; drop table y".into()),
+            ..Default::default()
+        };
+        assert!(format!("{:#}", build(&g, &[]).unwrap_err()).contains("invalid table name"));
+        let g = GlobalArgs {
+            amqp_url: Some("http://u:pw@h".into()),
+            ..Default::default()
+        };
+        assert!(format!("{:#}", build(&g, &[]).unwrap_err()).contains("amqp://"));
+        let g = GlobalArgs {
+            profile: Some("nope".into()),
+            ..Default::default()
+        };
+        assert!(format!("{:#}", build(&g, &[]).unwrap_err()).contains("unknown profile"));
+    }
+
+    #[test]
+    fn unknown_config_key_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("c.toml");
+        std::fs::write(&cfg, "tabel = \"x\"\n").unwrap();
+        let e = build(
+            &GlobalArgs::default(),
+            &[("DLQ_CONFIG", cfg.to_str().unwrap())],
+        )
+        .unwrap_err();
+        assert!(format!("{e:#}").contains("tabel"), "{e:#}");
+    }
+
+    #[test]
+    fn table_names() {
+        assert!(TableName::parse("tasks_falhadas").is_ok());
+        assert_eq!(
+            TableName::parse("app.tasks").unwrap().schema.as_deref(),
+            Some("app")
+        );
+        for bad in ["", "a.b.c", "1abc", "a-b", "a\"b", "tasks; drop", "a."] {
+            assert!(TableName::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn selection_validation() {
+        let now = Utc::now();
+        let bad = |a: SelectionArgs| selection(&a, now).map(|_| ()).unwrap_err().to_string();
+        assert!(
+            bad(SelectionArgs {
+                pattern: Some("(".into()),
+                ..Default::default()
+            })
+            .contains("--pattern")
+        );
+        assert!(
+            bad(SelectionArgs {
+                where_: Some(".a |".into()),
+                ..Default::default()
+            })
+            .contains("--where")
+        );
+        assert!(
+            bad(SelectionArgs {
+                older_than: Some("7x".into()),
+                ..Default::default()
+            })
+            .contains("--older-than")
+        );
+        assert!(
+            bad(SelectionArgs {
+                limit: Some(0),
+                ..Default::default()
+            })
+            .contains("--limit")
+        );
+        assert!(
+            bad(SelectionArgs {
+                since: Some("1d".into()),
+                until: Some("2d".into()),
+                ..Default::default()
+            })
+            .contains("empty time window")
+        );
+    }
+}

@@ -1,0 +1,345 @@
+//! Test harness: real databases, unique table names, and a fluent way to run the binary.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+pub use dlq::settings::Dialect;
+
+pub fn pg_url() -> String {
+    std::env::var("DLQ_TEST_PG_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into())
+}
+
+pub fn mysql_url() -> String {
+    std::env::var("DLQ_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://root@127.0.0.1:3306/test".into())
+}
+
+/// A name no other test (or run) uses: tests run in parallel against shared servers.
+pub fn unique(prefix: &str) -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    format!("{prefix}_{}_{n}_{nanos:x}", std::process::id())
+}
+
+/// A scratch database location per dialect; SQLite files live in a temp dir kept alive here.
+pub struct TestDb {
+    pub dialect: Dialect,
+    pub url: String,
+    pub table: String,
+    pub pool: dlq::source::sql::Pool,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDb {
+    pub async fn new(dialect: Dialect, prefix: &str) -> TestDb {
+        let (url, dir) = match dialect {
+            Dialect::Postgres => (pg_url(), None),
+            Dialect::MySql => (mysql_url(), None),
+            Dialect::Sqlite => {
+                let dir = tempfile::tempdir().unwrap();
+                let url = format!("sqlite://{}", dir.path().join("dlq.db").display());
+                (url, Some(dir))
+            }
+        };
+        let db = dlq::settings::DatabaseUrl::parse(&url).unwrap();
+        let pool = dlq::source::sql::connect(&db, true)
+            .await
+            .expect("connect to test database");
+        TestDb {
+            dialect,
+            url,
+            table: unique(prefix),
+            pool,
+            _dir: dir,
+        }
+    }
+
+    /// Runs SQL with `{t}` replaced by the quoted table name.
+    pub async fn exec(&self, sql: &str) {
+        let t = dlq::settings::TableName::parse(&self.table).unwrap();
+        let sql = sql.replace("{t}", &dlq::source::sql::quote_ident(self.dialect, &t));
+        dlq::with_pool!(&self.pool, p => {
+            sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(p).await.expect("exec");
+        });
+    }
+
+    pub async fn scalar_i64(&self, sql: &str) -> i64 {
+        let t = dlq::settings::TableName::parse(&self.table).unwrap();
+        let sql = sql.replace("{t}", &dlq::source::sql::quote_ident(self.dialect, &t));
+        dlq::with_pool!(&self.pool, p => {
+            sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql)).fetch_one(p).await.expect("scalar")
+        })
+    }
+
+    /// Creates the table with `dlq init`.
+    pub fn init(&self) {
+        self.dlq(&["init"]).ok();
+    }
+
+    /// Inserts rows: (task, args JSON text or None, motivo, created RFC 3339, replayed).
+    pub async fn insert(&self, rows: &[Row]) {
+        let t = dlq::settings::TableName::parse(&self.table).unwrap();
+        let q = dlq::source::sql::quote_ident(self.dialect, &t);
+        for chunk in rows.chunks(200) {
+            let mut b = dlq::source::sql::SqlBuilder::new(self.dialect);
+            let mut values = Vec::new();
+            for r in chunk {
+                let created = chrono::DateTime::parse_from_rfc3339(&r.created)
+                    .unwrap()
+                    .with_timezone(&chrono::Utc);
+                let ph = [
+                    b.param(dlq::source::sql::Bind::Text(r.task.clone())),
+                    match &r.args {
+                        Some(a) => {
+                            let p = b.param(dlq::source::sql::Bind::Text(a.clone()));
+                            match self.dialect {
+                                Dialect::Postgres => format!("CAST({p} AS jsonb)"),
+                                _ => p,
+                            }
+                        }
+                        None => "NULL".into(),
+                    },
+                    b.param(dlq::source::sql::Bind::Text(r.motivo.clone())),
+                    b.param(match self.dialect {
+                        Dialect::Postgres => dlq::source::sql::Bind::Tz(created),
+                        Dialect::MySql => dlq::source::sql::Bind::Naive(created.naive_utc()),
+                        Dialect::Sqlite => dlq::source::sql::Bind::Text(
+                            created.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
+                        ),
+                    }),
+                    b.param(match self.dialect {
+                        Dialect::Postgres => dlq::source::sql::Bind::Bool(r.replayed),
+                        _ => dlq::source::sql::Bind::I64(r.replayed as i64),
+                    }),
+                ];
+                values.push(format!("({})", ph.join(", ")));
+            }
+            let sql = format!(
+                "INSERT INTO {q} (task_original, args, motivo, criada_em, reprocessada) VALUES {}",
+                values.join(", ")
+            );
+            dlq::with_pool!(&self.pool, p => {
+                dlq::bind_all!(sqlx::query(sqlx::AssertSqlSafe(sql)), b.binds).execute(p).await.expect("insert");
+            });
+        }
+    }
+
+    pub fn dlq(&self, args: &[&str]) -> Run {
+        Dlq::new()
+            .env("DLQ_DATABASE_URL", &self.url)
+            .env("DLQ_TABLE", &self.table)
+            .args(args)
+            .run()
+    }
+
+    pub async fn drop(&self) {
+        self.exec("DROP TABLE IF EXISTS {t}").await;
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub task: String,
+    pub args: Option<String>,
+    pub motivo: String,
+    pub created: String,
+    pub replayed: bool,
+}
+
+pub fn row(task: &str, args: Option<&str>, motivo: &str, created: &str, replayed: bool) -> Row {
+    Row {
+        task: task.into(),
+        args: args.map(Into::into),
+        motivo: motivo.into(),
+        created: created.into(),
+        replayed,
+    }
+}
+
+/// The seed's scenario 2: 340 `processar_pagamento` rows that failed with IntegrityError,
+/// among a few hundred others (some already replayed, some with other reasons/cases).
+pub fn scenario2() -> Vec<Row> {
+    let mut rows = Vec::new();
+    for i in 0..340 {
+        let day = 1 + i % 20;
+        rows.push(row(
+            "processar_pagamento",
+            Some(&format!(r#"{{"pedido_id": {}, "valor": "{}.{:02}"}}"#, 1000 + i, 10 + i, i % 100)),
+            &format!(
+                r#"IntegrityError: null value in column "moeda" of relation "pagamentos" violates not-null constraint DETAIL: Failing row contains ({}, null)."#,
+                1000 + i
+            ),
+            &format!("2026-11-{day:02}T10:{:02}:00Z", i % 60),
+            false,
+        ));
+    }
+    for i in 0..120 {
+        rows.push(row(
+            "enviar_email",
+            Some(&format!(r#"[{}, "aluno{}@example.com"]"#, i, i)),
+            &format!("TimeoutError: SMTP timed out after {}s", 10 + i % 5),
+            &format!("2026-11-{:02}T08:00:00Z", 21 + i % 5),
+            false,
+        ));
+    }
+    for i in 0..80 {
+        rows.push(row(
+            "liberar_acesso_curso",
+            Some(&format!(
+                r#"{{"matricula_id": {i}, "evento_id": "ev-{i}"}}"#
+            )),
+            "max_retries esgotado",
+            "2026-10-15T12:00:00Z",
+            false,
+        ));
+    }
+    for i in 0..40 {
+        rows.push(row(
+            "processar_pagamento",
+            Some(&format!(r#"{{"pedido_id": {}}}"#, 5000 + i)),
+            "IntegrityError: duplicate key value violates unique constraint \"pagamentos_pkey\"",
+            "2026-11-02T00:00:00Z",
+            true,
+        ));
+    }
+    for i in 0..7 {
+        rows.push(row(
+            "processar_pagamento",
+            Some(&format!(r#"{{"pedido_id": {}}}"#, 7000 + i)),
+            "integrityerror (lowercase, from a legacy worker)",
+            "2026-11-03T00:00:00Z",
+            false,
+        ));
+    }
+    rows
+}
+
+/// Runs the dlq binary with a clean environment (no user config, no inherited URLs).
+pub struct Dlq {
+    cmd: Command,
+    stdin: Option<Vec<u8>>,
+}
+
+impl Dlq {
+    pub fn new() -> Dlq {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dlq"));
+        for k in [
+            "DLQ_DATABASE_URL",
+            "DATABASE_URL",
+            "DLQ_TABLE",
+            "DLQ_AMQP_URL",
+            "AMQP_URL",
+            "DLQ_PROFILE",
+            "DLQ_CONFIG",
+            "DLQ_MANAGEMENT_URL",
+            "NO_COLOR",
+            "DLQ_FORCE_TTY",
+        ] {
+            cmd.env_remove(k);
+        }
+        // No user config file leaks into tests.
+        cmd.env(
+            "XDG_CONFIG_HOME",
+            std::env::temp_dir().join("dlq-tests-no-config"),
+        );
+        cmd.env("COLUMNS", "200");
+        Dlq { cmd, stdin: None }
+    }
+
+    pub fn env(mut self, k: &str, v: &str) -> Dlq {
+        self.cmd.env(k, v);
+        self
+    }
+
+    pub fn args(mut self, args: &[&str]) -> Dlq {
+        self.cmd.args(args);
+        self
+    }
+
+    #[allow(dead_code)]
+    pub fn stdin(mut self, data: &[u8]) -> Dlq {
+        self.stdin = Some(data.to_vec());
+        self
+    }
+
+    pub fn run(mut self) -> Run {
+        use std::io::Write;
+        use std::process::Stdio;
+        self.cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = self.cmd.spawn().expect("spawn dlq");
+        let input = self.stdin.take().unwrap_or_default();
+        let mut stdin = child.stdin.take().unwrap();
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(&input);
+        });
+        let out = child.wait_with_output().expect("wait dlq");
+        writer.join().unwrap();
+        Run { out }
+    }
+}
+
+pub struct Run {
+    pub out: Output,
+}
+
+impl Run {
+    pub fn code(&self) -> i32 {
+        self.out.status.code().unwrap_or(-1)
+    }
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.out.stdout).into_owned()
+    }
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.out.stderr).into_owned()
+    }
+    /// Asserts success and returns stdout.
+    pub fn ok(&self) -> String {
+        assert_eq!(
+            self.code(),
+            0,
+            "expected success\nstdout:\n{}\nstderr:\n{}",
+            self.stdout(),
+            self.stderr()
+        );
+        self.stdout()
+    }
+    /// Asserts the exit code and that stderr contains `needle`; returns stderr.
+    pub fn fails(&self, code: i32, needle: &str) -> String {
+        assert_eq!(
+            self.code(),
+            code,
+            "wrong exit code\nstdout:\n{}\nstderr:\n{}",
+            self.stdout(),
+            self.stderr()
+        );
+        assert!(
+            self.stderr().contains(needle),
+            "stderr lacks {needle:?}:\n{}",
+            self.stderr()
+        );
+        self.stderr()
+    }
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.ok())
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.stdout()))
+    }
+    pub fn ndjson(&self) -> Vec<serde_json::Value> {
+        self.ok()
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("ndjson line"))
+            .collect()
+    }
+}
+
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
