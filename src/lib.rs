@@ -1,1 +1,2 @@
 //! dlq: list, inspect, filter and replay dead letters from RabbitMQ DLQs and a failed-task table.
+pub mod amqp_codec;
