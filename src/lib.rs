@@ -1,5 +1,6 @@
 //! dlq: list, inspect, filter, replay and archive dead letters from RabbitMQ DLQs and
 //! a Celery failed-task table.
+pub mod amqp_codec;
 pub mod cli;
 pub mod commands;
 pub mod error;

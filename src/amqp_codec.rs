@@ -1,0 +1,1967 @@
+//! Conversions between what a RabbitMQ delivery carries (AMQP field tables and basic properties)
+//! and JSON. Pure: no I/O, no broker.
+//!
+//! Two encodings exist because they serve different readers:
+//!
+//! * **Readable** ([`table_to_json`], [`properties_to_json`]): for `inspect` and `-o json`. Values
+//!   become the JSON a person (or `jq`) expects: strings, numbers, RFC 3339 times. It is lossy on
+//!   purpose: the AMQP type of a number, the bits of a NaN and the difference between a string and
+//!   a byte array are dropped.
+//! * **Typed** ([`table_to_typed_json`], [`properties_to_typed_json`] and their `_from_` inverses):
+//!   for archive files. A restored message must be identical on the wire, and consumers do branch
+//!   on header types (an `x-death` `count` that comes back as a string is a different message), so
+//!   every value keeps its AMQP type tag and exact bits.
+//!
+//! # Typed JSON format
+//!
+//! A typed value is a two-element array `[tag, value]`. The tag is the AMQP field type letter as
+//! lapin/RabbitMQ put it on the wire:
+//!
+//! | tag | AMQP type           | value                                                         |
+//! |-----|---------------------|---------------------------------------------------------------|
+//! | `t` | boolean             | `true` / `false`                                              |
+//! | `b` | short-short-int i8  | integer                                                       |
+//! | `B` | short-short-uint u8 | integer                                                       |
+//! | `s` | short-int i16       | integer (RabbitMQ's letter, not the spec's `U`)               |
+//! | `u` | short-uint u16      | integer                                                       |
+//! | `I` | long-int i32        | integer                                                       |
+//! | `i` | long-uint u32       | integer                                                       |
+//! | `l` | long-long-int i64   | integer                                                       |
+//! | `f` | float f32           | number, or `"NaN"`, `"inf"`, `"-inf"`, or `"0x"` + 8 hex digits of the bits (other NaNs) |
+//! | `d` | double f64          | number, or `"NaN"`, `"inf"`, `"-inf"`, or `"0x"` + 16 hex digits of the bits (other NaNs) |
+//! | `D` | decimal             | `[scale, value]` (u8, u32): the number is value / 10^scale    |
+//! | `S` | long string         | string if UTF-8, else `{"base64": "..."}`                     |
+//! | `_` | short string        | string (lapin-only variant, no wire letter of its own)         |
+//! | `T` | timestamp           | integer seconds since the Unix epoch (u64)                    |
+//! | `x` | byte array          | base64 string (standard alphabet, padded)                     |
+//! | `A` | field array         | array of typed values                                         |
+//! | `F` | field table         | object of key -> typed value                                  |
+//! | `V` | void                | `null`                                                        |
+//!
+//! A typed table is an object of key -> typed value, e.g.
+//! `{"x-death": ["A", [["F", {"count": ["l", 1], "queue": ["S", "orders"]}]]]}`.
+//! Finite floats are written in shortest round-trip form; with serde_json's `arbitrary_precision`
+//! the text survives a file round trip unchanged. NaN and infinities are kept for completeness,
+//! but RabbitMQ (3.10, Erlang floats) closes the connection on them, so no broker delivers them.
+//!
+//! Typed properties are an object with the optional keys `content_type`, `content_encoding`,
+//! `headers` (a typed table), `delivery_mode`, `priority`, `correlation_id`, `reply_to`,
+//! `expiration`, `message_id`, `timestamp` (integer seconds), `type`, `user_id`, `app_id`,
+//! `cluster_id`; absent properties are omitted, unknown keys are rejected (a restore must not
+//! silently drop something).
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use chrono::{DateTime, SecondsFormat, Utc};
+use lapin::BasicProperties;
+use lapin::types::{
+    AMQPValue, ByteArray, DecimalValue, FieldArray, FieldTable, LongString, ShortString,
+};
+use serde_json::{Map, Number, Value, json};
+
+/// Longest error text kept in a reason: enough for an exception line, short enough for a table cell.
+const MAX_ERROR_TEXT_CHARS: usize = 240;
+
+/// Short strings (table keys, property values) carry a one-byte length on the wire.
+const MAX_SHORT_STRING_BYTES: usize = 255;
+
+/// A typed-JSON value that cannot be turned back into AMQP. `path` names the bad value the way a
+/// person would point at it, e.g. `headers.x-death[0].count`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct CodecError {
+    pub path: String,
+    pub message: String,
+}
+
+impl CodecError {
+    fn new(message: impl Into<String>) -> Self {
+        CodecError {
+            path: String::new(),
+            message: message.into(),
+        }
+    }
+
+    // Paths are built while the error travels up, so the happy path allocates nothing for them.
+    fn under_key(mut self, key: &str) -> Self {
+        self.path = if self.path.is_empty() {
+            key.to_owned()
+        } else if self.path.starts_with('[') {
+            format!("{key}{}", self.path)
+        } else {
+            format!("{key}.{}", self.path)
+        };
+        self
+    }
+
+    fn under_index(mut self, index: usize) -> Self {
+        self.path = if self.path.is_empty() || self.path.starts_with('[') {
+            format!("[{index}]{}", self.path)
+        } else {
+            format!("[{index}].{}", self.path)
+        };
+        self
+    }
+
+    fn at_root(mut self) -> Self {
+        if self.path.is_empty() {
+            self.path = "<root>".to_owned();
+        }
+        self
+    }
+}
+
+/// Short English name of a value's AMQP type, for messages and warnings.
+pub fn amqp_kind_name(v: &AMQPValue) -> &'static str {
+    match v {
+        AMQPValue::Boolean(_) => "boolean",
+        AMQPValue::ShortShortInt(_) => "i8",
+        AMQPValue::ShortShortUInt(_) => "u8",
+        AMQPValue::ShortInt(_) => "i16",
+        AMQPValue::ShortUInt(_) => "u16",
+        AMQPValue::LongInt(_) => "i32",
+        AMQPValue::LongUInt(_) => "u32",
+        AMQPValue::LongLongInt(_) => "i64",
+        AMQPValue::Float(_) => "f32",
+        AMQPValue::Double(_) => "f64",
+        AMQPValue::DecimalValue(_) => "decimal",
+        AMQPValue::ShortString(_) => "short string",
+        AMQPValue::LongString(_) => "string",
+        AMQPValue::FieldArray(_) => "array",
+        AMQPValue::Timestamp(_) => "timestamp",
+        AMQPValue::FieldTable(_) => "table",
+        AMQPValue::ByteArray(_) => "byte array",
+        AMQPValue::Void => "void",
+    }
+}
+
+/// "a string", "an array", "an i64": for warnings that read as English.
+fn with_article(kind: &str) -> String {
+    let an = matches!(kind.chars().next(), Some('a' | 'e' | 'i' | 'o' | 'f'));
+    format!("{} {kind}", if an { "an" } else { "a" })
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Readable view
+// ---------------------------------------------------------------------------------------------
+
+/// Readable JSON of a field table (headers): see the module docs. Lossy by design.
+pub fn table_to_json(t: &FieldTable) -> Value {
+    Value::Object(
+        t.inner()
+            .iter()
+            .map(|(k, v)| (k.to_string(), value_to_json(v)))
+            .collect(),
+    )
+}
+
+/// Readable JSON of one AMQP value.
+pub fn value_to_json(v: &AMQPValue) -> Value {
+    match v {
+        AMQPValue::Boolean(b) => Value::Bool(*b),
+        AMQPValue::ShortShortInt(i) => (*i).into(),
+        AMQPValue::ShortShortUInt(i) => (*i).into(),
+        AMQPValue::ShortInt(i) => (*i).into(),
+        AMQPValue::ShortUInt(i) => (*i).into(),
+        AMQPValue::LongInt(i) => (*i).into(),
+        AMQPValue::LongUInt(i) => (*i).into(),
+        AMQPValue::LongLongInt(i) => (*i).into(),
+        AMQPValue::Float(f) => {
+            if f.is_finite() {
+                Value::from(*f)
+            } else {
+                Value::String(non_finite_name(f.is_nan(), f.is_sign_negative()).to_owned())
+            }
+        }
+        AMQPValue::Double(f) => {
+            if f.is_finite() {
+                Value::from(*f)
+            } else {
+                Value::String(non_finite_name(f.is_nan(), f.is_sign_negative()).to_owned())
+            }
+        }
+        AMQPValue::DecimalValue(d) => Value::Number(decimal_number(*d)),
+        AMQPValue::ShortString(s) => Value::String(s.to_string()),
+        AMQPValue::LongString(s) => bytes_readable(s.as_bytes()),
+        AMQPValue::FieldArray(a) => Value::Array(a.as_slice().iter().map(value_to_json).collect()),
+        AMQPValue::Timestamp(t) => timestamp_readable(*t),
+        AMQPValue::FieldTable(t) => table_to_json(t),
+        AMQPValue::ByteArray(b) => json!({ "base64": B64.encode(b.as_slice()) }),
+        AMQPValue::Void => Value::Null,
+    }
+}
+
+fn non_finite_name(nan: bool, negative: bool) -> &'static str {
+    match (nan, negative) {
+        (true, _) => "NaN",
+        (false, false) => "inf",
+        (false, true) => "-inf",
+    }
+}
+
+/// Exact decimal text as a JSON number (arbitrary_precision keeps the text), e.g. scale 2,
+/// value 12340 -> `123.40`: the scale stays visible.
+fn decimal_number(d: DecimalValue) -> Number {
+    let digits = d.value.to_string();
+    let scale = usize::from(d.scale);
+    let text = if scale == 0 {
+        digits
+    } else {
+        let padded = format!("{digits:0>width$}", width = scale + 1);
+        let (int, frac) = padded.split_at(padded.len() - scale);
+        format!("{int}.{frac}")
+    };
+    // Always valid JSON number text: digits, optionally "." and more digits.
+    serde_json::from_str(&text).unwrap_or_else(|_| Number::from(d.value))
+}
+
+fn bytes_readable(bytes: &[u8]) -> Value {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => Value::String(s.to_owned()),
+        Err(_) => json!({ "base64": B64.encode(bytes) }),
+    }
+}
+
+fn timestamp_to_datetime(secs: u64) -> Option<DateTime<Utc>> {
+    i64::try_from(secs)
+        .ok()
+        .and_then(|s| DateTime::from_timestamp(s, 0))
+}
+
+fn rfc3339(t: &DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(SecondsFormat::Secs, true)
+}
+
+/// RFC 3339 when chrono can represent it; the raw seconds otherwise (still better than nothing).
+fn timestamp_readable(secs: u64) -> Value {
+    match timestamp_to_datetime(secs) {
+        Some(t) => Value::String(rfc3339(&t)),
+        None => secs.into(),
+    }
+}
+
+/// Readable JSON of the basic properties, headers excluded (shown separately). Absent properties
+/// are omitted; `timestamp` is RFC 3339.
+pub fn properties_to_json(p: &BasicProperties) -> Value {
+    let mut m = Map::new();
+    let put_str = |m: &mut Map<String, Value>, name: &str, v: &Option<ShortString>| {
+        if let Some(v) = v {
+            m.insert(name.to_owned(), Value::String(v.to_string()));
+        }
+    };
+    put_str(&mut m, "content_type", p.content_type());
+    put_str(&mut m, "content_encoding", p.content_encoding());
+    if let Some(v) = p.delivery_mode() {
+        m.insert("delivery_mode".to_owned(), (*v).into());
+    }
+    if let Some(v) = p.priority() {
+        m.insert("priority".to_owned(), (*v).into());
+    }
+    put_str(&mut m, "correlation_id", p.correlation_id());
+    put_str(&mut m, "reply_to", p.reply_to());
+    put_str(&mut m, "expiration", p.expiration());
+    put_str(&mut m, "message_id", p.message_id());
+    if let Some(v) = p.timestamp() {
+        m.insert("timestamp".to_owned(), timestamp_readable(*v));
+    }
+    put_str(&mut m, "type", p.kind());
+    put_str(&mut m, "user_id", p.user_id());
+    put_str(&mut m, "app_id", p.app_id());
+    put_str(&mut m, "cluster_id", p.cluster_id());
+    Value::Object(m)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Typed (lossless) encoding
+// ---------------------------------------------------------------------------------------------
+
+/// Lossless typed JSON of a field table: an object of key -> `[tag, value]`.
+pub fn table_to_typed_json(t: &FieldTable) -> Value {
+    Value::Object(
+        t.inner()
+            .iter()
+            .map(|(k, v)| (k.to_string(), value_to_typed_json(v)))
+            .collect(),
+    )
+}
+
+/// Lossless typed JSON of one value: `[tag, value]`.
+pub fn value_to_typed_json(v: &AMQPValue) -> Value {
+    let (tag, val): (&str, Value) = match v {
+        AMQPValue::Boolean(b) => ("t", Value::Bool(*b)),
+        AMQPValue::ShortShortInt(i) => ("b", (*i).into()),
+        AMQPValue::ShortShortUInt(i) => ("B", (*i).into()),
+        AMQPValue::ShortInt(i) => ("s", (*i).into()),
+        AMQPValue::ShortUInt(i) => ("u", (*i).into()),
+        AMQPValue::LongInt(i) => ("I", (*i).into()),
+        AMQPValue::LongUInt(i) => ("i", (*i).into()),
+        AMQPValue::LongLongInt(i) => ("l", (*i).into()),
+        AMQPValue::Float(f) => ("f", f32_typed(*f)),
+        AMQPValue::Double(f) => ("d", f64_typed(*f)),
+        AMQPValue::DecimalValue(d) => ("D", json!([d.scale, d.value])),
+        AMQPValue::ShortString(s) => ("_", Value::String(s.to_string())),
+        AMQPValue::LongString(s) => ("S", bytes_readable(s.as_bytes())),
+        AMQPValue::FieldArray(a) => (
+            "A",
+            Value::Array(a.as_slice().iter().map(value_to_typed_json).collect()),
+        ),
+        AMQPValue::Timestamp(t) => ("T", (*t).into()),
+        AMQPValue::FieldTable(t) => ("F", table_to_typed_json(t)),
+        AMQPValue::ByteArray(b) => ("x", Value::String(B64.encode(b.as_slice()))),
+        AMQPValue::Void => ("V", Value::Null),
+    };
+    Value::Array(vec![Value::String(tag.to_owned()), val])
+}
+
+fn f32_typed(f: f32) -> Value {
+    if f.is_finite() {
+        Value::from(f)
+    } else if f.is_infinite() || f.to_bits() == f32::NAN.to_bits() {
+        Value::String(non_finite_name(f.is_nan(), f.is_sign_negative()).to_owned())
+    } else {
+        // Any other NaN: keep its payload and sign.
+        Value::String(format!("0x{:08x}", f.to_bits()))
+    }
+}
+
+fn f64_typed(f: f64) -> Value {
+    if f.is_finite() {
+        Value::from(f)
+    } else if f.is_infinite() || f.to_bits() == f64::NAN.to_bits() {
+        Value::String(non_finite_name(f.is_nan(), f.is_sign_negative()).to_owned())
+    } else {
+        Value::String(format!("0x{:016x}", f.to_bits()))
+    }
+}
+
+/// Inverse of [`table_to_typed_json`]. Errors name the path of the bad value.
+pub fn table_from_typed_json(v: &Value) -> Result<FieldTable, CodecError> {
+    table_from_typed(v).map_err(CodecError::at_root)
+}
+
+/// Inverse of [`value_to_typed_json`].
+pub fn value_from_typed_json(v: &Value) -> Result<AMQPValue, CodecError> {
+    value_from_typed(v).map_err(CodecError::at_root)
+}
+
+fn table_from_typed(v: &Value) -> Result<FieldTable, CodecError> {
+    let obj = v.as_object().ok_or_else(|| {
+        CodecError::new(format!(
+            "expected object (typed table), got {}",
+            json_kind(v)
+        ))
+    })?;
+    let mut table = FieldTable::default();
+    for (k, val) in obj {
+        let key = short_string(k).map_err(|e| e.under_key(k))?;
+        let value = value_from_typed(val).map_err(|e| e.under_key(k))?;
+        table.insert(key, value);
+    }
+    Ok(table)
+}
+
+fn short_string(s: &str) -> Result<ShortString, CodecError> {
+    if s.len() > MAX_SHORT_STRING_BYTES {
+        return Err(CodecError::new(format!(
+            "short string is {} bytes, at most {MAX_SHORT_STRING_BYTES} allowed",
+            s.len()
+        )));
+    }
+    ShortString::try_new(s).map_err(|e| CodecError::new(e.to_string()))
+}
+
+fn value_from_typed(v: &Value) -> Result<AMQPValue, CodecError> {
+    let pair = match v.as_array() {
+        Some(a) if a.len() == 2 => a,
+        _ => {
+            return Err(CodecError::new(format!(
+                "expected [tag, value] pair, got {}",
+                json_kind(v)
+            )));
+        }
+    };
+    let Some(tag) = pair[0].as_str() else {
+        return Err(CodecError::new(format!(
+            "expected string type tag, got {}",
+            json_kind(&pair[0])
+        )));
+    };
+    let val = &pair[1];
+    Ok(match tag {
+        "t" => AMQPValue::Boolean(val.as_bool().ok_or_else(|| expected("boolean", tag, val))?),
+        "b" => AMQPValue::ShortShortInt(int_in_range(val, tag, "i8")?),
+        "B" => AMQPValue::ShortShortUInt(int_in_range(val, tag, "u8")?),
+        "s" => AMQPValue::ShortInt(int_in_range(val, tag, "i16")?),
+        "u" => AMQPValue::ShortUInt(int_in_range(val, tag, "u16")?),
+        "I" => AMQPValue::LongInt(int_in_range(val, tag, "i32")?),
+        "i" => AMQPValue::LongUInt(int_in_range(val, tag, "u32")?),
+        "l" => AMQPValue::LongLongInt(int_in_range(val, tag, "i64")?),
+        "T" => AMQPValue::Timestamp(
+            val.as_u64()
+                .ok_or_else(|| expected("integer (u64 seconds)", tag, val))?,
+        ),
+        "f" => AMQPValue::Float(f32_from_typed(val, tag)?),
+        "d" => AMQPValue::Double(f64_from_typed(val, tag)?),
+        "D" => AMQPValue::DecimalValue(decimal_from_typed(val, tag)?),
+        "_" => {
+            let s = val.as_str().ok_or_else(|| expected("string", tag, val))?;
+            AMQPValue::ShortString(short_string(s)?)
+        }
+        "S" => AMQPValue::LongString(LongString::from(bytes_from_typed(val, tag)?)),
+        "x" => {
+            let s = val
+                .as_str()
+                .ok_or_else(|| expected("base64 string", tag, val))?;
+            AMQPValue::ByteArray(ByteArray::from(base64_decode(s)?))
+        }
+        "A" => {
+            let items = val.as_array().ok_or_else(|| expected("array", tag, val))?;
+            let mut out = Vec::with_capacity(items.len());
+            for (i, item) in items.iter().enumerate() {
+                out.push(value_from_typed(item).map_err(|e| e.under_index(i))?);
+            }
+            AMQPValue::FieldArray(FieldArray::from(out))
+        }
+        "F" => AMQPValue::FieldTable(table_from_typed(val)?),
+        "V" => {
+            if !val.is_null() {
+                return Err(expected("null", tag, val));
+            }
+            AMQPValue::Void
+        }
+        other => {
+            return Err(CodecError::new(format!("unknown type tag {other:?}")));
+        }
+    })
+}
+
+fn expected(what: &str, tag: &str, got: &Value) -> CodecError {
+    CodecError::new(format!(
+        "expected {what} for type tag {tag:?}, got {}",
+        json_kind(got)
+    ))
+}
+
+fn int_in_range<T: TryFrom<i64>>(val: &Value, tag: &str, ty: &str) -> Result<T, CodecError> {
+    let Some(n) = val.as_i64() else {
+        if let Value::Number(n) = val {
+            return Err(CodecError::new(format!(
+                "expected integer ({ty}) for type tag {tag:?}, got {n}"
+            )));
+        }
+        return Err(expected(&format!("integer ({ty})"), tag, val));
+    };
+    T::try_from(n).map_err(|_| {
+        CodecError::new(format!(
+            "expected integer ({ty}) for type tag {tag:?}, {n} is out of range"
+        ))
+    })
+}
+
+fn special_float(s: &str) -> Option<f64> {
+    match s {
+        "NaN" => Some(f64::NAN),
+        "inf" => Some(f64::INFINITY),
+        "-inf" => Some(f64::NEG_INFINITY),
+        _ => None,
+    }
+}
+
+fn f32_from_typed(val: &Value, tag: &str) -> Result<f32, CodecError> {
+    match val {
+        // Parse the text straight to f32: going through f64 could round twice.
+        Value::Number(n) => match n.to_string().parse::<f32>() {
+            Ok(f) if f.is_finite() => Ok(f),
+            _ => Err(CodecError::new(format!(
+                "expected number in f32 range for type tag {tag:?}, got {n}"
+            ))),
+        },
+        Value::String(s) => {
+            if let Some(f) = special_float(s) {
+                // f32::NAN has the bits the encoder writes as "NaN".
+                return Ok(if f.is_nan() { f32::NAN } else { f as f32 });
+            }
+            hex_bits(s, 8)
+                .map(|b| f32::from_bits(b as u32))
+                .ok_or_else(|| bad_float_string(s, tag, 8))
+        }
+        _ => Err(expected("number", tag, val)),
+    }
+}
+
+fn f64_from_typed(val: &Value, tag: &str) -> Result<f64, CodecError> {
+    match val {
+        Value::Number(n) => n.as_f64().ok_or_else(|| {
+            CodecError::new(format!(
+                "expected number in f64 range for type tag {tag:?}, got {n}"
+            ))
+        }),
+        Value::String(s) => special_float(s)
+            .or_else(|| hex_bits(s, 16).map(f64::from_bits))
+            .ok_or_else(|| bad_float_string(s, tag, 16)),
+        _ => Err(expected("number", tag, val)),
+    }
+}
+
+fn bad_float_string(s: &str, tag: &str, digits: usize) -> CodecError {
+    CodecError::new(format!(
+        "expected number, \"NaN\", \"inf\", \"-inf\" or \"0x\" + {digits} hex digits for type tag {tag:?}, got {s:?}"
+    ))
+}
+
+fn hex_bits(s: &str, digits: usize) -> Option<u64> {
+    let hex = s.strip_prefix("0x")?;
+    if hex.len() != digits || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u64::from_str_radix(hex, 16).ok()
+}
+
+fn decimal_from_typed(val: &Value, tag: &str) -> Result<DecimalValue, CodecError> {
+    match val.as_array().map(Vec::as_slice) {
+        Some([scale, value]) => {
+            let scale = int_in_range(scale, tag, "u8").map_err(|e| e.under_index(0))?;
+            let value = int_in_range(value, tag, "u32").map_err(|e| e.under_index(1))?;
+            Ok(DecimalValue { scale, value })
+        }
+        _ => Err(expected("[scale, value] array", tag, val)),
+    }
+}
+
+fn bytes_from_typed(val: &Value, tag: &str) -> Result<Vec<u8>, CodecError> {
+    match val {
+        Value::String(s) => Ok(s.as_bytes().to_vec()),
+        Value::Object(o) if o.len() == 1 => match o.get("base64") {
+            Some(Value::String(b)) => base64_decode(b).map_err(|e| e.under_key("base64")),
+            _ => Err(expected("string or {\"base64\": string}", tag, val)),
+        },
+        _ => Err(expected("string or {\"base64\": string}", tag, val)),
+    }
+}
+
+fn base64_decode(s: &str) -> Result<Vec<u8>, CodecError> {
+    B64.decode(s)
+        .map_err(|e| CodecError::new(format!("invalid base64: {e}")))
+}
+
+const PROPERTY_NAMES: &[&str] = &[
+    "content_type",
+    "content_encoding",
+    "headers",
+    "delivery_mode",
+    "priority",
+    "correlation_id",
+    "reply_to",
+    "expiration",
+    "message_id",
+    "timestamp",
+    "type",
+    "user_id",
+    "app_id",
+    "cluster_id",
+];
+
+/// Lossless typed JSON of the basic properties, headers included as a typed table.
+pub fn properties_to_typed_json(p: &BasicProperties) -> Value {
+    let mut m = Map::new();
+    let put_str = |m: &mut Map<String, Value>, name: &str, v: &Option<ShortString>| {
+        if let Some(v) = v {
+            m.insert(name.to_owned(), Value::String(v.to_string()));
+        }
+    };
+    put_str(&mut m, "content_type", p.content_type());
+    put_str(&mut m, "content_encoding", p.content_encoding());
+    if let Some(h) = p.headers() {
+        m.insert("headers".to_owned(), table_to_typed_json(h));
+    }
+    if let Some(v) = p.delivery_mode() {
+        m.insert("delivery_mode".to_owned(), (*v).into());
+    }
+    if let Some(v) = p.priority() {
+        m.insert("priority".to_owned(), (*v).into());
+    }
+    put_str(&mut m, "correlation_id", p.correlation_id());
+    put_str(&mut m, "reply_to", p.reply_to());
+    put_str(&mut m, "expiration", p.expiration());
+    put_str(&mut m, "message_id", p.message_id());
+    if let Some(v) = p.timestamp() {
+        m.insert("timestamp".to_owned(), (*v).into());
+    }
+    put_str(&mut m, "type", p.kind());
+    put_str(&mut m, "user_id", p.user_id());
+    put_str(&mut m, "app_id", p.app_id());
+    put_str(&mut m, "cluster_id", p.cluster_id());
+    Value::Object(m)
+}
+
+/// Inverse of [`properties_to_typed_json`]. Unknown keys are an error.
+pub fn properties_from_typed_json(v: &Value) -> Result<BasicProperties, CodecError> {
+    properties_from_typed(v).map_err(CodecError::at_root)
+}
+
+fn properties_from_typed(v: &Value) -> Result<BasicProperties, CodecError> {
+    let obj = v.as_object().ok_or_else(|| {
+        CodecError::new(format!(
+            "expected object (typed properties), got {}",
+            json_kind(v)
+        ))
+    })?;
+    let mut p = BasicProperties::default();
+    for (k, val) in obj {
+        p = set_property(p, k, val).map_err(|e| e.under_key(k))?;
+    }
+    Ok(p)
+}
+
+fn set_property(p: BasicProperties, key: &str, val: &Value) -> Result<BasicProperties, CodecError> {
+    let text = || -> Result<ShortString, CodecError> {
+        match val {
+            Value::String(s) => short_string(s),
+            _ => Err(CodecError::new(format!(
+                "expected string, got {}",
+                json_kind(val)
+            ))),
+        }
+    };
+    let octet = || -> Result<u8, CodecError> {
+        val.as_u64()
+            .and_then(|n| u8::try_from(n).ok())
+            .ok_or_else(|| CodecError::new(format!("expected integer 0..=255, got {}", show(val))))
+    };
+    Ok(match key {
+        "content_type" => p.with_content_type(text()?),
+        "content_encoding" => p.with_content_encoding(text()?),
+        "headers" => p.with_headers(table_from_typed(val)?),
+        "delivery_mode" => p.with_delivery_mode(octet()?),
+        "priority" => p.with_priority(octet()?),
+        "correlation_id" => p.with_correlation_id(text()?),
+        "reply_to" => p.with_reply_to(text()?),
+        "expiration" => p.with_expiration(text()?),
+        "message_id" => p.with_message_id(text()?),
+        "timestamp" => p.with_timestamp(val.as_u64().ok_or_else(|| {
+            CodecError::new(format!("expected integer (u64 seconds), got {}", show(val)))
+        })?),
+        "type" => p.with_type(text()?),
+        "user_id" => p.with_user_id(text()?),
+        "app_id" => p.with_app_id(text()?),
+        "cluster_id" => p.with_cluster_id(text()?),
+        _ => {
+            return Err(CodecError::new(format!(
+                "unknown property (expected one of {})",
+                PROPERTY_NAMES.join(", ")
+            )));
+        }
+    })
+}
+
+fn show(v: &Value) -> String {
+    match v {
+        Value::Number(n) => n.to_string(),
+        other => json_kind(other).to_owned(),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dead-letter history
+// ---------------------------------------------------------------------------------------------
+
+/// One `x-death` entry: one `{queue, reason}` pair of the message's history.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Death {
+    pub queue: Option<String>,
+    pub reason: Option<String>,
+    pub count: Option<i64>,
+    /// When the message FIRST died for this `{queue, reason}` (the broker does not update it).
+    pub time: Option<DateTime<Utc>>,
+    pub exchange: Option<String>,
+    pub routing_keys: Vec<String>,
+    pub original_expiration: Option<String>,
+}
+
+/// Everything the broker's dead-letter headers say, parsed without trusting them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeathInfo {
+    /// Most recent first, as the broker orders them.
+    pub deaths: Vec<Death>,
+    pub first_death_queue: Option<String>,
+    pub first_death_reason: Option<String>,
+    pub first_death_exchange: Option<String>,
+    /// `x-last-death-*` exist from RabbitMQ 3.13 on; `None` on older brokers.
+    pub last_death_queue: Option<String>,
+    pub last_death_reason: Option<String>,
+    pub last_death_exchange: Option<String>,
+    /// What looked odd, e.g. `x-death[1].count is a string`. Never fatal.
+    pub warnings: Vec<String>,
+}
+
+impl DeathInfo {
+    /// The queue the message originally died in: `x-first-death-queue`, else the oldest `x-death`
+    /// entry's queue (the last in the array).
+    pub fn origin_queue(&self) -> Option<&str> {
+        self.first_death_queue
+            .as_deref()
+            .or_else(|| self.deaths.last().and_then(|d| d.queue.as_deref()))
+    }
+
+    /// Why the message is where it is now: `x-last-death-reason`, else the newest `x-death`
+    /// entry's reason, else `x-first-death-reason`.
+    pub fn latest_reason(&self) -> Option<&str> {
+        self.last_death_reason
+            .as_deref()
+            .or_else(|| self.deaths.first().and_then(|d| d.reason.as_deref()))
+            .or(self.first_death_reason.as_deref())
+    }
+
+    /// How many times the message was dead-lettered in all. An entry without a usable count
+    /// still stands for at least one death.
+    pub fn total_count(&self) -> i64 {
+        self.deaths.iter().fold(0i64, |acc, d| {
+            acc.saturating_add(d.count.unwrap_or(1).max(1))
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.deaths.is_empty()
+            && self.first_death_queue.is_none()
+            && self.first_death_reason.is_none()
+            && self.first_death_exchange.is_none()
+            && self.last_death_queue.is_none()
+            && self.last_death_reason.is_none()
+            && self.last_death_exchange.is_none()
+    }
+
+    /// JSON for `inspect`/`-o json`: every key always present (null when unknown) so scripts
+    /// can rely on the shape.
+    pub fn to_json(&self) -> Value {
+        let deaths: Vec<Value> = self
+            .deaths
+            .iter()
+            .map(|d| {
+                json!({
+                    "queue": d.queue,
+                    "reason": d.reason,
+                    "count": d.count,
+                    "time": d.time.as_ref().map(rfc3339),
+                    "exchange": d.exchange,
+                    "routing_keys": d.routing_keys,
+                    "original_expiration": d.original_expiration,
+                })
+            })
+            .collect();
+        json!({
+            "deaths": deaths,
+            "first_death_queue": self.first_death_queue,
+            "first_death_reason": self.first_death_reason,
+            "first_death_exchange": self.first_death_exchange,
+            "last_death_queue": self.last_death_queue,
+            "last_death_reason": self.last_death_reason,
+            "last_death_exchange": self.last_death_exchange,
+            "origin_queue": self.origin_queue(),
+            "total_count": self.total_count(),
+            "warnings": self.warnings,
+        })
+    }
+}
+
+fn get<'a>(t: &'a FieldTable, key: &str) -> Option<&'a AMQPValue> {
+    t.inner().get(key)
+}
+
+/// Text of a string-like value; anything else is a warning and `None`.
+fn text_field(v: &AMQPValue, path: &str, warnings: &mut Vec<String>) -> Option<String> {
+    match v {
+        AMQPValue::LongString(s) => match std::str::from_utf8(s.as_bytes()) {
+            Ok(s) => Some(s.to_owned()),
+            Err(_) => {
+                warnings.push(format!("{path} is not valid UTF-8"));
+                Some(String::from_utf8_lossy(s.as_bytes()).into_owned())
+            }
+        },
+        AMQPValue::ShortString(s) => Some(s.to_string()),
+        AMQPValue::ByteArray(b) => {
+            warnings.push(format!("{path} is a byte array"));
+            Some(String::from_utf8_lossy(b.as_slice()).into_owned())
+        }
+        AMQPValue::Void => None,
+        other => {
+            warnings.push(format!("{path} is {}", with_article(amqp_kind_name(other))));
+            None
+        }
+    }
+}
+
+fn int_value(v: &AMQPValue) -> Option<i64> {
+    Some(match v {
+        AMQPValue::ShortShortInt(i) => i64::from(*i),
+        AMQPValue::ShortShortUInt(i) => i64::from(*i),
+        AMQPValue::ShortInt(i) => i64::from(*i),
+        AMQPValue::ShortUInt(i) => i64::from(*i),
+        AMQPValue::LongInt(i) => i64::from(*i),
+        AMQPValue::LongUInt(i) => i64::from(*i),
+        AMQPValue::LongLongInt(i) => *i,
+        _ => return None,
+    })
+}
+
+fn count_field(v: &AMQPValue, path: &str, warnings: &mut Vec<String>) -> Option<i64> {
+    if let Some(n) = int_value(v) {
+        return Some(n);
+    }
+    match v {
+        AMQPValue::LongString(_) | AMQPValue::ShortString(_) => {
+            warnings.push(format!("{path} is a string"));
+            // A numeric string still says how often; use it, but keep the warning.
+            text_field(v, path, &mut Vec::new()).and_then(|s| s.trim().parse().ok())
+        }
+        AMQPValue::Timestamp(t) => {
+            warnings.push(format!("{path} is a timestamp"));
+            i64::try_from(*t).ok()
+        }
+        AMQPValue::Void => None,
+        other => {
+            warnings.push(format!("{path} is {}", with_article(amqp_kind_name(other))));
+            None
+        }
+    }
+}
+
+fn time_field(v: &AMQPValue, path: &str, warnings: &mut Vec<String>) -> Option<DateTime<Utc>> {
+    let secs = match v {
+        AMQPValue::Timestamp(t) => i64::try_from(*t).ok(),
+        AMQPValue::LongString(_) | AMQPValue::ShortString(_) => {
+            warnings.push(format!("{path} is a string"));
+            let s = text_field(v, path, &mut Vec::new())?;
+            let s = s.trim();
+            if let Ok(t) = DateTime::parse_from_rfc3339(s) {
+                return Some(t.with_timezone(&Utc));
+            }
+            s.parse::<i64>().ok()
+        }
+        AMQPValue::Void => return None,
+        other => match int_value(other) {
+            Some(n) => Some(n),
+            None => {
+                warnings.push(format!("{path} is {}", with_article(amqp_kind_name(other))));
+                return None;
+            }
+        },
+    };
+    let t = secs.and_then(|s| DateTime::from_timestamp(s, 0));
+    if t.is_none() {
+        warnings.push(format!("{path} is out of range"));
+    }
+    t
+}
+
+fn parse_death(t: &FieldTable, path: &str, warnings: &mut Vec<String>) -> Death {
+    let mut d = Death::default();
+    for (k, v) in t.inner() {
+        let field_path = format!("{path}.{k}");
+        let p = field_path.as_str();
+        match k.as_str() {
+            "queue" => d.queue = text_field(v, p, warnings),
+            "reason" => d.reason = text_field(v, p, warnings),
+            "count" => d.count = count_field(v, p, warnings),
+            "time" => d.time = time_field(v, p, warnings),
+            "exchange" => d.exchange = text_field(v, p, warnings),
+            "original-expiration" => d.original_expiration = text_field(v, p, warnings),
+            "routing-keys" => match v {
+                AMQPValue::FieldArray(a) => {
+                    for (i, item) in a.as_slice().iter().enumerate() {
+                        if let Some(s) = text_field(item, &format!("{p}[{i}]"), warnings) {
+                            d.routing_keys.push(s);
+                        }
+                    }
+                }
+                AMQPValue::LongString(_) | AMQPValue::ShortString(_) => {
+                    warnings.push(format!("{p} is a string, expected an array"));
+                    d.routing_keys.extend(text_field(v, p, warnings));
+                }
+                AMQPValue::Void => {}
+                other => {
+                    warnings.push(format!("{p} is {}", with_article(amqp_kind_name(other))));
+                }
+            },
+            // Fields a newer broker may add are not our business.
+            _ => {}
+        }
+    }
+    d
+}
+
+/// Parses `x-death` and `x-first-death-*`/`x-last-death-*`. Never fails: odd values become
+/// warnings and missing fields stay `None`.
+pub fn parse_deaths(headers: Option<&FieldTable>) -> DeathInfo {
+    let mut info = DeathInfo::default();
+    let Some(h) = headers else {
+        return info;
+    };
+    let w = &mut info.warnings;
+    let text = |key: &str, w: &mut Vec<String>| get(h, key).and_then(|v| text_field(v, key, w));
+    info.first_death_queue = text("x-first-death-queue", w);
+    info.first_death_reason = text("x-first-death-reason", w);
+    info.first_death_exchange = text("x-first-death-exchange", w);
+    info.last_death_queue = text("x-last-death-queue", w);
+    info.last_death_reason = text("x-last-death-reason", w);
+    info.last_death_exchange = text("x-last-death-exchange", w);
+    match get(h, "x-death") {
+        None | Some(AMQPValue::Void) => {}
+        Some(AMQPValue::FieldArray(a)) => {
+            for (i, item) in a.as_slice().iter().enumerate() {
+                let path = format!("x-death[{i}]");
+                match item {
+                    AMQPValue::FieldTable(t) => info.deaths.push(parse_death(t, &path, w)),
+                    other => w.push(format!(
+                        "{path} is {}, expected a table",
+                        with_article(amqp_kind_name(other))
+                    )),
+                }
+            }
+        }
+        // A single table where an array belongs: still one death's worth of information.
+        Some(AMQPValue::FieldTable(t)) => {
+            w.push("x-death is a table, expected an array".to_owned());
+            info.deaths.push(parse_death(t, "x-death", w));
+        }
+        Some(other) => w.push(format!(
+            "x-death is {}, expected an array",
+            with_article(amqp_kind_name(other))
+        )),
+    }
+    info
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reason text
+// ---------------------------------------------------------------------------------------------
+
+/// Headers producers use for the failure text, in priority order. The second name, when present,
+/// is the exception type that goes in front of the message (`KeyError: 'usuario_id'`).
+const ERROR_HEADERS: &[(&str, Option<&str>)] = &[
+    // Spring AMQP RepublishMessageRecoverer.
+    ("x-exception-message", None),
+    ("x-exception", None),
+    ("x-exception-stacktrace", None),
+    // MassTransit.
+    ("MT-Fault-Message", Some("MT-Fault-ExceptionType")),
+    ("MT-Fault-ExceptionType", None),
+    // NServiceBus.
+    (
+        "NServiceBus.ExceptionInfo.Message",
+        Some("NServiceBus.ExceptionInfo.ExceptionType"),
+    ),
+    ("NServiceBus.ExceptionInfo.ExceptionType", None),
+    // Hand-rolled producers.
+    ("error", None),
+    ("exception", None),
+    ("motivo", None),
+    ("reason", None),
+];
+
+/// The reason shown for a dead letter: the dead-letter reason (the latest one: that is why the
+/// message is where it is now) plus the first error text a producer attached, e.g.
+/// `rejected: KeyError: 'usuario_id'`. `extra_headers` are checked before the known ones.
+pub fn reason_text(
+    headers: Option<&FieldTable>,
+    deaths: &DeathInfo,
+    extra_headers: &[String],
+) -> Option<String> {
+    let reason = deaths
+        .latest_reason()
+        .map(str::trim)
+        .filter(|r| !r.is_empty());
+    let error = headers.and_then(|h| error_text(h, extra_headers));
+    match (reason, error) {
+        (Some(r), Some(e)) if e == r => Some(e),
+        (Some(r), Some(e)) => Some(format!("{r}: {e}")),
+        (Some(r), None) => Some(r.to_owned()),
+        (None, e) => e,
+    }
+}
+
+/// The first error text found in the headers, cut down to one line.
+pub fn error_text(headers: &FieldTable, extra_headers: &[String]) -> Option<String> {
+    let extra = extra_headers.iter().map(|h| (h.as_str(), None));
+    for (name, type_header) in extra.chain(ERROR_HEADERS.iter().copied()) {
+        let Some(message) = header_text(headers, name) else {
+            continue;
+        };
+        let kind = type_header.and_then(|t| header_text(headers, t));
+        return Some(match kind {
+            Some(kind) if !message.starts_with(&kind) => format!("{kind}: {message}"),
+            _ => message,
+        });
+    }
+    None
+}
+
+/// One-line text of a header, found by exact name, else ignoring ASCII case.
+fn header_text(headers: &FieldTable, name: &str) -> Option<String> {
+    let value = get(headers, name).or_else(|| {
+        headers
+            .inner()
+            .iter()
+            .find(|(k, _)| k.as_str().eq_ignore_ascii_case(name))
+            .map(|(_, v)| v)
+    })?;
+    one_line(&loose_text(value, 0)?)
+}
+
+/// Best-effort text of any value, for humans. Depth-limited: headers come from anywhere.
+fn loose_text(v: &AMQPValue, depth: usize) -> Option<String> {
+    if depth > 4 {
+        return None;
+    }
+    match v {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::ShortString(s) => Some(s.to_string()),
+        AMQPValue::ByteArray(b) => Some(String::from_utf8_lossy(b.as_slice()).into_owned()),
+        AMQPValue::Void => None,
+        AMQPValue::FieldArray(a) => a.as_slice().iter().find_map(|v| loose_text(v, depth + 1)),
+        AMQPValue::FieldTable(t) => ["message", "Message", "msg", "error", "exception"]
+            .iter()
+            .find_map(|k| get(t, k).and_then(|v| loose_text(v, depth + 1)))
+            .or_else(|| Some(table_to_json(t).to_string())),
+        other => match value_to_json(other) {
+            Value::String(s) => Some(s),
+            v => Some(v.to_string()),
+        },
+    }
+}
+
+/// Keeps a reason to one line: the first non-blank line, or the exception line at the end of a
+/// Python traceback, cut at [`MAX_ERROR_TEXT_CHARS`].
+fn one_line(text: &str) -> Option<String> {
+    let mut lines = text.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next()?;
+    let line = if first.starts_with("Traceback (most recent call last)") {
+        // Python puts the exception last; the frames in between are noise here.
+        lines.next_back().unwrap_or(first)
+    } else {
+        first
+    };
+    let mut out = String::with_capacity(line.len().min(MAX_ERROR_TEXT_CHARS + 3));
+    for (i, c) in line.chars().enumerate() {
+        if i == MAX_ERROR_TEXT_CHARS {
+            out.push('…');
+            break;
+        }
+        out.push(if c.is_control() { ' ' } else { c });
+    }
+    Some(out)
+}
+
+/// Celery's task name (the `task` header of protocol 2 messages).
+pub fn celery_task_name(headers: Option<&FieldTable>) -> Option<String> {
+    let v = get(headers?, "task")?;
+    let s = match v {
+        AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+        AMQPValue::ShortString(s) => s.to_string(),
+        _ => return None,
+    };
+    let s = s.trim();
+    (!s.is_empty()).then(|| s.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lapin::types::generation::gen_field_table;
+    use proptest::collection::{btree_map, vec};
+    use proptest::prelude::*;
+
+    fn ls(s: &str) -> AMQPValue {
+        AMQPValue::LongString(s.into())
+    }
+
+    fn table(entries: Vec<(&str, AMQPValue)>) -> FieldTable {
+        let mut t = FieldTable::default();
+        for (k, v) in entries {
+            t.insert(k.into(), v);
+        }
+        t
+    }
+
+    fn arr(items: Vec<AMQPValue>) -> AMQPValue {
+        AMQPValue::FieldArray(items.into())
+    }
+
+    /// Field-table bytes exactly as lapin puts them on the wire.
+    fn wire(t: &FieldTable) -> Vec<u8> {
+        gen_field_table(t)(Vec::new().into())
+            .expect("serialize field table")
+            .write
+    }
+
+    fn properties_wire(p: &BasicProperties) -> Vec<u8> {
+        lapin::protocol::basic::gen_properties(p)(Vec::new().into())
+            .expect("serialize properties")
+            .write
+    }
+
+    /// `x-death` as RabbitMQ 3.10 writes it after one reject from `orders`.
+    fn broker_headers() -> FieldTable {
+        let death = table(vec![
+            ("count", AMQPValue::LongLongInt(1)),
+            ("exchange", ls("")),
+            ("queue", ls("orders")),
+            ("reason", ls("rejected")),
+            ("routing-keys", arr(vec![ls("orders")])),
+            ("time", AMQPValue::Timestamp(1_700_000_000)),
+        ]);
+        table(vec![
+            ("x-death", arr(vec![AMQPValue::FieldTable(death)])),
+            ("x-first-death-exchange", ls("")),
+            ("x-first-death-queue", ls("orders")),
+            ("x-first-death-reason", ls("rejected")),
+        ])
+    }
+
+    // ----- readable view -----
+
+    #[test]
+    fn readable_view_of_every_type() {
+        let t = table(vec![
+            ("bool", AMQPValue::Boolean(true)),
+            ("i8", AMQPValue::ShortShortInt(-8)),
+            ("u8", AMQPValue::ShortShortUInt(200)),
+            ("i16", AMQPValue::ShortInt(-300)),
+            ("u16", AMQPValue::ShortUInt(60000)),
+            ("i32", AMQPValue::LongInt(i32::MIN)),
+            ("u32", AMQPValue::LongUInt(u32::MAX)),
+            ("i64", AMQPValue::LongLongInt(i64::MIN)),
+            ("f32", AMQPValue::Float(0.1)),
+            ("f64", AMQPValue::Double(2.5)),
+            ("nan", AMQPValue::Double(f64::NAN)),
+            ("inf", AMQPValue::Float(f32::INFINITY)),
+            ("ninf", AMQPValue::Double(f64::NEG_INFINITY)),
+            (
+                "dec",
+                AMQPValue::DecimalValue(DecimalValue {
+                    scale: 2,
+                    value: 12340,
+                }),
+            ),
+            ("short", AMQPValue::ShortString("hi".into())),
+            ("text", ls("olá")),
+            ("bin", AMQPValue::LongString(vec![0xff, 0x00].into())),
+            ("ts", AMQPValue::Timestamp(1_700_000_000)),
+            ("bytes", AMQPValue::ByteArray(vec![1, 2, 3].into())),
+            ("void", AMQPValue::Void),
+            (
+                "nested",
+                arr(vec![
+                    AMQPValue::FieldTable(table(vec![("k", ls("v"))])),
+                    AMQPValue::LongLongInt(1),
+                ]),
+            ),
+        ]);
+        let got = table_to_json(&t).to_string();
+        assert_eq!(
+            got,
+            r#"{"bin":{"base64":"/wA="},"bool":true,"bytes":{"base64":"AQID"},"dec":123.40,"f32":0.1,"f64":2.5,"i16":-300,"i32":-2147483648,"i64":-9223372036854775808,"i8":-8,"inf":"inf","nan":"NaN","nested":[{"k":"v"},1],"ninf":"-inf","short":"hi","text":"olá","ts":"2023-11-14T22:13:20Z","u16":60000,"u32":4294967295,"u8":200,"void":null}"#
+        );
+    }
+
+    #[test]
+    fn readable_decimal_keeps_scale_and_leading_zeros() {
+        let dec = |scale, value| {
+            value_to_json(&AMQPValue::DecimalValue(DecimalValue { scale, value })).to_string()
+        };
+        assert_eq!(dec(0, 42), "42");
+        assert_eq!(dec(3, 5), "0.005");
+        assert_eq!(dec(2, 0), "0.00");
+        assert_eq!(dec(1, u32::MAX), "429496729.5");
+        assert_eq!(dec(12, 7), "0.000000000007");
+    }
+
+    #[test]
+    fn readable_timestamp_out_of_range_stays_a_number() {
+        assert_eq!(
+            value_to_json(&AMQPValue::Timestamp(u64::MAX)),
+            json!(u64::MAX)
+        );
+        assert_eq!(
+            value_to_json(&AMQPValue::Timestamp(0)),
+            json!("1970-01-01T00:00:00Z")
+        );
+    }
+
+    #[test]
+    fn readable_properties_omit_absent_and_headers() {
+        let p = BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_delivery_mode(2)
+            .with_priority(0)
+            .with_message_id("m-1".into())
+            .with_timestamp(1_700_000_000)
+            .with_type("order.created".into())
+            .with_headers(broker_headers());
+        assert_eq!(
+            properties_to_json(&p).to_string(),
+            r#"{"content_type":"application/json","delivery_mode":2,"priority":0,"message_id":"m-1","timestamp":"2023-11-14T22:13:20Z","type":"order.created"}"#
+        );
+        assert_eq!(properties_to_json(&BasicProperties::default()), json!({}));
+    }
+
+    // ----- typed encoding -----
+
+    #[test]
+    fn typed_format_is_tag_value_pairs() {
+        let t = table(vec![
+            ("n", AMQPValue::LongLongInt(5)),
+            ("s", ls("x")),
+            ("bin", AMQPValue::LongString(vec![0xc3].into())),
+            (
+                "d",
+                AMQPValue::DecimalValue(DecimalValue {
+                    scale: 2,
+                    value: 199,
+                }),
+            ),
+            ("f", AMQPValue::Float(0.1)),
+            (
+                "nan",
+                AMQPValue::Double(f64::from_bits(0x7ff0_0000_0000_0001)),
+            ),
+            ("neg0", AMQPValue::Double(-0.0)),
+            ("a", arr(vec![AMQPValue::Void, AMQPValue::Boolean(false)])),
+            ("x", AMQPValue::ByteArray(vec![1, 2].into())),
+            ("T", AMQPValue::Timestamp(7)),
+            ("sh", AMQPValue::ShortString("k".into())),
+            ("i16", AMQPValue::ShortInt(-1)),
+        ]);
+        assert_eq!(
+            table_to_typed_json(&t).to_string(),
+            r#"{"T":["T",7],"a":["A",[["V",null],["t",false]]],"bin":["S",{"base64":"ww=="}],"d":["D",[2,199]],"f":["f",0.1],"i16":["s",-1],"n":["l",5],"nan":["d","0x7ff0000000000001"],"neg0":["d",-0.0],"s":["S","x"],"sh":["_","k"],"x":["x","AQI="]}"#
+        );
+        let back = table_from_typed_json(&table_to_typed_json(&t)).unwrap();
+        assert_eq!(wire(&back), wire(&t));
+    }
+
+    #[test]
+    fn typed_special_floats() {
+        for (f, text) in [
+            (f64::NAN, r#"["d","NaN"]"#),
+            (f64::INFINITY, r#"["d","inf"]"#),
+            (f64::NEG_INFINITY, r#"["d","-inf"]"#),
+            (-f64::NAN, r#"["d","0xfff8000000000000"]"#),
+        ] {
+            let v = value_to_typed_json(&AMQPValue::Double(f));
+            assert_eq!(v.to_string(), text);
+            match value_from_typed_json(&v).unwrap() {
+                AMQPValue::Double(g) => assert_eq!(g.to_bits(), f.to_bits()),
+                other => panic!("{other:?}"),
+            }
+        }
+        let v = value_to_typed_json(&AMQPValue::Float(f32::from_bits(0x7fa0_0001)));
+        assert_eq!(v.to_string(), r#"["f","0x7fa00001"]"#);
+        // f32 text is parsed as f32 itself; the largest f32 is accepted, past it is an error.
+        let v: Value = serde_json::from_str(r#"["f",3.4028235e38]"#).unwrap();
+        assert_eq!(
+            value_from_typed_json(&v).unwrap(),
+            AMQPValue::Float(f32::MAX)
+        );
+    }
+
+    #[test]
+    fn typed_survives_a_text_round_trip() {
+        let t = broker_headers();
+        let text = serde_json::to_string_pretty(&table_to_typed_json(&t)).unwrap();
+        let back = table_from_typed_json(&serde_json::from_str(&text).unwrap()).unwrap();
+        assert_eq!(wire(&back), wire(&t));
+    }
+
+    #[test]
+    fn typed_properties_round_trip() {
+        let p = BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_content_encoding("utf-8".into())
+            .with_headers(broker_headers())
+            .with_delivery_mode(2)
+            .with_priority(9)
+            .with_correlation_id("c".into())
+            .with_reply_to("r".into())
+            .with_expiration("60000".into())
+            .with_message_id("m".into())
+            .with_timestamp(u64::MAX)
+            .with_type("t".into())
+            .with_user_id("guest".into())
+            .with_app_id("app".into())
+            .with_cluster_id("cl".into());
+        let v = properties_to_typed_json(&p);
+        assert_eq!(v["headers"]["x-death"][0], json!("A"));
+        assert_eq!(v["timestamp"], json!(u64::MAX));
+        let back = properties_from_typed_json(&v).unwrap();
+        assert_eq!(back, p);
+        assert_eq!(properties_wire(&back), properties_wire(&p));
+        assert_eq!(
+            properties_from_typed_json(&json!({})).unwrap(),
+            BasicProperties::default()
+        );
+    }
+
+    fn err_of(v: Value) -> String {
+        properties_from_typed_json(&v).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn typed_errors_name_the_path() {
+        let bad_count = json!({"headers": {"x-death": ["A", [["F", {"count": ["l", "1"]}]]]}});
+        let e = err_of(bad_count);
+        assert!(
+            e.starts_with("headers.x-death[0].count: expected integer"),
+            "{e}"
+        );
+        let e = err_of(json!({"headers": {"a": ["A", [["l", 1], ["A", [["b", 300]]]]]}}));
+        assert!(
+            e.starts_with("headers.a[1][0]: expected integer (i8)"),
+            "{e}"
+        );
+        assert!(e.contains("out of range"), "{e}");
+        let e = err_of(json!({"headers": {"a": ["q", 1]}}));
+        assert_eq!(e, r#"headers.a: unknown type tag "q""#);
+        let e = err_of(json!({"headers": {"a": ["S", {"base64": "!!"}]}}));
+        assert!(e.starts_with("headers.a.base64: invalid base64"), "{e}");
+        let e = err_of(json!({"headers": {"a": ["l", 1, 2]}}));
+        assert!(
+            e.starts_with("headers.a: expected [tag, value] pair"),
+            "{e}"
+        );
+        let e = err_of(json!({"headers": {"a": ["D", [2, -1]]}}));
+        assert!(e.starts_with("headers.a[1]: expected integer (u32)"), "{e}");
+        let e = err_of(json!({"headers": {"a": ["d", "nope"]}}));
+        assert!(e.starts_with("headers.a: expected number"), "{e}");
+        let e = err_of(json!({"headers": {"a": ["f", 1e39]}}));
+        assert!(e.contains("f32 range"), "{e}");
+        let e = err_of(json!({"priority": 256}));
+        assert_eq!(e, "priority: expected integer 0..=255, got 256");
+        let e = err_of(json!({"delivery_mode": "2"}));
+        assert_eq!(e, "delivery_mode: expected integer 0..=255, got string");
+        let e = err_of(json!({"colour": "red"}));
+        assert!(e.starts_with("colour: unknown property"), "{e}");
+        let e = err_of(json!({"message_id": "x".repeat(256)}));
+        assert!(
+            e.starts_with("message_id: short string is 256 bytes"),
+            "{e}"
+        );
+        let long_key = "k".repeat(256);
+        let e = err_of(json!({"headers": {long_key.clone(): ["V", null]}}));
+        assert!(
+            e.starts_with(&format!("headers.{long_key}: short string")),
+            "{e}"
+        );
+        assert_eq!(
+            err_of(json!([])),
+            "<root>: expected object (typed properties), got array"
+        );
+        let e = table_from_typed_json(&json!({"a": ["V", 1]})).unwrap_err();
+        assert_eq!(e.path, "a");
+        let e = table_from_typed_json(&json!("x")).unwrap_err();
+        assert_eq!(e.path, "<root>");
+        // 255 bytes is the limit, not beyond it.
+        let ok = "k".repeat(255);
+        assert!(table_from_typed_json(&json!({ok: ["V", null]})).is_ok());
+    }
+
+    // ----- dead-letter history -----
+
+    #[test]
+    fn parses_a_broker_written_history() {
+        let info = parse_deaths(Some(&broker_headers()));
+        assert!(info.warnings.is_empty(), "{:?}", info.warnings);
+        assert_eq!(info.deaths.len(), 1);
+        let d = &info.deaths[0];
+        assert_eq!(d.queue.as_deref(), Some("orders"));
+        assert_eq!(d.reason.as_deref(), Some("rejected"));
+        assert_eq!(d.count, Some(1));
+        assert_eq!(d.time, DateTime::from_timestamp(1_700_000_000, 0));
+        assert_eq!(d.exchange.as_deref(), Some(""));
+        assert_eq!(d.routing_keys, vec!["orders".to_owned()]);
+        assert_eq!(info.origin_queue(), Some("orders"));
+        assert_eq!(info.total_count(), 1);
+        assert_eq!(info.first_death_exchange.as_deref(), Some(""));
+        let j = info.to_json();
+        assert_eq!(j["deaths"][0]["time"], json!("2023-11-14T22:13:20Z"));
+        assert_eq!(j["origin_queue"], json!("orders"));
+        assert_eq!(j["last_death_reason"], Value::Null);
+        assert_eq!(j["warnings"], json!([]));
+    }
+
+    #[test]
+    fn origin_is_the_oldest_entry_without_first_death_header() {
+        let newer = table(vec![
+            ("queue", ls("retry")),
+            ("reason", ls("expired")),
+            ("count", AMQPValue::LongInt(3)),
+        ]);
+        let older = table(vec![
+            ("queue", ls("orders")),
+            ("reason", ls("rejected")),
+            ("count", AMQPValue::ShortShortUInt(2)),
+            ("time", AMQPValue::LongLongInt(1_700_000_000)),
+        ]);
+        let h = table(vec![(
+            "x-death",
+            arr(vec![
+                AMQPValue::FieldTable(newer),
+                AMQPValue::FieldTable(older),
+            ]),
+        )]);
+        let info = parse_deaths(Some(&h));
+        assert!(info.warnings.is_empty(), "{:?}", info.warnings);
+        assert_eq!(info.origin_queue(), Some("orders"));
+        assert_eq!(info.total_count(), 5);
+        assert_eq!(info.latest_reason(), Some("expired"));
+        assert_eq!(
+            info.deaths[1].time,
+            DateTime::from_timestamp(1_700_000_000, 0)
+        );
+    }
+
+    #[test]
+    fn odd_headers_become_warnings() {
+        let odd = table(vec![
+            ("queue", AMQPValue::LongString(vec![b'q', 0xff].into())),
+            ("count", ls("3")),
+            ("time", AMQPValue::Double(1.5)),
+            ("routing-keys", ls("rk")),
+            ("reason", AMQPValue::LongLongInt(7)),
+        ]);
+        let h = table(vec![
+            (
+                "x-death",
+                arr(vec![
+                    AMQPValue::LongLongInt(1),
+                    AMQPValue::FieldTable(odd),
+                    AMQPValue::FieldTable(FieldTable::default()),
+                ]),
+            ),
+            ("x-first-death-queue", AMQPValue::Boolean(true)),
+            (
+                "x-last-death-reason",
+                AMQPValue::ShortString("maxlen".into()),
+            ),
+        ]);
+        let info = parse_deaths(Some(&h));
+        assert_eq!(
+            info.warnings,
+            vec![
+                "x-first-death-queue is a boolean",
+                "x-death[0] is an i64, expected a table",
+                "x-death[1].count is a string",
+                "x-death[1].queue is not valid UTF-8",
+                "x-death[1].reason is an i64",
+                "x-death[1].routing-keys is a string, expected an array",
+                "x-death[1].time is an f64",
+            ]
+        );
+        assert_eq!(info.deaths.len(), 2);
+        assert_eq!(info.deaths[0].count, Some(3));
+        assert_eq!(info.deaths[0].queue.as_deref(), Some("q\u{fffd}"));
+        assert_eq!(info.deaths[0].routing_keys, vec!["rk".to_owned()]);
+        assert_eq!(info.deaths[1], Death::default());
+        assert_eq!(info.origin_queue(), None);
+        assert_eq!(info.total_count(), 4);
+        assert_eq!(info.latest_reason(), Some("maxlen"));
+
+        let not_array = table(vec![("x-death", ls("nope"))]);
+        let info = parse_deaths(Some(&not_array));
+        assert_eq!(
+            info.warnings,
+            vec!["x-death is a string, expected an array"]
+        );
+        assert!(info.is_empty());
+        assert_eq!(parse_deaths(None), DeathInfo::default());
+    }
+
+    // ----- reason text -----
+
+    fn with(mut t: FieldTable, entries: Vec<(&str, AMQPValue)>) -> FieldTable {
+        for (k, v) in entries {
+            t.insert(k.into(), v);
+        }
+        t
+    }
+
+    fn reason(h: &FieldTable, extra: &[&str]) -> Option<String> {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        reason_text(Some(h), &parse_deaths(Some(h)), &extra)
+    }
+
+    #[test]
+    fn reason_joins_dead_letter_reason_and_error_text() {
+        let h = with(
+            broker_headers(),
+            vec![
+                ("x-exception-message", ls("KeyError: 'usuario_id'")),
+                ("x-exception-stacktrace", ls("java.lang.Foo\n\tat x")),
+            ],
+        );
+        assert_eq!(
+            reason(&h, &[]).as_deref(),
+            Some("rejected: KeyError: 'usuario_id'")
+        );
+        assert_eq!(reason(&broker_headers(), &[]).as_deref(), Some("rejected"));
+        assert_eq!(reason(&FieldTable::default(), &[]), None);
+        assert_eq!(reason_text(None, &DeathInfo::default(), &[]), None);
+    }
+
+    #[test]
+    fn reason_uses_stack_trace_only_line_that_matters() {
+        let java = with(
+            broker_headers(),
+            vec![(
+                "x-exception-stacktrace",
+                ls(
+                    "java.lang.IllegalStateException: no stock\n\tat com.shop.Orders.take(Orders.java:42)\n",
+                ),
+            )],
+        );
+        assert_eq!(
+            reason(&java, &[]).as_deref(),
+            Some("rejected: java.lang.IllegalStateException: no stock")
+        );
+        let python = table(vec![(
+            "x-exception-stacktrace",
+            ls(
+                "Traceback (most recent call last):\n  File \"t.py\", line 3, in f\n    d['usuario_id']\nKeyError: 'usuario_id'\n",
+            ),
+        )]);
+        assert_eq!(
+            reason(&python, &[]).as_deref(),
+            Some("KeyError: 'usuario_id'")
+        );
+    }
+
+    #[test]
+    fn reason_knows_masstransit_nservicebus_and_generic_headers() {
+        let mt = with(
+            broker_headers(),
+            vec![
+                ("MT-Fault-Message", ls("Order not found")),
+                (
+                    "MT-Fault-ExceptionType",
+                    ls("System.InvalidOperationException"),
+                ),
+            ],
+        );
+        assert_eq!(
+            reason(&mt, &[]).as_deref(),
+            Some("rejected: System.InvalidOperationException: Order not found")
+        );
+        let mt_type_only = table(vec![("MT-Fault-ExceptionType", ls("System.Exception"))]);
+        assert_eq!(
+            reason(&mt_type_only, &[]).as_deref(),
+            Some("System.Exception")
+        );
+        let nsb = table(vec![
+            ("NServiceBus.ExceptionInfo.Message", ls("boom")),
+            (
+                "NServiceBus.ExceptionInfo.ExceptionType",
+                AMQPValue::ShortString("System.Exception".into()),
+            ),
+        ]);
+        assert_eq!(reason(&nsb, &[]).as_deref(), Some("System.Exception: boom"));
+        let generic = table(vec![
+            ("motivo", ls("cliente inválido")),
+            ("reason", ls("ignored: lower priority")),
+        ]);
+        assert_eq!(reason(&generic, &[]).as_deref(), Some("cliente inválido"));
+        let case = table(vec![("Error", ls("Bad input"))]);
+        assert_eq!(reason(&case, &[]).as_deref(), Some("Bad input"));
+        let nested = table(vec![(
+            "error",
+            AMQPValue::FieldTable(table(vec![
+                ("code", AMQPValue::LongInt(4)),
+                ("message", ls("nested text")),
+            ])),
+        )]);
+        assert_eq!(reason(&nested, &[]).as_deref(), Some("nested text"));
+    }
+
+    #[test]
+    fn reason_checks_extra_headers_first_and_is_defensive() {
+        let h = with(
+            broker_headers(),
+            vec![
+                ("x-exception-message", ls("generic")),
+                (
+                    "x-app-error",
+                    AMQPValue::LongString(vec![b'b', b'a', b'd', 0xff].into()),
+                ),
+                ("blank", ls("   \n  ")),
+            ],
+        );
+        assert_eq!(
+            reason(&h, &["blank", "x-app-error"]).as_deref(),
+            Some("rejected: bad\u{fffd}")
+        );
+        let same = with(broker_headers(), vec![("reason", ls("rejected"))]);
+        assert_eq!(reason(&same, &[]).as_deref(), Some("rejected"));
+        let long = table(vec![("error", ls(&"é".repeat(1000)))]);
+        let r = reason(&long, &[]).unwrap();
+        assert_eq!(r.chars().count(), MAX_ERROR_TEXT_CHARS + 1);
+        assert!(r.ends_with('…'));
+        let numeric = table(vec![("error", AMQPValue::LongLongInt(500))]);
+        assert_eq!(reason(&numeric, &[]).as_deref(), Some("500"));
+    }
+
+    #[test]
+    fn celery_task_name_from_task_header() {
+        let h = table(vec![("task", ls("shop.tasks.charge"))]);
+        assert_eq!(
+            celery_task_name(Some(&h)).as_deref(),
+            Some("shop.tasks.charge")
+        );
+        let h = table(vec![("task", AMQPValue::LongLongInt(1))]);
+        assert_eq!(celery_task_name(Some(&h)), None);
+        assert_eq!(celery_task_name(None), None);
+    }
+
+    // ----- properties -----
+
+    /// Bitwise equality: `PartialEq` on floats says NaN != NaN and 0.0 == -0.0.
+    fn same_value(a: &AMQPValue, b: &AMQPValue) -> bool {
+        match (a, b) {
+            (AMQPValue::Float(x), AMQPValue::Float(y)) => x.to_bits() == y.to_bits(),
+            (AMQPValue::Double(x), AMQPValue::Double(y)) => x.to_bits() == y.to_bits(),
+            (AMQPValue::FieldArray(x), AMQPValue::FieldArray(y)) => {
+                x.as_slice().len() == y.as_slice().len()
+                    && x.as_slice()
+                        .iter()
+                        .zip(y.as_slice())
+                        .all(|(x, y)| same_value(x, y))
+            }
+            (AMQPValue::FieldTable(x), AMQPValue::FieldTable(y)) => same_table(x, y),
+            _ => a == b,
+        }
+    }
+
+    fn same_table(a: &FieldTable, b: &FieldTable) -> bool {
+        a.inner().len() == b.inner().len()
+            && a.inner()
+                .iter()
+                .zip(b.inner())
+                .all(|((ka, va), (kb, vb))| ka == kb && same_value(va, vb))
+    }
+
+    fn arb_short_string() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-zA-Z0-9._-]{0,20}",
+            ".{0,40}",
+            Just("k".repeat(MAX_SHORT_STRING_BYTES)),
+            Just(String::new()),
+        ]
+    }
+
+    fn arb_f32() -> impl Strategy<Value = f32> {
+        prop_oneof![
+            any::<u32>().prop_map(f32::from_bits),
+            // NaN payloads, both signs, infinities, zeros, subnormals, extremes.
+            (any::<bool>(), 1u32..0x80_0000)
+                .prop_map(|(s, p)| f32::from_bits((u32::from(s) << 31) | 0x7f80_0000 | p)),
+            prop::sample::select(vec![
+                f32::NAN,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                0.0,
+                -0.0,
+                f32::MIN_POSITIVE,
+                f32::from_bits(1),
+                f32::MAX,
+                f32::MIN,
+                0.1,
+                16_777_217.0,
+            ]),
+        ]
+    }
+
+    fn arb_f64() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            any::<u64>().prop_map(f64::from_bits),
+            (any::<bool>(), 1u64..(1 << 52)).prop_map(|(s, p)| f64::from_bits(
+                (u64::from(s) << 63) | 0x7ff0_0000_0000_0000 | p
+            )),
+            prop::sample::select(vec![
+                f64::NAN,
+                f64::INFINITY,
+                f64::NEG_INFINITY,
+                0.0,
+                -0.0,
+                f64::MIN_POSITIVE,
+                f64::from_bits(1),
+                f64::MAX,
+                f64::MIN,
+                0.1,
+                1e300,
+            ]),
+        ]
+    }
+
+    fn arb_i64() -> impl Strategy<Value = i64> {
+        prop_oneof![
+            any::<i64>(),
+            prop::sample::select(vec![i64::MIN, i64::MIN + 1, -1, 0, 1, i64::MAX]),
+        ]
+    }
+
+    fn arb_bytes() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            vec(any::<u8>(), 0..48),
+            ".{0,30}".prop_map(String::into_bytes),
+            // Valid UTF-8 with an invalid byte in the middle.
+            ("[a-z]{0,5}", "[a-z]{0,5}").prop_map(|(a, b)| {
+                let mut v = a.into_bytes();
+                v.push(0xc3);
+                v.extend(b.into_bytes());
+                v
+            }),
+        ]
+    }
+
+    fn arb_leaf() -> impl Strategy<Value = AMQPValue> {
+        prop_oneof![
+            any::<bool>().prop_map(AMQPValue::Boolean),
+            any::<i8>().prop_map(AMQPValue::ShortShortInt),
+            any::<u8>().prop_map(AMQPValue::ShortShortUInt),
+            any::<i16>().prop_map(AMQPValue::ShortInt),
+            any::<u16>().prop_map(AMQPValue::ShortUInt),
+            any::<i32>().prop_map(AMQPValue::LongInt),
+            any::<u32>().prop_map(AMQPValue::LongUInt),
+            arb_i64().prop_map(AMQPValue::LongLongInt),
+            arb_f32().prop_map(AMQPValue::Float),
+            arb_f64().prop_map(AMQPValue::Double),
+            (any::<u8>(), any::<u32>())
+                .prop_map(|(scale, value)| AMQPValue::DecimalValue(DecimalValue { scale, value })),
+            arb_short_string().prop_map(|s| AMQPValue::ShortString(s.into())),
+            arb_bytes().prop_map(|b| AMQPValue::LongString(b.into())),
+            prop_oneof![any::<u64>(), Just(u64::MAX), Just(0u64)].prop_map(AMQPValue::Timestamp),
+            arb_bytes().prop_map(|b| AMQPValue::ByteArray(b.into())),
+            Just(AMQPValue::Void),
+        ]
+    }
+
+    fn arb_value() -> impl Strategy<Value = AMQPValue> {
+        arb_leaf().prop_recursive(4, 48, 6, |inner| {
+            prop_oneof![
+                vec(inner.clone(), 0..6).prop_map(|v| AMQPValue::FieldArray(v.into())),
+                btree_map(arb_short_string(), inner, 0..6).prop_map(|m| {
+                    let m: std::collections::BTreeMap<ShortString, AMQPValue> =
+                        m.into_iter().map(|(k, v)| (k.into(), v)).collect();
+                    AMQPValue::FieldTable(m.into())
+                }),
+            ]
+        })
+    }
+
+    fn arb_table() -> impl Strategy<Value = FieldTable> {
+        btree_map(arb_short_string(), arb_value(), 0..8).prop_map(|m| {
+            let m: std::collections::BTreeMap<ShortString, AMQPValue> =
+                m.into_iter().map(|(k, v)| (k.into(), v)).collect();
+            FieldTable::from(m)
+        })
+    }
+
+    fn arb_properties() -> impl Strategy<Value = BasicProperties> {
+        let s = || proptest::option::of(arb_short_string());
+        let a = (
+            s(),
+            s(),
+            proptest::option::of(arb_table()),
+            proptest::option::of(any::<u8>()),
+        );
+        let b = (proptest::option::of(any::<u8>()), s(), s(), s(), s());
+        let c = (proptest::option::of(any::<u64>()), s(), s(), s(), s());
+        (a, b, c).prop_map(
+            |(
+                (content_type, content_encoding, headers, delivery_mode),
+                (priority, correlation_id, reply_to, expiration, message_id),
+                (timestamp, kind, user_id, app_id, cluster_id),
+            )| {
+                let mut p = BasicProperties::default();
+                macro_rules! set {
+                    ($field:expr, $with:ident) => {
+                        if let Some(v) = $field {
+                            p = p.$with(v.into());
+                        }
+                    };
+                }
+                set!(content_type, with_content_type);
+                set!(content_encoding, with_content_encoding);
+                set!(headers, with_headers);
+                set!(delivery_mode, with_delivery_mode);
+                set!(priority, with_priority);
+                set!(correlation_id, with_correlation_id);
+                set!(reply_to, with_reply_to);
+                set!(expiration, with_expiration);
+                set!(message_id, with_message_id);
+                set!(timestamp, with_timestamp);
+                set!(kind, with_type);
+                set!(user_id, with_user_id);
+                set!(app_id, with_app_id);
+                set!(cluster_id, with_cluster_id);
+                p
+            },
+        )
+    }
+
+    /// Mostly x-death-shaped tables with random values, so parsing meets odd types where it looks.
+    fn arb_death_headers() -> impl Strategy<Value = FieldTable> {
+        let field = prop::sample::select(vec![
+            "queue",
+            "reason",
+            "count",
+            "time",
+            "exchange",
+            "routing-keys",
+            "original-expiration",
+        ]);
+        let death = btree_map(field, arb_value(), 0..7).prop_map(|m| {
+            AMQPValue::FieldTable(
+                m.into_iter()
+                    .map(|(k, v)| (ShortString::from(k), v))
+                    .collect::<std::collections::BTreeMap<_, _>>()
+                    .into(),
+            )
+        });
+        let header = prop::sample::select(vec![
+            "x-first-death-queue",
+            "x-first-death-reason",
+            "x-last-death-reason",
+            "x-exception-message",
+            "x-exception-stacktrace",
+            "MT-Fault-Message",
+            "error",
+            "task",
+        ]);
+        (
+            prop_oneof![
+                vec(prop_oneof![death, arb_value()], 0..4)
+                    .prop_map(|v| AMQPValue::FieldArray(v.into())),
+                arb_value(),
+            ],
+            btree_map(header, arb_value(), 0..5),
+        )
+            .prop_map(|(x_death, extra)| {
+                let mut t = FieldTable::default();
+                t.insert("x-death".into(), x_death);
+                for (k, v) in extra {
+                    t.insert(k.into(), v);
+                }
+                t
+            })
+    }
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            any::<f64>().prop_map(Value::from),
+            prop::sample::select(vec![
+                "t",
+                "b",
+                "l",
+                "f",
+                "d",
+                "D",
+                "S",
+                "_",
+                "x",
+                "A",
+                "F",
+                "T",
+                "V",
+                "NaN",
+                "0x7ff00000"
+            ])
+            .prop_map(Value::from),
+            ".{0,8}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 32, 4, |inner| {
+            prop_oneof![
+                vec(inner.clone(), 0..4).prop_map(Value::Array),
+                (
+                    prop::sample::select(vec!["t", "l", "S", "A", "F", "x"]),
+                    inner.clone()
+                )
+                    .prop_map(|(t, v)| json!([t, v])),
+                btree_map(".{0,4}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn typed_table_round_trips_exactly(t in arb_table()) {
+            let v = table_to_typed_json(&t);
+            let back = table_from_typed_json(&v).unwrap();
+            prop_assert!(same_table(&back, &t), "{back:?} != {t:?}");
+            prop_assert_eq!(wire(&back), wire(&t));
+            // Through a file too: the archive is text.
+            let text = serde_json::to_string(&v).unwrap();
+            let reread: Value = serde_json::from_str(&text).unwrap();
+            let back = table_from_typed_json(&reread).unwrap();
+            prop_assert_eq!(wire(&back), wire(&t));
+            // Encoding is a function of the value: re-encoding gives the same text.
+            prop_assert_eq!(serde_json::to_string(&table_to_typed_json(&back)).unwrap(), text);
+        }
+
+        #[test]
+        fn typed_properties_round_trip_exactly(p in arb_properties()) {
+            let text = serde_json::to_string(&properties_to_typed_json(&p)).unwrap();
+            let back = properties_from_typed_json(&serde_json::from_str(&text).unwrap()).unwrap();
+            prop_assert_eq!(properties_wire(&back), properties_wire(&p));
+            match (back.headers(), p.headers()) {
+                (Some(a), Some(b)) => prop_assert!(same_table(a, b)),
+                (None, None) => {}
+                _ => prop_assert!(false, "headers presence differs"),
+            }
+            let strip = |p: &BasicProperties| properties_to_json(p);
+            prop_assert_eq!(strip(&back), strip(&p));
+        }
+
+        #[test]
+        fn readable_view_never_fails(t in arb_table(), p in arb_properties()) {
+            let v = table_to_json(&t);
+            let text = serde_json::to_string(&v).unwrap();
+            prop_assert!(serde_json::from_str::<Value>(&text).is_ok());
+            prop_assert!(serde_json::to_string(&properties_to_json(&p)).is_ok());
+        }
+
+        #[test]
+        fn death_parsing_never_panics(h in arb_death_headers(), extra in vec(".{0,6}", 0..3)) {
+            let info = parse_deaths(Some(&h));
+            let _ = info.to_json();
+            let _ = info.origin_queue();
+            let _ = info.total_count();
+            let _ = reason_text(Some(&h), &info, &extra);
+            let _ = celery_task_name(Some(&h));
+        }
+
+        #[test]
+        fn typed_decoding_rejects_garbage_without_panicking(v in arb_json()) {
+            let _ = table_from_typed_json(&v);
+            let _ = value_from_typed_json(&v);
+            let _ = properties_from_typed_json(&v);
+            if let Err(e) = value_from_typed_json(&v) {
+                prop_assert!(!e.path.is_empty());
+            }
+        }
+    }
+}
