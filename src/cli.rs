@@ -234,6 +234,10 @@ pub struct ReplayArgs {
     /// At most N messages per second
     #[arg(long, value_name = "N")]
     pub rate: Option<f64>,
+    /// Publishes in flight at once; also the most that a killed run can leave published but
+    /// not yet marked/acked (the duplicate window)
+    #[arg(long, value_name = "N", default_value_t = 16)]
+    pub window: usize,
     /// Replay from an archive written by `dlq archive`
     #[arg(long, value_name = "FILE")]
     pub from_file: Option<PathBuf>,

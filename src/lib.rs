@@ -1,6 +1,7 @@
 //! dlq: list, inspect, filter, replay and archive dead letters from RabbitMQ DLQs and
 //! a Celery failed-task table.
 pub mod amqp_codec;
+pub mod broker;
 pub mod celery;
 pub mod cli;
 pub mod commands;
@@ -11,6 +12,8 @@ pub mod jq;
 pub mod model;
 pub mod output;
 pub mod redact;
+pub mod replay;
+pub mod report;
 pub mod select;
 pub mod settings;
 pub mod source;

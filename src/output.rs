@@ -23,6 +23,8 @@ pub struct Printer {
     pub color: bool,
     pub progress: bool,
     pub stdout_tty: bool,
+    /// A prompt needs a person at a terminal: stdin and stderr both terminals.
+    pub interactive: bool,
 }
 
 impl Printer {
@@ -34,6 +36,7 @@ impl Printer {
             color: s.color,
             progress: s.progress,
             stdout_tty: s.terminal.stdout_tty,
+            interactive: s.terminal.stdin_tty && s.terminal.stderr_tty,
         }
     }
 
@@ -79,6 +82,46 @@ impl Printer {
         }
         bar.set_message(what.to_string());
         bar
+    }
+
+    /// Asks before a mutating action. `--yes` skips the question; without a terminal and
+    /// without `--yes` the action is refused (a cron job must say `--yes` explicitly).
+    pub async fn confirm(&self, question: &str, yes: bool) -> anyhow::Result<bool> {
+        if yes {
+            return Ok(true);
+        }
+        if !self.interactive {
+            return Err(crate::error::usage(
+                "refusing to act without confirmation: no terminal to ask on; pass --yes (or --dry-run to only see the plan)",
+            ));
+        }
+        let q = question.to_string();
+        let answer = tokio::task::spawn_blocking(move || {
+            dialoguer::Confirm::new()
+                .with_prompt(q)
+                .default(false)
+                .interact_opt()
+        })
+        .await??;
+        Ok(answer == Some(true))
+    }
+
+    /// A small table on stderr (plans), so stdout stays data only.
+    pub fn table_to_stderr(&self, columns: &[&str], rows: &[Vec<String>]) {
+        if self.quiet {
+            return;
+        }
+        let mut t = self.new_table();
+        t.set_header(
+            columns
+                .iter()
+                .map(|c| self.header_cell(c))
+                .collect::<Vec<_>>(),
+        );
+        for r in rows {
+            t.add_row(r.iter().map(Cell::new).collect::<Vec<_>>());
+        }
+        eprintln!("{}", redact::scrub(&t.to_string()));
     }
 
     fn new_table(&self) -> Table {
@@ -152,6 +195,91 @@ impl Printer {
             count: 0,
             block: Vec::new(),
         }
+    }
+}
+
+/// Streams arbitrary JSON values (dry-run messages, reports) to stdout in the chosen format;
+/// tables and CSV use `to_row` for their columns.
+pub struct ValueWriter {
+    printer: Printer,
+    columns: Vec<String>,
+    to_row: fn(&Value) -> Vec<String>,
+    out: io::BufWriter<io::Stdout>,
+    count: u64,
+    block: Vec<Vec<String>>,
+}
+
+impl Printer {
+    pub fn values(&self, columns: &[&str], to_row: fn(&Value) -> Vec<String>) -> ValueWriter {
+        ValueWriter {
+            printer: self.clone(),
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            to_row,
+            out: io::BufWriter::new(io::stdout()),
+            count: 0,
+            block: Vec::new(),
+        }
+    }
+}
+
+impl ValueWriter {
+    pub fn write(&mut self, v: Value) -> io::Result<()> {
+        match self.printer.format {
+            OutputFormat::Json => {
+                self.out
+                    .write_all(if self.count == 0 { b"[\n" } else { b",\n" })?;
+                serde_json::to_writer(&mut self.out, &v)?;
+            }
+            OutputFormat::Ndjson => {
+                serde_json::to_writer(&mut self.out, &v)?;
+                self.out.write_all(b"\n")?;
+            }
+            OutputFormat::Csv => {
+                if self.count == 0 {
+                    write_csv_line(&mut self.out, self.columns.iter().cloned())?;
+                }
+                write_csv_line(&mut self.out, (self.to_row)(&v).into_iter())?;
+            }
+            OutputFormat::Table => {
+                self.block.push((self.to_row)(&v));
+                if self.block.len() >= TABLE_BLOCK {
+                    self.flush_block()?;
+                }
+            }
+        }
+        self.count += 1;
+        Ok(())
+    }
+
+    fn flush_block(&mut self) -> io::Result<()> {
+        if self.block.is_empty() {
+            return Ok(());
+        }
+        let p = &self.printer;
+        let mut t = p.new_table();
+        t.set_header(
+            self.columns
+                .iter()
+                .map(|c| p.header_cell(c))
+                .collect::<Vec<_>>(),
+        );
+        for r in std::mem::take(&mut self.block) {
+            t.add_row(r);
+        }
+        writeln!(self.out, "{t}")
+    }
+
+    pub fn finish(mut self) -> io::Result<u64> {
+        match self.printer.format {
+            OutputFormat::Table => self.flush_block()?,
+            OutputFormat::Json => {
+                self.out
+                    .write_all(if self.count == 0 { b"[]\n" } else { b"\n]\n" })?
+            }
+            _ => {}
+        }
+        self.out.flush()?;
+        Ok(self.count)
     }
 }
 

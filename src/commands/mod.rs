@@ -5,6 +5,7 @@ pub mod filter;
 pub mod init;
 pub mod inspect;
 pub mod list;
+pub mod replay;
 
 use crate::cli::{Cli, Command, SourceArgs};
 use crate::error::Exit;
@@ -68,7 +69,10 @@ pub async fn dispatch(cli: Cli) -> Result<Exit> {
             };
             filter::run(&settings, &printer, opts).await
         }
-        Command::Replay(_) => Err(crate::error::usage("replay is not available yet")),
+        Command::Replay(a) => {
+            let selection = settings::selection(&a.selection, now)?;
+            replay::run(&settings, &printer, source_choice(&a.source), selection, &a).await
+        }
         Command::Archive(_) => Err(crate::error::usage("archive is not available yet")),
         Command::Init(a) => {
             init::run(&settings, &printer, init::Options { dry_run: a.dry_run }).await

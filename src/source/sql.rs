@@ -164,6 +164,11 @@ pub fn quote_ident(dialect: Dialect, t: &TableName) -> String {
 
 /// Connects to the database; `create` lets SQLite create a missing file (for `init`).
 pub async fn connect(db: &DatabaseUrl, create: bool) -> Result<Pool> {
+    connect_sized(db, create, 8).await
+}
+
+/// Like `connect`, with room for `max` concurrent connections (replay workers each hold one).
+pub async fn connect_sized(db: &DatabaseUrl, create: bool, max: u32) -> Result<Pool> {
     let shown = redact::url(&db.url);
     let ctx = || format!("cannot connect to database {shown}");
     // A dead database must fail fast, not hang a cron job.
@@ -172,10 +177,11 @@ pub async fn connect(db: &DatabaseUrl, create: bool) -> Result<Pool> {
         Dialect::Postgres => {
             let opts = PgConnectOptions::from_str(&db.url)
                 .map_err(|e| usage(redact::scrub(&format!("invalid database URL {shown}: {e}"))))?
-                .application_name("dlq");
+                // Named per process so an operator (or a test) can find this run's sessions.
+                .application_name(&format!("dlq-{}", std::process::id()));
             Pool::Postgres(
                 PgPoolOptions::new()
-                    .max_connections(8)
+                    .max_connections(max)
                     .acquire_timeout(acquire)
                     .connect_with(opts)
                     .await
@@ -188,7 +194,7 @@ pub async fn connect(db: &DatabaseUrl, create: bool) -> Result<Pool> {
                 .map_err(|e| usage(redact::scrub(&format!("invalid database URL {shown}: {e}"))))?;
             Pool::MySql(
                 MySqlPoolOptions::new()
-                    .max_connections(8)
+                    .max_connections(max)
                     .acquire_timeout(acquire)
                     .connect_with(opts)
                     .await
@@ -203,7 +209,7 @@ pub async fn connect(db: &DatabaseUrl, create: bool) -> Result<Pool> {
                 .busy_timeout(Duration::from_secs(30));
             Pool::Sqlite(
                 SqlitePoolOptions::new()
-                    .max_connections(4)
+                    .max_connections(max.min(4))
                     .acquire_timeout(acquire)
                     .connect_with(opts)
                     .await
@@ -231,6 +237,50 @@ impl FailedTable {
     pub async fn open(db: &DatabaseUrl, table: &TableName) -> Result<FailedTable> {
         let pool = connect(db, false).await?;
         FailedTable::check(pool, db.dialect, table).await
+    }
+
+    /// Like `open`, with a pool big enough for `max` concurrent connections.
+    pub async fn open_sized(db: &DatabaseUrl, table: &TableName, max: u32) -> Result<FailedTable> {
+        let pool = connect_sized(db, false, max).await?;
+        FailedTable::check(pool, db.dialect, table).await
+    }
+
+    /// Locks one row for this transaction if it is still selectable by its replayed flag.
+    /// PostgreSQL and MySQL skip a row another run holds (`SKIP LOCKED`); SQLite runs this
+    /// inside `BEGIN IMMEDIATE`, which admits one writer at a time.
+    pub fn claim_sql(
+        &self,
+        b: &mut SqlBuilder,
+        id: &RecordId,
+        replayed: ReplayedFilter,
+    ) -> Result<String> {
+        let p = b.param(self.id_bind(id)?);
+        let flag = match replayed {
+            ReplayedFilter::Pending => format!(" AND {}", self.pending_sql()),
+            ReplayedFilter::Only => format!(" AND {}", self.replayed_sql()),
+            ReplayedFilter::All => String::new(),
+        };
+        let lock = match self.dialect {
+            Dialect::Sqlite => "",
+            _ => " FOR UPDATE SKIP LOCKED",
+        };
+        Ok(format!(
+            "SELECT {} FROM {} WHERE id = {p}{flag}{lock}",
+            self.record_columns(),
+            self.quoted
+        ))
+    }
+
+    /// Marks one row replayed (and `reprocessada_em` when the column exists).
+    pub fn mark_sql(&self, b: &mut SqlBuilder, id: &RecordId, at: DateTime<Utc>) -> Result<String> {
+        let flag = b.param(self.replayed_flag());
+        let mut set = format!("reprocessada = {flag}");
+        if let Some(kind) = self.schema.replayed_at {
+            let p = b.param(Self::time_bind(kind, at));
+            set.push_str(&format!(", reprocessada_em = {p}"));
+        }
+        let idp = b.param(self.id_bind(id)?);
+        Ok(format!("UPDATE {} SET {set} WHERE id = {idp}", self.quoted))
     }
 
     pub async fn check(pool: Pool, dialect: Dialect, table: &TableName) -> Result<FailedTable> {

@@ -1,8 +1,11 @@
 //! Integration tests: the real binary against real PostgreSQL, MariaDB, SQLite and RabbitMQ.
+mod celery_worker;
 mod common;
 mod generated;
 mod table_errors;
+mod table_faults;
 mod table_read;
+mod table_replay;
 
 /// Generates one test per database for an `async fn(Dialect)`.
 #[macro_export]

@@ -1,0 +1,328 @@
+//! RabbitMQ plumbing shared by every command that publishes: connecting (errors without
+//! credentials), checking destinations, and a publisher that pipelines publishes with
+//! confirms while attributing every `basic.return` to the right message.
+
+use crate::redact;
+use anyhow::{Context, Result, anyhow};
+use futures_util::FutureExt;
+use lapin::options::{
+    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueDeclareOptions,
+};
+use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
+use lapin::types::{AMQPValue, FieldTable};
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use lapin::{Confirmation, PublisherConfirm};
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// Header that carries the per-publish correlation key when `message_id` cannot be used
+/// (queue replays keep the original message id).
+pub const PUBLISH_ID_HEADER: &str = "dlq-publish-id";
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Connects; errors name the broker with the password masked.
+pub async fn connect(amqp_url: &str) -> Result<Connection> {
+    let shown = redact::url(amqp_url);
+    // Named per process so an operator (or a test) can find this run's connection.
+    let name = format!("dlq-{}", std::process::id());
+    let props = ConnectionProperties::default().with_connection_name(name.as_str().into());
+    match tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(amqp_url, props)).await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(anyhow!(redact::scrub(&e.to_string())))
+            .with_context(|| format!("cannot connect to RabbitMQ at {shown}")),
+        Err(_) => Err(anyhow!("no answer in {}s", CONNECT_TIMEOUT.as_secs()))
+            .with_context(|| format!("cannot connect to RabbitMQ at {shown}")),
+    }
+}
+
+/// Scrubs a lapin error for display.
+pub fn scrubbed(e: lapin::Error) -> anyhow::Error {
+    anyhow!(redact::scrub(&e.to_string()))
+}
+
+fn is_not_found(e: &lapin::Error) -> bool {
+    matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if matches!(p.kind(), AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND)))
+}
+
+/// Live counts of a queue, from a passive declare (ready messages only).
+#[derive(Debug, Clone, Copy)]
+pub struct QueueState {
+    pub messages: u32,
+    pub consumers: u32,
+}
+
+/// Passive declare on a throwaway channel (a 404 closes the channel): `None` when the queue
+/// does not exist. Never creates anything.
+pub async fn queue_state(conn: &Connection, name: &str) -> Result<Option<QueueState>> {
+    let ch = conn.create_channel().await.map_err(scrubbed)?;
+    let opts = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    match ch
+        .queue_declare(name.into(), opts, FieldTable::default())
+        .await
+    {
+        Ok(q) => {
+            let _ = ch.close(200, "done".into()).await;
+            Ok(Some(QueueState {
+                messages: q.message_count(),
+                consumers: q.consumer_count(),
+            }))
+        }
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(scrubbed(e)).with_context(|| format!("checking queue {name:?}")),
+    }
+}
+
+/// Passive exchange declare: false when it does not exist. The default exchange always exists.
+pub async fn exchange_exists(conn: &Connection, name: &str) -> Result<bool> {
+    if name.is_empty() {
+        return Ok(true);
+    }
+    let ch = conn.create_channel().await.map_err(scrubbed)?;
+    let opts = ExchangeDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    match ch
+        .exchange_declare(
+            name.into(),
+            ExchangeKind::Direct,
+            opts,
+            FieldTable::default(),
+        )
+        .await
+    {
+        Ok(()) => {
+            let _ = ch.close(200, "done".into()).await;
+            Ok(true)
+        }
+        Err(e) if is_not_found(&e) => Ok(false),
+        Err(e) => Err(scrubbed(e)).with_context(|| format!("checking exchange {name:?}")),
+    }
+}
+
+/// What the broker said about one publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Acked and not returned: a queue has it.
+    Confirmed,
+    /// Returned as unroutable (then acked): no queue took it.
+    Returned { code: u16, text: String },
+    /// Nacked: the broker could not take it (e.g. a full queue with reject-publish).
+    Nacked,
+}
+
+/// One message to publish.
+pub struct Outgoing {
+    pub exchange: String,
+    pub routing_key: String,
+    pub body: Vec<u8>,
+    /// Must carry a unique correlation key: `message_id`, or the `dlq-publish-id` header.
+    pub properties: BasicProperties,
+}
+
+/// The correlation key of a message: the `dlq-publish-id` header, else `message_id`.
+pub fn correlation_key(p: &BasicProperties) -> Option<String> {
+    if let Some(h) = p.headers()
+        && let Some(AMQPValue::LongString(s)) = h.inner().get(PUBLISH_ID_HEADER)
+    {
+        return Some(String::from_utf8_lossy(s.as_bytes()).into_owned());
+    }
+    p.message_id().as_ref().map(|m| m.as_str().to_string())
+}
+
+struct Request {
+    msg: Outgoing,
+    reply: oneshot::Sender<Result<Outcome>>,
+}
+
+struct InFlight {
+    key: String,
+    confirm: Option<PublisherConfirm>,
+    result: Option<Confirmation>,
+    reply: oneshot::Sender<Result<Outcome>>,
+}
+
+/// Handle to the publisher task. Clone it to publish from several tasks.
+#[derive(Clone)]
+pub struct Publisher {
+    tx: mpsc::Sender<Request>,
+}
+
+impl Publisher {
+    /// Opens a confirm-mode channel and starts the publisher task. `window` is the most
+    /// unconfirmed publishes at once; `rate` caps publishes per second.
+    pub async fn start(conn: &Connection, window: usize, rate: Option<f64>) -> Result<Publisher> {
+        let channel = conn.create_channel().await.map_err(scrubbed)?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(scrubbed)?;
+        let (tx, rx) = mpsc::channel(window.max(1));
+        tokio::spawn(run(channel, rx, window.max(1), rate));
+        Ok(Publisher { tx })
+    }
+
+    /// Publishes and resolves once the broker has settled this message. An error means the
+    /// outcome is unknown (connection lost): treat the message as not moved.
+    pub async fn publish(&self, msg: Outgoing) -> Result<Outcome> {
+        let (reply, rx) = oneshot::channel();
+        self.tx
+            .send(Request { msg, reply })
+            .await
+            .map_err(|_| anyhow!("the publisher stopped (broker connection lost?)"))?;
+        rx.await
+            .map_err(|_| anyhow!("the publisher stopped (broker connection lost?)"))?
+    }
+}
+
+/// Spaces publishes evenly to honour `--rate`.
+struct Pace {
+    interval: Option<Duration>,
+    next: tokio::time::Instant,
+}
+
+impl Pace {
+    fn new(rate: Option<f64>) -> Pace {
+        let interval = rate
+            .filter(|r| *r > 0.0)
+            .map(|r| Duration::from_secs_f64(1.0 / r));
+        Pace {
+            interval,
+            next: tokio::time::Instant::now(),
+        }
+    }
+
+    async fn wait(&mut self) {
+        if let Some(i) = self.interval {
+            tokio::time::sleep_until(self.next).await;
+            self.next = tokio::time::Instant::now().max(self.next) + i;
+        }
+    }
+}
+
+/// The publisher task. Confirms are settled here, in one place, because lapin hands a
+/// `basic.return` to whichever confirm resolves next, which under pipelining may be
+/// another message's. A return always precedes its own message's ack, so:
+/// - a confirm that carries nothing: its return (if any) went to an earlier-resolved
+///   confirm, already harvested -> decided from the harvested set;
+/// - a confirm carrying another message's return: returns are queued; decide nothing more
+///   until every in-flight confirm resolved (then every return has been handed out).
+async fn run(channel: Channel, mut rx: mpsc::Receiver<Request>, window: usize, rate: Option<f64>) {
+    let mut inflight: VecDeque<InFlight> = VecDeque::new();
+    let mut returned: HashMap<String, (u16, String)> = HashMap::new();
+    let mut draining = false;
+    let mut pace = Pace::new(rate);
+    let mut closed = false;
+    loop {
+        let can_publish = !closed && !draining && inflight.len() < window;
+        if inflight.is_empty() && closed {
+            break;
+        }
+        tokio::select! {
+            biased;
+            req = rx.recv(), if can_publish => {
+                match req {
+                    None => closed = true,
+                    Some(req) => {
+                        pace.wait().await;
+                        let key = correlation_key(&req.msg.properties).unwrap_or_default();
+                        let opts = BasicPublishOptions { mandatory: true, ..Default::default() };
+                        match channel
+                            .basic_publish(req.msg.exchange.as_str().into(), req.msg.routing_key.as_str().into(), opts, &req.msg.body, req.msg.properties)
+                            .await
+                        {
+                            Ok(confirm) => inflight.push_back(InFlight { key, confirm: Some(confirm), result: None, reply: req.reply }),
+                            Err(e) => {
+                                let _ = req.reply.send(Err(scrubbed(e).context("publishing")));
+                                fail_all(&mut inflight, "broker connection lost before the confirm");
+                                return;
+                            }
+                        }
+                    }
+                }
+            }
+            res = wait_head(&mut inflight), if !inflight.is_empty() => {
+                if let Err(e) = res {
+                    let msg = format!("broker connection lost before the confirm: {}", redact::scrub(&e.to_string()));
+                    fail_all(&mut inflight, &msg);
+                    return;
+                }
+                // Harvest every confirm that has resolved by now, with what it carries.
+                for f in inflight.iter_mut() {
+                    if f.result.is_none()
+                        && let Some(c) = f.confirm.as_mut()
+                        && let Some(r) = c.now_or_never()
+                    {
+                        f.confirm = None;
+                        match r {
+                            Ok(conf) => f.result = Some(conf),
+                            Err(e) => {
+                                let msg = format!("broker connection lost before the confirm: {}", redact::scrub(&e.to_string()));
+                                fail_all(&mut inflight, &msg);
+                                return;
+                            }
+                        }
+                    }
+                }
+                for f in inflight.iter_mut() {
+                    if let Some(Confirmation::Ack(Some(m)) | Confirmation::Nack(Some(m))) = f.result.as_mut() {
+                        let key = correlation_key(&m.delivery.properties).unwrap_or_default();
+                        if key != f.key {
+                            draining = true;
+                        }
+                        returned.insert(key, (m.reply_code, m.reply_text.as_str().to_string()));
+                        // Keep the variant (ack/nack) but drop the carried message: it is recorded.
+                        f.result = Some(match f.result.take() {
+                            Some(Confirmation::Nack(_)) => Confirmation::Nack(None),
+                            _ => Confirmation::Ack(None),
+                        });
+                    }
+                }
+                if draining && inflight.iter().all(|f| f.result.is_some()) {
+                    draining = false; // every return has been handed out: all decidable now
+                }
+                if !draining {
+                    // Settle resolved confirms in publish order.
+                    while inflight.front().is_some_and(|f| f.result.is_some()) {
+                        let f = inflight.pop_front().expect("front exists");
+                        let outcome = match f.result {
+                            Some(Confirmation::Nack(_)) => Outcome::Nacked,
+                            _ => match returned.remove(&f.key) {
+                                Some((code, text)) => Outcome::Returned { code, text },
+                                None => Outcome::Confirmed,
+                            },
+                        };
+                        let _ = f.reply.send(Ok(outcome));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Waits for the oldest unresolved confirm.
+async fn wait_head(inflight: &mut VecDeque<InFlight>) -> Result<(), lapin::Error> {
+    let Some(f) = inflight.iter_mut().find(|f| f.result.is_none()) else {
+        return Ok(());
+    };
+    let Some(c) = f.confirm.as_mut() else {
+        return Ok(());
+    };
+    let r = c.await;
+    f.confirm = None;
+    f.result = Some(r?);
+    Ok(())
+}
+
+fn fail_all(inflight: &mut VecDeque<InFlight>, msg: &str) {
+    for f in inflight.drain(..) {
+        // A confirm that already resolved cleanly still counts as unknown here: the
+        // outcome is only trusted once decided, and this path stops the run anyway.
+        let _ = f.reply.send(Err(anyhow!(msg.to_string())));
+    }
+}

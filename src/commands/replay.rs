@@ -1,0 +1,59 @@
+//! `dlq replay`: validate the flags, then hand over to the table or queue replay engine.
+
+use crate::cli::ReplayArgs;
+use crate::error::{Exit, usage};
+use crate::output::Printer;
+use crate::replay::{self, Target};
+use crate::select::Selection;
+use crate::settings::Settings;
+use crate::source::SourceChoice;
+use anyhow::Result;
+
+/// The Celery default queue: where table rows go unless told otherwise.
+pub const DEFAULT_CELERY_QUEUE: &str = "celery";
+
+pub async fn run(
+    settings: &Settings,
+    printer: &Printer,
+    source: SourceChoice,
+    selection: Selection,
+    a: &ReplayArgs,
+) -> Result<Exit> {
+    if let Some(r) = a.rate
+        && !(r.is_finite() && r > 0.0)
+    {
+        return Err(usage(format!(
+            "--rate must be a positive number of messages per second, got {r}"
+        )));
+    }
+    if a.window == 0 {
+        return Err(usage("--window must be at least 1"));
+    }
+    let explicit_target = match (&a.to_queue, &a.to_exchange) {
+        (Some(q), _) if q.trim().is_empty() => return Err(usage("--to-queue must not be empty")),
+        (Some(q), _) => Some(Target::Queue(q.clone())),
+        (None, Some(ex)) => Some(Target::Exchange {
+            exchange: ex.clone(),
+            routing_key: a.routing_key.clone().unwrap_or_default(),
+        }),
+        (None, None) => None,
+    };
+    match source {
+        SourceChoice::Table => {
+            if a.canary.is_some() {
+                return Err(usage("--canary applies to queue replays (-Q)"));
+            }
+            let opts = replay::table::Options {
+                selection,
+                target: explicit_target
+                    .unwrap_or_else(|| Target::Queue(DEFAULT_CELERY_QUEUE.into())),
+                dry_run: a.safety.dry_run,
+                yes: a.safety.yes,
+                rate: a.rate,
+                window: a.window,
+            };
+            replay::table::run(settings, printer, opts).await
+        }
+        SourceChoice::Queues(_) => Err(usage("replaying queues (-Q) is not available yet")),
+    }
+}

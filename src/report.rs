@@ -1,0 +1,105 @@
+//! Per-item outcomes of a bulk action (replay, archive) -> a summary and an exit code.
+
+use crate::error::Exit;
+use crate::model::RecordId;
+use serde::Serialize;
+
+/// At most this many failures/skips are listed one by one; all are counted.
+const LISTED: usize = 50;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ItemNote {
+    pub id: RecordId,
+    pub reason: String,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    /// What was done, e.g. "replay" or "archive".
+    pub action: String,
+    pub succeeded: u64,
+    pub failed_count: u64,
+    pub skipped_count: u64,
+    pub failed: Vec<ItemNote>,
+    pub skipped: Vec<ItemNote>,
+    /// Why the run stopped early (connection lost, interrupted ...), if it did.
+    pub stopped: Option<String>,
+}
+
+impl Report {
+    pub fn new(action: &str) -> Report {
+        Report {
+            action: action.to_string(),
+            ..Default::default()
+        }
+    }
+
+    pub fn success(&mut self) {
+        self.succeeded += 1;
+    }
+
+    pub fn fail(&mut self, id: RecordId, reason: impl Into<String>) {
+        self.failed_count += 1;
+        if self.failed.len() < LISTED {
+            self.failed.push(ItemNote {
+                id,
+                reason: reason.into(),
+            });
+        }
+    }
+
+    pub fn skip(&mut self, id: RecordId, reason: impl Into<String>) {
+        self.skipped_count += 1;
+        if self.skipped.len() < LISTED {
+            self.skipped.push(ItemNote {
+                id,
+                reason: reason.into(),
+            });
+        }
+    }
+
+    /// 1 when the run stopped early, 3 when some items failed, else 0.
+    pub fn exit(&self) -> Exit {
+        if self.stopped.is_some() {
+            Exit::Failure
+        } else if self.failed_count > 0 {
+            Exit::Partial
+        } else {
+            Exit::Ok
+        }
+    }
+
+    /// One line for humans and logs.
+    pub fn summary(&self, verb_past: &str) -> String {
+        let mut s = format!(
+            "{}: {} {verb_past}, {} failed, {} skipped",
+            self.action, self.succeeded, self.failed_count, self.skipped_count
+        );
+        if let Some(why) = &self.stopped {
+            s.push_str(&format!("; STOPPED: {why}"));
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes() {
+        let mut r = Report::new("replay");
+        r.success();
+        assert_eq!(r.exit(), Exit::Ok);
+        r.skip(RecordId::Int(1), "already replayed");
+        assert_eq!(r.exit(), Exit::Ok);
+        r.fail(RecordId::Int(2), "bad args");
+        assert_eq!(r.exit(), Exit::Partial);
+        r.stopped = Some("broker connection lost".into());
+        assert_eq!(r.exit(), Exit::Failure);
+        assert_eq!(
+            r.summary("replayed"),
+            "replay: 1 replayed, 1 failed, 1 skipped; STOPPED: broker connection lost"
+        );
+    }
+}

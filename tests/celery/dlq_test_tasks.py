@@ -1,0 +1,81 @@
+"""Tasks for dlq's interop tests, run by a stock Celery worker.
+
+Each execution appends one JSON line to $DLQ_TEST_RECORD: the task name, its args and
+kwargs (datetimes tagged so the test can see they arrived as real datetimes), and the
+replay headers dlq stamps. The broker is $DLQ_TEST_BROKER.
+"""
+import datetime
+import decimal
+import json
+import os
+import uuid
+
+from celery import Celery
+from celery.exceptions import Reject
+
+app = Celery("dlq_test_tasks", broker=os.environ.get("DLQ_TEST_BROKER", "amqp://guest:guest@127.0.0.1:5672//"))
+app.conf.update(
+    task_serializer="json",
+    accept_content=["json"],
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+)
+
+
+def _tag(value):
+    """JSON-friendly view that keeps the Python type visible."""
+    if isinstance(value, datetime.datetime):
+        return {"py": "datetime", "iso": value.isoformat()}
+    if isinstance(value, datetime.date):
+        return {"py": "date", "iso": value.isoformat()}
+    if isinstance(value, decimal.Decimal):
+        return {"py": "decimal", "str": str(value)}
+    if isinstance(value, uuid.UUID):
+        return {"py": "uuid", "str": str(value)}
+    if isinstance(value, (list, tuple)):
+        return [_tag(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _tag(v) for k, v in value.items()}
+    return value
+
+
+def _record(task, args, kwargs):
+    line = {
+        "task": task.name,
+        "args": _tag(list(args)),
+        "kwargs": _tag(kwargs),
+        "task_id": task.request.id,
+        "replay_of": task.request.get("dlq-replay-of"),
+        "replay_id": task.request.get("dlq-replay-id"),
+    }
+    with open(os.environ["DLQ_TEST_RECORD"], "a", encoding="utf-8") as f:
+        f.write(json.dumps(line, sort_keys=True) + "\n")
+        f.flush()
+
+
+@app.task(bind=True, name="processar_pagamento")
+def processar_pagamento(self, *args, **kwargs):
+    _record(self, args, kwargs)
+
+
+@app.task(bind=True, name="enviar_email")
+def enviar_email(self, *args, **kwargs):
+    _record(self, args, kwargs)
+
+
+@app.task(bind=True, name="liberar_acesso_curso")
+def liberar_acesso_curso(self, *args, **kwargs):
+    _record(self, args, kwargs)
+
+
+@app.task(bind=True, name="agendar_aula")
+def agendar_aula(self, *args, **kwargs):
+    _record(self, args, kwargs)
+
+
+@app.task(bind=True, name="rejeitar", acks_late=True)
+def rejeitar(self, *args, **kwargs):
+    """Records, then dead-letters itself (queue with x-dead-letter-exchange)."""
+    _record(self, args, kwargs)
+    if os.environ.get("DLQ_TEST_REJECT", "1") == "1":
+        raise Reject("rejected by test", requeue=False)

@@ -1,0 +1,213 @@
+//! Table replay when the database or the broker goes away mid-run: it stops, reports,
+//! leaves every unconfirmed row un-marked, exits non-zero, and a re-run finishes the job
+//! with duplicates only within the documented window.
+
+use crate::celery_worker::*;
+use crate::common::*;
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const WINDOW: usize = 4;
+
+fn spawn_replay(db: &TestDb, queue: &str, rate: u32) -> std::process::Child {
+    Command::new(env!("CARGO_BIN_EXE_dlq"))
+        .env_remove("DLQ_CONFIG")
+        .env(
+            "XDG_CONFIG_HOME",
+            std::env::temp_dir().join("dlq-tests-no-config"),
+        )
+        .env("DLQ_DATABASE_URL", &db.url)
+        .env("DLQ_TABLE", &db.table)
+        .args([
+            "replay",
+            "--motivo",
+            "IntegrityError",
+            "--to-queue",
+            queue,
+            "--yes",
+            "--rate",
+            &rate.to_string(),
+        ])
+        .args(["--window", &WINDOW.to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+async fn marked(db: &TestDb) -> i64 {
+    db.scalar_i64("SELECT COUNT(*) FROM {t} WHERE reprocessada")
+        .await
+}
+
+/// Every row published at least once, duplicates at most `allowed`.
+fn check_messages(queue_msgs: &[lapin::message::BasicGetMessage], rows: usize, allowed: usize) {
+    let mut per_row: BTreeMap<String, usize> = BTreeMap::new();
+    for m in queue_msgs {
+        *per_row
+            .entry(header_str(&m.delivery.properties, "dlq-replay-of").unwrap())
+            .or_default() += 1;
+    }
+    assert_eq!(per_row.len(), rows, "every row was published");
+    let dups: usize = per_row.values().map(|n| n - 1).sum();
+    assert!(
+        dups <= allowed,
+        "{dups} duplicates, more than the window {allowed}"
+    );
+}
+
+async fn wait_until_some_marked(db: &TestDb) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while marked(db).await < 40 {
+        assert!(Instant::now() < deadline, "replay made no progress");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn database_connection_killed_mid_replay() {
+    let db = TestDb::new(Dialect::Postgres, "fault_pg").await;
+    db.init();
+    db.insert(&scenario2()[..340]).await;
+    let queue = unique("fault_pg_q");
+    declare_queue(&queue).await;
+    let child = spawn_replay(&db, &queue, 150);
+    let pid = child.id();
+    wait_until_some_marked(&db).await;
+    db.exec(&format!(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'dlq-{pid}'"
+    ))
+    .await;
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("STOPPED") && stderr.contains("database"),
+        "{stderr}"
+    );
+    let after_fault = marked(&db).await;
+    assert!(
+        after_fault < 340,
+        "the fault came too late to test anything"
+    );
+    let published = queue_state(&queue).await.unwrap().messages as i64;
+    assert!(
+        published >= after_fault,
+        "every marked row was published first"
+    );
+    assert!(
+        published <= after_fault + WINDOW as i64,
+        "unmarked but published rows stay within the window"
+    );
+
+    // A re-run finishes the job.
+    db.dlq(&[
+        "replay",
+        "--motivo",
+        "IntegrityError",
+        "--to-queue",
+        &queue,
+        "--yes",
+    ])
+    .ok();
+    assert_eq!(marked(&db).await, 340);
+    check_messages(&drain(&queue).await, 340, WINDOW);
+    delete_queue(&queue).await;
+    db.drop().await;
+}
+
+/// Closes this dlq process's AMQP connection through the management API.
+async fn close_broker_connection(pid: u32) {
+    let http = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let conns: serde_json::Value = http
+            .get("http://127.0.0.1:15672/api/connections")
+            .basic_auth("guest", Some("guest"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let ours: Vec<String> = conns
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["client_properties"]["connection_name"] == format!("dlq-{pid}").as_str())
+            .map(|c| c["name"].as_str().unwrap().to_string())
+            .collect();
+        if !ours.is_empty() {
+            for name in ours {
+                let url = format!(
+                    "http://127.0.0.1:15672/api/connections/{}",
+                    urlencode(&name)
+                );
+                http.delete(url)
+                    .basic_auth("guest", Some("guest"))
+                    .send()
+                    .await
+                    .unwrap();
+            }
+            return;
+        }
+        // Connection stats reach the API a little late.
+        assert!(
+            Instant::now() < deadline,
+            "dlq's connection never showed up in the management API"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn urlencode(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes())
+        .collect::<String>()
+        .replace('+', "%20")
+}
+
+#[tokio::test]
+async fn broker_connection_closed_mid_replay() {
+    let db = TestDb::new(Dialect::MySql, "fault_mq").await;
+    db.init();
+    db.insert(&scenario2()[..340]).await;
+    let queue = unique("fault_mq_q");
+    declare_queue(&queue).await;
+    // Slow enough that the management API (stats every few seconds) lists the connection.
+    let child = spawn_replay(&db, &queue, 30);
+    let pid = child.id();
+    wait_until_some_marked(&db).await;
+    close_broker_connection(pid).await;
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("STOPPED") && stderr.contains("broker"),
+        "{stderr}"
+    );
+    let after_fault = marked(&db).await;
+    assert!(
+        after_fault < 340,
+        "the fault came too late to test anything"
+    );
+    let published = queue_state(&queue).await.unwrap().messages as i64;
+    // Marked implies confirmed; an unconfirmed publish may or may not have landed.
+    assert!(
+        published >= after_fault && published <= after_fault + WINDOW as i64,
+        "{published} vs {after_fault}"
+    );
+    db.dlq(&[
+        "replay",
+        "--motivo",
+        "IntegrityError",
+        "--to-queue",
+        &queue,
+        "--yes",
+    ])
+    .ok();
+    assert_eq!(marked(&db).await, 340);
+    check_messages(&drain(&queue).await, 340, WINDOW);
+    delete_queue(&queue).await;
+    db.drop().await;
+}
