@@ -1,6 +1,7 @@
 //! dlq: list, inspect, filter, replay and archive dead letters from RabbitMQ DLQs and
 //! a Celery failed-task table.
 pub mod amqp_codec;
+pub mod archive;
 pub mod broker;
 pub mod celery;
 pub mod cli;

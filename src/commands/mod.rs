@@ -1,5 +1,6 @@
 //! One file per subcommand, each thin: validated options in, an exit code out.
 
+pub mod archive;
 pub mod completions;
 pub mod filter;
 pub mod init;
@@ -73,7 +74,10 @@ pub async fn dispatch(cli: Cli) -> Result<Exit> {
             let selection = settings::selection(&a.selection, now)?;
             replay::run(&settings, &printer, source_choice(&a.source), selection, &a).await
         }
-        Command::Archive(_) => Err(crate::error::usage("archive is not available yet")),
+        Command::Archive(a) => {
+            let selection = settings::selection(&a.selection, now)?;
+            archive::run(&settings, &printer, source_choice(&a.source), selection, &a).await
+        }
         Command::Init(a) => {
             init::run(&settings, &printer, init::Options { dry_run: a.dry_run }).await
         }

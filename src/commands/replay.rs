@@ -38,6 +38,26 @@ pub async fn run(
         }),
         (None, None) => None,
     };
+    if let Some(file) = &a.from_file {
+        if matches!(source, SourceChoice::Queues(_)) {
+            return Err(usage(
+                "--from-file replays an archive; it cannot be combined with -Q",
+            ));
+        }
+        if a.canary.is_some() {
+            return Err(usage("--canary applies to queue replays (-Q)"));
+        }
+        let opts = replay::restore::Options {
+            file,
+            selection,
+            target: explicit_target,
+            dry_run: a.safety.dry_run,
+            yes: a.safety.yes,
+            rate: a.rate,
+            window: a.window,
+        };
+        return replay::restore::run(settings, printer, opts).await;
+    }
     match source {
         SourceChoice::Table => {
             if a.canary.is_some() {

@@ -1,5 +1,6 @@
 //! Replays: table rows re-dispatched as Celery tasks; queue messages moved back.
 
+pub mod restore;
 pub mod table;
 
 use crate::broker;
@@ -124,4 +125,14 @@ pub fn print_report(printer: &Printer, report: &Report, verb_past: &str) {
     } else {
         printer.warn(line);
     }
+}
+
+/// This machine's name, for the Celery `origin` header and archive headers.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
 }

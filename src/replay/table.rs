@@ -66,7 +66,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         table: table.location(),
         row_id: row_id.to_string(),
         replay_id: replay_id.clone(),
-        host: hostname(),
+        host: super::hostname(),
     };
 
     // The broker comes first: an unknown target refuses the replay before any planning output.
@@ -176,7 +176,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
                     table: table.location(),
                     row_id: id.to_string(),
                     replay_id: replay_id.clone(),
-                    host: hostname(),
+                    host: super::hostname(),
                 };
                 let ev = replay_row(&table, &sel, &publisher, &target, id, &origin).await;
                 if matches!(ev, RowEvent::Fatal(_)) {
@@ -338,7 +338,11 @@ async fn replay_row(
 }
 
 /// The message a dry run shows for one row.
-fn dry_run_view(rec: &DeadLetter, msg: &celery::TaskMessage, target: &Target) -> serde_json::Value {
+pub fn dry_run_view(
+    rec: &DeadLetter,
+    msg: &celery::TaskMessage,
+    target: &Target,
+) -> serde_json::Value {
     let (exchange, routing_key) = target.route();
     json!({
         "row_id": rec.id,
@@ -363,13 +367,4 @@ pub fn dry_run_line(v: &serde_json::Value) -> Vec<String> {
         ),
         ellipsize(&v["body"].to_string(), 80),
     ]
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".into())
 }

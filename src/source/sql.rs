@@ -633,6 +633,98 @@ impl FailedTable {
     }
 }
 
+/// Held for the whole of an archive run so that two overlapping runs (cron and a person)
+/// never archive or delete the same rows. Released when dropped (the session or file closes).
+pub enum ArchiveLock {
+    Postgres(sqlx::postgres::PgConnection),
+    MySql(sqlx::mysql::MySqlConnection),
+    File(std::fs::File),
+    /// In-memory SQLite: nobody else can see it.
+    None,
+}
+
+impl FailedTable {
+    /// Takes the archive lock or fails at once naming who holds it.
+    pub async fn archive_lock(&self, db: &DatabaseUrl) -> Result<ArchiveLock> {
+        use sqlx::Acquire;
+        let key = format!("dlq-archive:{}", self.name);
+        let busy = || {
+            anyhow!(
+                "another dlq archive run holds the lock on table {} (try again when it is done)",
+                self.name
+            )
+        };
+        match &self.pool {
+            Pool::Postgres(p) => {
+                let mut conn = p.acquire().await.map_err(scrubbed)?.detach();
+                let got: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock(hashtext($1))")
+                    .bind(&key)
+                    .fetch_one(conn.acquire().await.map_err(scrubbed)?)
+                    .await
+                    .map_err(scrubbed)?;
+                if got {
+                    Ok(ArchiveLock::Postgres(conn))
+                } else {
+                    Err(busy())
+                }
+            }
+            Pool::MySql(p) => {
+                let mut conn = p.acquire().await.map_err(scrubbed)?.detach();
+                // Lock names are server-wide and at most 64 characters: hash database + table.
+                let got: Option<i64> = sqlx::query_scalar(
+                    "SELECT GET_LOCK(CONCAT('dlq-archive-', SHA1(CONCAT(DATABASE(), '.', ?))), 0)",
+                )
+                .bind(&key)
+                .fetch_one(conn.acquire().await.map_err(scrubbed)?)
+                .await
+                .map_err(scrubbed)?;
+                if got == Some(1) {
+                    Ok(ArchiveLock::MySql(conn))
+                } else {
+                    Err(busy())
+                }
+            }
+            Pool::Sqlite(_) => {
+                let Some(path) = sqlite_path(&db.url) else {
+                    return Ok(ArchiveLock::None);
+                };
+                let mut lock_path = path.into_os_string();
+                lock_path.push(format!(".{}.dlq-archive.lock", self.name));
+                let file = std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&lock_path)
+                    .with_context(|| {
+                        format!(
+                            "cannot open lock file {}",
+                            std::path::Path::new(&lock_path).display()
+                        )
+                    })?;
+                match file.try_lock() {
+                    Ok(()) => Ok(ArchiveLock::File(file)),
+                    Err(std::fs::TryLockError::WouldBlock) => Err(busy()),
+                    Err(std::fs::TryLockError::Error(e)) => {
+                        Err(anyhow!(e).context("locking the archive lock file"))
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The file behind a SQLite URL (`sqlite://path`, `sqlite:path`); `None` for in-memory.
+pub fn sqlite_path(url: &str) -> Option<std::path::PathBuf> {
+    let rest = url.strip_prefix("sqlite:")?;
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let path = rest.split('?').next().unwrap_or("");
+    if path.is_empty() || path == ":memory:" || url.contains("mode=memory") {
+        None
+    } else {
+        Some(std::path::PathBuf::from(path))
+    }
+}
+
 /// What `list` shows for the table.
 #[derive(Debug, Clone)]
 pub struct TableSummary {

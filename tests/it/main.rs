@@ -2,6 +2,7 @@
 mod celery_worker;
 mod common;
 mod generated;
+mod table_archive;
 mod table_errors;
 mod table_faults;
 mod table_read;

@@ -1,0 +1,511 @@
+//! Archive files: NDJSON (gzip when the name ends in `.gz`), one standard record per line,
+//! between a header line and a trailer line. The trailer holds the record count and the
+//! SHA-256 of every line before it, so a truncated or edited archive is refused.
+//!
+//! ```text
+//! {"dlq_archive":1,"created_at":"...","source":"table","location":"tasks_falhadas","selection":"...","host":"..."}
+//! {"source":"table","location":"tasks_falhadas","id":7,...,"raw":{"args":"{\"pedido_id\": 7}"}}
+//! ...
+//! {"dlq_archive_end":{"count":340,"sha256":"<hex>"}}
+//! ```
+
+pub mod table;
+
+use crate::error::usage;
+use crate::model::DeadLetter;
+use anyhow::{Context, Result, anyhow};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+pub const FORMAT_VERSION: u32 = 1;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Header {
+    pub dlq_archive: u32,
+    pub created_at: String,
+    pub source: String,
+    pub location: String,
+    pub selection: String,
+    pub host: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Trailer {
+    pub count: u64,
+    pub sha256: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct TrailerLine {
+    dlq_archive_end: Trailer,
+}
+
+/// Where an archive goes: a file (written to `<file>.partial`, fsynced, then renamed) or stdout.
+enum Sink {
+    File {
+        final_path: PathBuf,
+        partial: PathBuf,
+        out: Box<dyn Write>,
+    },
+    Stdout(Box<dyn Write>),
+}
+
+/// Writes an archive. Nothing counts as archived until `finish` returned Ok: then the file is
+/// complete, flushed, fsynced and in place under its final name.
+pub struct ArchiveWriter {
+    sink: Option<Sink>,
+    hash: Sha256,
+    count: u64,
+    line: Vec<u8>,
+}
+
+impl ArchiveWriter {
+    /// `-` writes to stdout. An existing file is never overwritten.
+    pub fn create(path: &Path, header: &Header) -> Result<ArchiveWriter> {
+        let gz = path.extension().is_some_and(|e| e == "gz");
+        let sink = if path == Path::new("-") {
+            let out: Box<dyn Write> = Box::new(BufWriter::new(io::stdout()));
+            Sink::Stdout(if gz {
+                Box::new(flate2::write::GzEncoder::new(
+                    out,
+                    flate2::Compression::default(),
+                ))
+            } else {
+                out
+            })
+        } else {
+            if path.exists() {
+                return Err(usage(format!(
+                    "archive file {} already exists: choose another name",
+                    path.display()
+                )));
+            }
+            let mut partial = path.as_os_str().to_owned();
+            partial.push(".partial");
+            let partial = PathBuf::from(partial);
+            let file = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&partial)
+                .or_else(|e| {
+                    // A .partial left by a crashed run is garbage by definition: never complete.
+                    if e.kind() == io::ErrorKind::AlreadyExists {
+                        std::fs::remove_file(&partial)?;
+                        OpenOptions::new()
+                            .write(true)
+                            .create_new(true)
+                            .open(&partial)
+                    } else {
+                        Err(e)
+                    }
+                })
+                .with_context(|| format!("cannot create archive file {}", partial.display()))?;
+            let buf = BufWriter::with_capacity(1 << 16, FileSync(file));
+            let out: Box<dyn Write> = if gz {
+                Box::new(flate2::write::GzEncoder::new(
+                    buf,
+                    flate2::Compression::default(),
+                ))
+            } else {
+                Box::new(buf)
+            };
+            Sink::File {
+                final_path: path.to_path_buf(),
+                partial,
+                out,
+            }
+        };
+        let mut w = ArchiveWriter {
+            sink: Some(sink),
+            hash: Sha256::new(),
+            count: 0,
+            line: Vec::new(),
+        };
+        let header = serde_json::to_vec(header)?;
+        w.write_line(&header)?;
+        Ok(w)
+    }
+
+    fn out(&mut self) -> &mut dyn Write {
+        match self.sink.as_mut().expect("writer still open") {
+            Sink::File { out, .. } | Sink::Stdout(out) => out.as_mut(),
+        }
+    }
+
+    fn write_line(&mut self, bytes: &[u8]) -> Result<()> {
+        self.hash.update(bytes);
+        self.hash.update(b"\n");
+        let out = self.out();
+        out.write_all(bytes)
+            .and_then(|_| out.write_all(b"\n"))
+            .context("writing the archive")?;
+        Ok(())
+    }
+
+    pub fn write(&mut self, rec: &DeadLetter) -> Result<()> {
+        let mut line = std::mem::take(&mut self.line);
+        line.clear();
+        serde_json::to_writer(&mut line, rec)?;
+        self.write_line(&line)?;
+        self.line = line;
+        self.count += 1;
+        Ok(())
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count
+    }
+
+    /// Writes the trailer, flushes, fsyncs the file, renames it into place and fsyncs the
+    /// directory. Only after this returns Ok may anything be deleted from the source.
+    pub fn finish(mut self) -> Result<Trailer> {
+        let trailer = Trailer {
+            count: self.count,
+            sha256: hex::encode(self.hash.clone().finalize()),
+        };
+        let line = serde_json::to_vec(&TrailerLine {
+            dlq_archive_end: trailer.clone(),
+        })?;
+        {
+            let out = self.out();
+            out.write_all(&line)
+                .and_then(|_| out.write_all(b"\n"))
+                .context("writing the archive")?;
+        }
+        match self.sink.take().expect("writer still open") {
+            Sink::Stdout(mut out) => out.flush().context("writing the archive to stdout")?,
+            Sink::File {
+                final_path,
+                partial,
+                mut out,
+            } => {
+                // Dropping the encoder stack runs FileSync's drop-free finish below.
+                out.flush().context("flushing the archive")?;
+                drop(out);
+                let f = File::open(&partial).context("reopening the archive to sync it")?;
+                f.sync_all().context("fsync of the archive")?;
+                if final_path.exists() {
+                    return Err(usage(format!(
+                        "archive file {} appeared while writing",
+                        final_path.display()
+                    )));
+                }
+                std::fs::rename(&partial, &final_path).context("moving the archive into place")?;
+                if let Some(dir) = final_path.parent() {
+                    let dir = if dir.as_os_str().is_empty() {
+                        Path::new(".")
+                    } else {
+                        dir
+                    };
+                    File::open(dir)
+                        .and_then(|d| d.sync_all())
+                        .context("fsync of the archive's directory")?;
+                }
+            }
+        }
+        Ok(trailer)
+    }
+
+    /// Abandons the archive: removes the partial file.
+    pub fn abort(mut self) {
+        if let Some(Sink::File { partial, out, .. }) = self.sink.take() {
+            drop(out);
+            let _ = std::fs::remove_file(partial);
+        }
+    }
+}
+
+impl Drop for ArchiveWriter {
+    fn drop(&mut self) {
+        // Not finished (error path): the partial file must not survive as if it were useful.
+        if let Some(Sink::File { partial, out, .. }) = self.sink.take() {
+            drop(out);
+            let _ = std::fs::remove_file(partial);
+        }
+    }
+}
+
+/// A file whose `flush` also reaches the OS; `sync_all` is done separately in `finish`.
+struct FileSync(File);
+
+impl Write for FileSync {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// Opens an archive for reading (gzip detected from its magic bytes, not its name).
+fn open_reader(path: &Path) -> Result<Box<dyn BufRead>> {
+    let mut f = File::open(path)
+        .map_err(|e| usage(format!("cannot open archive {}: {e}", path.display())))?;
+    let mut magic = [0u8; 2];
+    let n = f.read(&mut magic)?;
+    drop(f);
+    let f = File::open(path)?;
+    if n == 2 && magic == [0x1f, 0x8b] {
+        Ok(Box::new(BufReader::new(flate2::read::MultiGzDecoder::new(
+            f,
+        ))))
+    } else {
+        Ok(Box::new(BufReader::new(f)))
+    }
+}
+
+/// Reads the whole archive once and checks it: header, every record parses, trailer present,
+/// count and SHA-256 match. Any problem is a usage error naming it; nothing is replayed from
+/// an archive that fails this.
+pub fn verify(path: &Path) -> Result<(Header, Trailer)> {
+    let bad = |what: String| usage(format!("archive {} is not usable: {what}", path.display()));
+    let mut reader = open_reader(path)?;
+    let mut hash = Sha256::new();
+    let mut header: Option<Header> = None;
+    let mut trailer: Option<Trailer> = None;
+    let mut count: u64 = 0;
+    let mut line = Vec::new();
+    let mut n: u64 = 0;
+    loop {
+        line.clear();
+        let read = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| bad(format!("cannot read it ({e}); truncated or corrupted?")))?;
+        if read == 0 {
+            break;
+        }
+        n += 1;
+        if trailer.is_some() {
+            return Err(bad(format!("line {n}: data after the end marker")));
+        }
+        if line.last() != Some(&b'\n') {
+            return Err(bad(format!("line {n} is cut short (truncated archive)")));
+        }
+        let body = &line[..line.len() - 1];
+        if n == 1 {
+            let h: Header = serde_json::from_slice(body)
+                .map_err(|e| bad(format!("no dlq archive header on line 1 ({e})")))?;
+            if h.dlq_archive != FORMAT_VERSION {
+                return Err(bad(format!(
+                    "unsupported archive format version {}",
+                    h.dlq_archive
+                )));
+            }
+            header = Some(h);
+        } else if let Ok(t) = serde_json::from_slice::<TrailerLine>(body) {
+            trailer = Some(t.dlq_archive_end);
+            continue;
+        } else {
+            serde_json::from_slice::<DeadLetter>(body)
+                .map_err(|e| bad(format!("line {n} is not a dead-letter record: {e}")))?;
+            count += 1;
+        }
+        hash.update(&line);
+    }
+    let header = header.ok_or_else(|| bad("it is empty".into()))?;
+    let trailer =
+        trailer.ok_or_else(|| bad("the end marker is missing (truncated archive)".into()))?;
+    if trailer.count != count {
+        return Err(bad(format!(
+            "it holds {count} records but its end marker says {}",
+            trailer.count
+        )));
+    }
+    let actual = hex::encode(hash.finalize());
+    if actual != trailer.sha256 {
+        return Err(bad(format!(
+            "checksum mismatch (expected {}, found {actual}): the file was modified",
+            trailer.sha256
+        )));
+    }
+    Ok((header, trailer))
+}
+
+/// Iterates the records of an archive that `verify` accepted, with their 1-based record number.
+pub fn records(path: &Path) -> Result<impl Iterator<Item = Result<(u64, DeadLetter)>>> {
+    let reader = open_reader(path)?;
+    let mut n: u64 = 0;
+    Ok(reader.lines().skip(1).filter_map(move |line| {
+        let line = match line {
+            Ok(l) => l,
+            Err(e) => return Some(Err(anyhow!(e))),
+        };
+        if line.starts_with("{\"dlq_archive_end\"") {
+            return None;
+        }
+        n += 1;
+        Some(
+            serde_json::from_str::<DeadLetter>(&line)
+                .map(|r| (n, r))
+                .map_err(|e| anyhow!(e)),
+        )
+    }))
+}
+
+/// Which records of an archive were already restored: `<archive>.journal`, one record number
+/// per line, appended (and flushed) right after each confirm, so a re-run resumes.
+pub struct Journal {
+    done: std::collections::HashSet<u64>,
+    file: File,
+}
+
+impl Journal {
+    pub fn path_for(archive: &Path) -> PathBuf {
+        let mut p = archive.as_os_str().to_owned();
+        p.push(".journal");
+        PathBuf::from(p)
+    }
+
+    pub fn open(archive: &Path) -> Result<Journal> {
+        let path = Self::path_for(archive);
+        let done = match std::fs::read_to_string(&path) {
+            Ok(text) => text.lines().filter_map(|l| l.trim().parse().ok()).collect(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Default::default(),
+            Err(e) => return Err(anyhow!(e).context(format!("reading {}", path.display()))),
+        };
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .with_context(|| format!("cannot write the restore journal {}", path.display()))?;
+        Ok(Journal { done, file })
+    }
+
+    pub fn done(&self) -> &std::collections::HashSet<u64> {
+        &self.done
+    }
+
+    pub fn is_done(&self, n: u64) -> bool {
+        self.done.contains(&n)
+    }
+
+    pub fn done_count(&self) -> usize {
+        self.done.len()
+    }
+
+    pub fn record(&mut self, n: u64) -> Result<()> {
+        writeln!(self.file, "{n}").context("writing the restore journal")?;
+        self.done.insert(n);
+        Ok(())
+    }
+
+    pub fn sync(&self) -> Result<()> {
+        self.file
+            .sync_data()
+            .context("fsync of the restore journal")
+    }
+}
+
+pub fn header(source: &str, location: &str, selection: &str) -> Header {
+    Header {
+        dlq_archive: FORMAT_VERSION,
+        created_at: crate::model::rfc3339(&chrono::Utc::now()),
+        source: source.to_string(),
+        location: location.to_string(),
+        selection: selection.to_string(),
+        host: crate::replay::hostname(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{RecordId, SourceKind};
+
+    fn rec(i: i64) -> DeadLetter {
+        DeadLetter {
+            source: SourceKind::Table,
+            location: "t".into(),
+            id: RecordId::Int(i),
+            task: Some("x".into()),
+            motivo: Some("m".into()),
+            created_at: None,
+            replayed: false,
+            payload: serde_json::json!({"i": i}),
+            headers: None,
+            death: None,
+            properties: None,
+            raw: Some(serde_json::json!({"args": format!("{{\"i\": {i}}}")})),
+            payload_text: None,
+        }
+    }
+
+    fn write(path: &Path, n: i64) {
+        let mut w = ArchiveWriter::create(path, &header("table", "t", "all")).unwrap();
+        for i in 0..n {
+            w.write(&rec(i)).unwrap();
+        }
+        let t = w.finish().unwrap();
+        assert_eq!(t.count, n as u64);
+    }
+
+    #[test]
+    fn round_trip_plain_and_gzip() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["a.ndjson", "a.ndjson.gz"] {
+            let p = dir.path().join(name);
+            write(&p, 5);
+            let (h, t) = verify(&p).unwrap();
+            assert_eq!((h.source.as_str(), t.count), ("table", 5));
+            let back: Vec<DeadLetter> = records(&p).unwrap().map(|r| r.unwrap().1).collect();
+            assert_eq!(back, (0..5).map(rec).collect::<Vec<_>>());
+            assert!(!dir.path().join(format!("{name}.partial")).exists());
+        }
+    }
+
+    #[test]
+    fn refuses_overwrite() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.ndjson");
+        write(&p, 1);
+        assert!(ArchiveWriter::create(&p, &header("table", "t", "")).is_err());
+    }
+
+    #[test]
+    fn truncated_and_tampered_archives_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.ndjson");
+        write(&p, 3);
+        let text = std::fs::read_to_string(&p).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        let cut = dir.path().join("cut.ndjson");
+        std::fs::write(&cut, lines[..3].join("\n") + "\n").unwrap();
+        assert!(format!("{:#}", verify(&cut).unwrap_err()).contains("end marker is missing"));
+        let half = dir.path().join("half.ndjson");
+        std::fs::write(&half, &text[..text.len() - 10]).unwrap();
+        assert!(verify(&half).is_err());
+        let edited = dir.path().join("edited.ndjson");
+        std::fs::write(&edited, text.replace("\"i\":1", "\"i\":9")).unwrap();
+        assert!(format!("{:#}", verify(&edited).unwrap_err()).contains("checksum mismatch"));
+        let dropped = dir.path().join("dropped.ndjson");
+        let mut l = lines.clone();
+        l.remove(2);
+        std::fs::write(&dropped, l.join("\n") + "\n").unwrap();
+        assert!(format!("{:#}", verify(&dropped).unwrap_err()).contains("end marker says 3"));
+    }
+
+    #[test]
+    fn abandoned_writer_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.ndjson");
+        let mut w = ArchiveWriter::create(&p, &header("table", "t", "")).unwrap();
+        w.write(&rec(1)).unwrap();
+        drop(w);
+        assert!(std::fs::read_dir(dir.path()).unwrap().next().is_none());
+    }
+
+    #[test]
+    fn journal_resumes() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.ndjson");
+        let mut j = Journal::open(&p).unwrap();
+        j.record(1).unwrap();
+        j.record(3).unwrap();
+        drop(j);
+        let j = Journal::open(&p).unwrap();
+        assert!(j.is_done(1) && j.is_done(3) && !j.is_done(2));
+    }
+}

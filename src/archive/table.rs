@@ -1,0 +1,179 @@
+//! Archiving failed-task rows.
+//!
+//! With `--delete`, the rows are read inside one transaction that locks them (`FOR UPDATE
+//! SKIP LOCKED`; SQLite: `BEGIN IMMEDIATE`), so a concurrent replay can neither mark nor
+//! re-dispatch what is being archived. The archive is written, flushed, fsynced and renamed
+//! into place; only then are exactly the archived ids deleted and the transaction committed.
+//! A crash or a full disk before that point deletes nothing.
+
+use super::ArchiveWriter;
+use crate::error::{Exit, usage};
+use crate::model::RecordId;
+use crate::output::Printer;
+use crate::select::Selection;
+use crate::settings::{Dialect, Settings};
+use crate::source::sql::{DecodeRecord, FailedTable, SqlBuilder, scrubbed};
+use crate::{bind_all, with_pool};
+use anyhow::{Context, Result};
+use futures_util::TryStreamExt;
+use std::path::PathBuf;
+
+/// Rows deleted per DELETE statement.
+const DELETE_CHUNK: usize = 500;
+
+pub struct Options {
+    pub selection: Selection,
+    pub to: PathBuf,
+    pub delete: bool,
+    pub dry_run: bool,
+    pub yes: bool,
+}
+
+pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
+    let db = settings.require_database()?;
+    if opts.delete && opts.to.as_os_str() == "-" {
+        return Err(usage(
+            "--delete needs an archive file: stdout cannot be fsynced before deleting",
+        ));
+    }
+    let table = FailedTable::open(db, &settings.table).await?;
+    let _lock = table.archive_lock(db).await?;
+    let destination = if opts.to.as_os_str() == "-" {
+        "stdout".to_string()
+    } else {
+        opts.to.display().to_string()
+    };
+
+    if opts.dry_run || (opts.delete && !opts.yes) {
+        let n = count(&table, &opts.selection).await?;
+        let verb = if opts.delete {
+            "archive and then delete"
+        } else {
+            "archive"
+        };
+        printer.info(format!(
+            "Plan: {verb} {n} row(s) of table {} ({}) -> {destination}",
+            table.location(),
+            opts.selection.describe()
+        ));
+        if opts.dry_run {
+            printer.info("dry run: nothing was written or deleted");
+            return Ok(Exit::Ok);
+        }
+        if n == 0 {
+            printer.info("nothing to archive");
+            return Ok(Exit::Ok);
+        }
+        if !printer
+            .confirm(&format!("Archive and delete {n} row(s)?"), opts.yes)
+            .await?
+        {
+            printer.info("nothing done");
+            return Ok(Exit::Ok);
+        }
+    }
+
+    let header = super::header("table", &table.location(), &opts.selection.describe());
+    let mut writer = ArchiveWriter::create(&opts.to, &header)?;
+    let mut b = SqlBuilder::new(table.dialect);
+    let (clause, exact) = table.where_clause(&opts.selection, &mut b)?;
+    let limit = match (exact, opts.selection.limit) {
+        (true, Some(n)) => format!(" LIMIT {n}"),
+        _ => String::new(),
+    };
+    let lock = match (opts.delete, table.dialect) {
+        (true, Dialect::Postgres | Dialect::MySql) => " FOR UPDATE SKIP LOCKED",
+        _ => "",
+    };
+    let sql = format!(
+        "SELECT {} FROM {}{clause} ORDER BY id{limit}{lock}",
+        table.record_columns(),
+        table.quoted
+    );
+    let bar = printer.progress(None, "archiving");
+    let sel = &opts.selection;
+    let mut jq_errors: u64 = 0;
+
+    let (archived, deleted) = with_pool!(&table.pool, p => {
+        let mut tx = if table.dialect == Dialect::Sqlite && opts.delete {
+            p.begin_with("BEGIN IMMEDIATE").await
+        } else {
+            p.begin().await
+        }
+        .map_err(scrubbed)?;
+        let mut ids: Vec<RecordId> = Vec::new();
+        let mut written: u64 = 0;
+        {
+            let mut rows = bind_all!(sqlx::query(sqlx::AssertSqlSafe(sql)), b.binds).fetch(&mut *tx);
+            while let Some(row) = rows.try_next().await.map_err(scrubbed)? {
+                if sel.limit.is_some_and(|l| written >= l) {
+                    break;
+                }
+                let mut rec = table.decode(&row)?;
+                match sel.matches(&rec) {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(_) => {
+                        jq_errors += 1;
+                        continue;
+                    }
+                }
+                // The stored args text, so that a restore re-dispatches exactly what was stored.
+                rec.raw = rec.payload_text.as_ref().map(|t| serde_json::json!({ "args": t }));
+                writer.write(&rec)?;
+                written += 1;
+                if opts.delete {
+                    ids.push(rec.id);
+                }
+                bar.inc(1);
+            }
+        }
+        let trailer = writer.finish()?;
+        let mut deleted: u64 = 0;
+        if opts.delete {
+            for chunk in ids.chunks(DELETE_CHUNK) {
+                let mut db_ = SqlBuilder::new(table.dialect);
+                let ps = chunk.iter().map(|id| Ok(db_.param(table.id_bind(id)?))).collect::<Result<Vec<_>>>()?;
+                let del = format!("DELETE FROM {} WHERE id IN ({})", table.quoted, ps.join(", "));
+                let r = bind_all!(sqlx::query(sqlx::AssertSqlSafe(del)), db_.binds)
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(scrubbed)
+                    .context("deleting archived rows (nothing was deleted: the archive stays valid)")?;
+                deleted += r.rows_affected();
+            }
+        }
+        tx.commit().await.map_err(scrubbed).context("committing the deletion (nothing was deleted)")?;
+        Ok::<_, anyhow::Error>((trailer, deleted))
+    })?;
+    bar.finish_and_clear();
+    if jq_errors > 0 {
+        printer.warn(format!(
+            "--where could not be evaluated on {jq_errors} row(s), which were not archived"
+        ));
+    }
+    let mut line = format!(
+        "archive: {} row(s) of table {} -> {destination} (sha256 {})",
+        archived.count,
+        table.location(),
+        &archived.sha256[..16]
+    );
+    if opts.delete {
+        line.push_str(&format!(", {deleted} deleted"));
+    }
+    printer.info(line);
+    Ok(Exit::Ok)
+}
+
+async fn count(table: &FailedTable, sel: &Selection) -> Result<u64> {
+    if let Some(n) = table.count_exact(sel).await? {
+        return Ok(n);
+    }
+    let mut selected = crate::select::Selected::new(table.stream(sel)?, sel);
+    let mut n = 0;
+    while let Some(r) = selected.next().await {
+        r?;
+        n += 1;
+    }
+    Ok(n)
+}

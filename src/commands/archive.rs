@@ -1,0 +1,32 @@
+//! `dlq archive`: write selected dead letters to an archive, optionally deleting them.
+
+use crate::archive;
+use crate::cli::ArchiveArgs;
+use crate::error::{Exit, usage};
+use crate::output::Printer;
+use crate::select::Selection;
+use crate::settings::Settings;
+use crate::source::SourceChoice;
+use anyhow::Result;
+
+pub async fn run(
+    settings: &Settings,
+    printer: &Printer,
+    source: SourceChoice,
+    selection: Selection,
+    a: &ArchiveArgs,
+) -> Result<Exit> {
+    match source {
+        SourceChoice::Table => {
+            let opts = archive::table::Options {
+                selection,
+                to: a.to.clone(),
+                delete: a.delete,
+                dry_run: a.safety.dry_run,
+                yes: a.safety.yes,
+            };
+            archive::table::run(settings, printer, opts).await
+        }
+        SourceChoice::Queues(_) => Err(usage("archiving queues (-Q) is not available yet")),
+    }
+}

@@ -1,0 +1,298 @@
+//! Archiving the failed-task table and restoring from the archive.
+
+use crate::celery_worker::*;
+use crate::common::*;
+use crate::per_dialect;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+async fn count(db: &TestDb) -> i64 {
+    db.scalar_i64("SELECT COUNT(*) FROM {t}").await
+}
+
+/// Archive + delete + restore: the archive holds exactly the rows (same ids, tasks, reasons,
+/// times, stored args), the rows are gone from the table, and a restore re-dispatches each
+/// once (a second restore does nothing).
+async fn archive_delete_restore_round_trip(dialect: Dialect) {
+    let db = TestDb::new(dialect, "arch").await;
+    db.init();
+    db.insert(&scenario2()).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("old.ndjson.gz");
+    let f = file.to_str().unwrap();
+    // Rows exactly as stored, for comparison.
+    let before: Vec<Value> = db
+        .dlq(&["filter", "--older-than", "2026-11-01", "-o", "ndjson"])
+        .ndjson();
+    assert_eq!(before.len(), 80);
+
+    db.dlq(&[
+        "archive",
+        "--older-than",
+        "2026-11-01",
+        "--to",
+        f,
+        "--dry-run",
+    ])
+    .ok();
+    assert!(!file.exists());
+    assert_eq!(count(&db).await, 587);
+    // Without a terminal and without --yes, --delete is refused.
+    db.dlq(&[
+        "archive",
+        "--older-than",
+        "2026-11-01",
+        "--to",
+        f,
+        "--delete",
+    ])
+    .fails(2, "refusing");
+    assert!(!file.exists());
+
+    let run = db.dlq(&[
+        "archive",
+        "--older-than",
+        "2026-11-01",
+        "--to",
+        f,
+        "--delete",
+        "--yes",
+    ]);
+    run.ok();
+    assert!(
+        run.stderr().contains("80 row(s)") && run.stderr().contains("80 deleted"),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(count(&db).await, 587 - 80);
+    assert!(!dir.path().join("old.ndjson.gz.partial").exists());
+
+    // The archive content equals the rows as they were.
+    let text = {
+        use std::io::Read;
+        let mut s = String::new();
+        flate2::read::GzDecoder::new(std::fs::File::open(&file).unwrap())
+            .read_to_string(&mut s)
+            .unwrap();
+        s
+    };
+    let lines: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 82, "header + 80 records + trailer");
+    assert_eq!(lines[0]["dlq_archive"], 1);
+    assert_eq!(lines[81]["dlq_archive_end"]["count"], 80);
+    for (rec, orig) in lines[1..81].iter().zip(&before) {
+        for k in ["id", "task", "motivo", "created_at", "replayed", "payload"] {
+            assert_eq!(rec[k], orig[k], "{k}");
+        }
+        assert!(
+            rec["raw"]["args"]
+                .as_str()
+                .unwrap()
+                .contains("matricula_id")
+        );
+    }
+
+    // Restore to a real worker; then again: nothing more runs.
+    let queue = unique("celery_restore");
+    let worker = CeleryWorker::start(&queue).await;
+    db.dlq(&["replay", "--from-file", f, "--to-queue", &queue, "--yes"])
+        .ok();
+    let runs = worker.wait_runs(80).await;
+    assert_eq!(runs.len(), 80);
+    let mut by_id: BTreeMap<i64, Value> = BTreeMap::new();
+    for r in &runs {
+        assert_eq!(r["task"], "liberar_acesso_curso");
+        by_id.insert(
+            r["kwargs"]["matricula_id"].as_i64().unwrap(),
+            r["kwargs"].clone(),
+        );
+    }
+    assert_eq!(by_id.len(), 80);
+    assert_eq!(by_id[&7]["evento_id"], "ev-7");
+    let again = db.dlq(&["replay", "--from-file", f, "--to-queue", &queue, "--yes"]);
+    again.ok();
+    assert!(
+        again.stderr().contains("already restored"),
+        "{}",
+        again.stderr()
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(worker.runs().len(), 80);
+    drop(worker);
+    db.drop().await;
+}
+per_dialect!(archive_delete_restore_round_trip);
+
+/// Without --delete the table is untouched; `-` writes the archive to stdout.
+async fn archive_without_delete_and_to_stdout(dialect: Dialect) {
+    let db = TestDb::new(dialect, "arch_keep").await;
+    db.init();
+    db.insert(&scenario2()[..50]).await;
+    let out = db.dlq(&["archive", "--to", "-"]).ok();
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 52);
+    assert_eq!(count(&db).await, 50);
+    db.dlq(&["archive", "--to", "-", "--delete", "--yes"])
+        .fails(2, "stdout cannot be fsynced");
+    assert_eq!(count(&db).await, 50);
+    db.drop().await;
+}
+per_dialect!(archive_without_delete_and_to_stdout);
+
+#[tokio::test]
+async fn corrupted_or_truncated_archives_are_refused() {
+    let db = TestDb::new(Dialect::Sqlite, "arch_bad").await;
+    db.init();
+    db.insert(&scenario2()[..20]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a.ndjson");
+    db.dlq(&["archive", "--to", file.to_str().unwrap()]).ok();
+    let text = std::fs::read_to_string(&file).unwrap();
+    let queue = unique("restore_bad");
+    declare_queue(&queue).await;
+    let cases = [
+        (
+            "tampered.ndjson",
+            text.replacen("IntegrityError", "IntegrityErrox", 1),
+            "checksum mismatch",
+        ),
+        (
+            "truncated.ndjson",
+            text.lines().take(10).collect::<Vec<_>>().join("\n") + "\n",
+            "end marker is missing",
+        ),
+        (
+            "cut.ndjson",
+            text[..text.len() / 2].to_string(),
+            "truncated",
+        ),
+        (
+            "garbage.ndjson",
+            "hello\n".to_string(),
+            "no dlq archive header",
+        ),
+    ];
+    for (name, content, needle) in cases {
+        let p = dir.path().join(name);
+        std::fs::write(&p, content).unwrap();
+        db.dlq(&[
+            "replay",
+            "--from-file",
+            p.to_str().unwrap(),
+            "--to-queue",
+            &queue,
+            "--yes",
+        ])
+        .fails(2, needle);
+    }
+    assert_eq!(
+        queue_state(&queue).await.unwrap().messages,
+        0,
+        "nothing was published"
+    );
+    delete_queue(&queue).await;
+}
+
+/// Seeds a big PostgreSQL table quickly, so an archive run takes long enough to interfere with.
+async fn big_table(rows: i64) -> TestDb {
+    let db = TestDb::new(Dialect::Postgres, "arch_big").await;
+    db.init();
+    db.exec(&format!(
+        "INSERT INTO {{t}} (task_original, args, motivo, criada_em) \
+         SELECT 'processar_pagamento', jsonb_build_object('pedido_id', g, 'pad', repeat('x', 200)), \
+         'IntegrityError: row ' || g, now() - interval '40 days' FROM generate_series(1, {rows}) g"
+    ))
+    .await;
+    db
+}
+
+fn wait_for_file(p: &std::path::Path) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !p.exists() || std::fs::metadata(p).map(|m| m.len()).unwrap_or(0) == 0 {
+        assert!(Instant::now() < deadline, "{} never appeared", p.display());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn spawn_archive(db: &TestDb, file: &std::path::Path) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_dlq"))
+        .env(
+            "XDG_CONFIG_HOME",
+            std::env::temp_dir().join("dlq-tests-no-config"),
+        )
+        .env("DLQ_DATABASE_URL", &db.url)
+        .env("DLQ_TABLE", &db.table)
+        .args([
+            "archive",
+            "--older-than",
+            "30d",
+            "--to",
+            file.to_str().unwrap(),
+            "--delete",
+            "--yes",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn killed_archive_deletes_nothing() {
+    let db = big_table(100_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("big.ndjson");
+    let mut child = spawn_archive(&db, &file);
+    wait_for_file(&dir.path().join("big.ndjson.partial"));
+    // kill -9 while the archive is being written
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(count(&db).await, 100_000, "nothing deleted");
+    assert!(!file.exists(), "no archive pretends to be complete");
+    // A re-run completes (the stale .partial is replaced).
+    let out = spawn_archive(&db, &file).wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(count(&db).await, 0);
+    db.drop().await;
+}
+
+#[tokio::test]
+async fn overlapping_archive_runs_are_locked_out() {
+    let db = big_table(100_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let first_file = dir.path().join("first.ndjson");
+    let first = spawn_archive(&db, &first_file);
+    wait_for_file(&dir.path().join("first.ndjson.partial"));
+    let second = db.dlq(&[
+        "archive",
+        "--older-than",
+        "30d",
+        "--to",
+        dir.path().join("second.ndjson").to_str().unwrap(),
+        "--delete",
+        "--yes",
+    ]);
+    second.fails(1, "holds the lock");
+    let out = first.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(count(&db).await, 0);
+    let lines = std::fs::read_to_string(&first_file)
+        .unwrap()
+        .lines()
+        .count();
+    assert_eq!(lines, 100_002);
+    assert!(!dir.path().join("second.ndjson").exists());
+    db.drop().await;
+}
