@@ -2,6 +2,13 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // Even a bug must not print a credential: panic messages are scrubbed like any diagnostic.
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!(
+            "dlq: internal error (please report): {}",
+            dlq::redact::scrub(&info.to_string())
+        );
+    }));
     let cli = dlq::cli::Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

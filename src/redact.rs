@@ -27,7 +27,9 @@ pub fn register_url(url: &str) {
     }
     let mut all = secrets().write().unwrap_or_else(|e| e.into_inner());
     for s in found {
-        if s.is_empty() {
+        // Masking 1-3 character secrets everywhere would garble every message (a password
+        // "p" would eat every p); URLs are still shown with their password masked.
+        if s.chars().count() < 4 {
             continue;
         }
         let decoded = percent_decode(&s);

@@ -1,7 +1,9 @@
 //! Integration tests: the real binary against real PostgreSQL, MariaDB, SQLite and RabbitMQ.
+mod bad_input;
 mod celery_worker;
 mod common;
 mod generated;
+mod secrets;
 mod table_archive;
 mod table_errors;
 mod table_faults;
