@@ -136,3 +136,31 @@ pub fn hostname() -> String {
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "localhost".into())
 }
+
+/// Ctrl-C or SIGTERM asks a bulk run to stop after the items in flight (their outcome is
+/// still recorded); a second signal exits at once, which is safe too: whatever was not
+/// confirmed was not marked or acked.
+pub fn stop_on_signal(
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    use std::sync::atomic::Ordering;
+    tokio::spawn(async move {
+        let Ok(mut term) =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        else {
+            return;
+        };
+        for round in 0..2 {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+            if round == 0 {
+                eprintln!("stopping after the items in flight (signal again to exit at once)");
+                stop.store(true, Ordering::SeqCst);
+            } else {
+                std::process::exit(130);
+            }
+        }
+    })
+}

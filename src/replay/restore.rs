@@ -188,8 +188,14 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
     let (exchange, routing_key) = target.route();
     let bar = printer.progress(Some(planned), "replaying");
     let mut journal = journal;
-    // Records are read lazily and published with up to `window` confirms outstanding.
-    let outcomes = futures_util::stream::iter(selected(opts.file, &opts.selection, &done)?)
+    // Records are read lazily and published with up to `window` confirms outstanding; a
+    // signal stops reading new ones.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let signals = super::stop_on_signal(stop.clone());
+    let stop_reading = stop.clone();
+    let source = selected(opts.file, &opts.selection, &done)?
+        .take_while(move |_| !stop_reading.load(std::sync::atomic::Ordering::SeqCst));
+    let outcomes = futures_util::stream::iter(source)
         .filter_map(|r| {
             let rid = replay_id.clone();
             async move {
@@ -219,6 +225,10 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
     let mut outcomes = std::pin::pin!(outcomes);
     while let Some(item) = outcomes.next().await {
         bar.inc(1);
+        if stop.load(std::sync::atomic::Ordering::SeqCst) && report.stopped.is_none() {
+            // Outcomes already in flight are still recorded; no new publish starts.
+            report.stopped = Some("interrupted".into());
+        }
         let (n, id, outcome) = match item {
             Ok(x) => x,
             Err(e) => {
@@ -243,6 +253,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
             }
         }
     }
+    signals.abort();
     journal.sync()?;
     bar.finish_and_clear();
     print_report(printer, &report, "replayed");

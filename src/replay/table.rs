@@ -192,16 +192,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     drop(publisher);
 
     let bar = printer.progress(Some(ids.len() as u64), "replaying");
-    let interrupted = {
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                stop.store(true, Ordering::SeqCst);
-                return true;
-            }
-            false
-        })
-    };
+    let interrupted = super::stop_on_signal(stop.clone());
     while let Some((id, ev)) = rx.recv().await {
         bar.inc(1);
         match ev {
