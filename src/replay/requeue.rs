@@ -1,0 +1,311 @@
+//! What a dead-lettered message looks like when it is sent back: pure, unit-tested.
+//!
+//! Kept exactly: body bytes, content type/encoding, delivery mode, priority, message id,
+//! correlation id, reply-to, timestamp, type, app id, cluster id and every application header.
+//!
+//! Changed, on purpose:
+//! - `x-death`, `x-first-death-*`, `x-last-death-*` are removed and the old history is kept in
+//!   `dlq-x-death` (same AMQP types). A broker silently DROPS a message that re-enters a queue
+//!   already in its `x-death` without a rejection in the cycle (e.g. expired again), and 4.x
+//!   brokers ignore a client-set `x-death` anyway; a fresh history is built if it dies again.
+//! - `expiration` is not restored (dead lettering removed it; restoring it could expire the
+//!   message again at once); the original value stays readable in the saved history.
+//! - `user_id` is dropped when it names another user (the broker refuses such a publish) and
+//!   kept in `dlq-original-user-id`.
+//! - Added: `dlq-replay-count` (loop guard), `dlq-replay-id` (this run), `dlq-replayed-at`,
+//!   `dlq-replayed-from` (the DLQ), and `dlq-publish-id` (correlates broker returns).
+
+use crate::amqp_codec::DeathInfo;
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable, LongString};
+
+pub const REPLAY_COUNT: &str = "dlq-replay-count";
+pub const REPLAY_ID: &str = "dlq-replay-id";
+pub const REPLAYED_AT: &str = "dlq-replayed-at";
+pub const REPLAYED_FROM: &str = "dlq-replayed-from";
+pub const SAVED_DEATHS: &str = "dlq-x-death";
+pub const ORIGINAL_USER: &str = "dlq-original-user-id";
+
+/// Headers the broker owns; removed on replay (their content is saved in `dlq-x-death`).
+const BROKER_DEATH_HEADERS: [&str; 7] = [
+    "x-death",
+    "x-first-death-queue",
+    "x-first-death-reason",
+    "x-first-death-exchange",
+    "x-last-death-queue",
+    "x-last-death-reason",
+    "x-last-death-exchange",
+];
+
+/// Facts about this replay run, stamped on every message.
+#[derive(Debug, Clone)]
+pub struct Stamp {
+    pub replay_id: String,
+    pub at: chrono::DateTime<chrono::Utc>,
+    /// The DLQ the message is taken from.
+    pub from_queue: String,
+    /// The user dlq connects as (a message's `user_id` must equal it to be accepted).
+    pub user: String,
+    pub max_replays: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error(
+        "already replayed {count} time(s) (--max-replays {max}): it keeps failing; fix the cause or raise --max-replays"
+    )]
+    LoopGuard { count: i64, max: u32 },
+    #[error(
+        "no destination: the message has no x-death history naming the queue it died in (use --to-queue)"
+    )]
+    NoOrigin,
+}
+
+/// How many times dlq replayed this message already.
+pub fn replay_count(headers: Option<&FieldTable>) -> i64 {
+    let Some(v) = headers.and_then(|h| h.inner().get(REPLAY_COUNT)) else {
+        return 0;
+    };
+    match v {
+        AMQPValue::ShortShortInt(n) => i64::from(*n),
+        AMQPValue::ShortShortUInt(n) => i64::from(*n),
+        AMQPValue::ShortInt(n) => i64::from(*n),
+        AMQPValue::ShortUInt(n) => i64::from(*n),
+        AMQPValue::LongInt(n) => i64::from(*n),
+        AMQPValue::LongUInt(n) => i64::from(*n),
+        AMQPValue::LongLongInt(n) => *n,
+        AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes())
+            .trim()
+            .parse()
+            .unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Where a message goes by default: the queue it first died in, through the default exchange.
+pub fn origin(deaths: &DeathInfo) -> Result<String, Refusal> {
+    deaths
+        .origin_queue()
+        .map(str::to_string)
+        .filter(|q| !q.is_empty())
+        .ok_or(Refusal::NoOrigin)
+}
+
+fn long(s: impl Into<String>) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(s.into().into_bytes()))
+}
+
+/// The properties to publish, or why this message must stay in the DLQ.
+pub fn prepare(
+    props: &BasicProperties,
+    stamp: &Stamp,
+    publish_id: &str,
+) -> Result<BasicProperties, Refusal> {
+    let headers = props.headers().clone().unwrap_or_default();
+    let count = replay_count(Some(&headers));
+    if count >= i64::from(stamp.max_replays) {
+        return Err(Refusal::LoopGuard {
+            count,
+            max: stamp.max_replays,
+        });
+    }
+    let mut map = headers.inner().clone();
+    let mut saved = FieldTable::default();
+    for key in BROKER_DEATH_HEADERS {
+        if let Some(v) = map.remove(key) {
+            saved.insert(key.into(), v);
+        }
+    }
+    if !saved.inner().is_empty() {
+        map.insert(SAVED_DEATHS.into(), AMQPValue::FieldTable(saved));
+    }
+    map.insert(REPLAY_COUNT.into(), AMQPValue::LongLongInt(count + 1));
+    map.insert(REPLAY_ID.into(), long(stamp.replay_id.clone()));
+    map.insert(REPLAYED_AT.into(), long(crate::model::rfc3339(&stamp.at)));
+    map.insert(REPLAYED_FROM.into(), long(stamp.from_queue.clone()));
+    map.insert(
+        crate::broker::PUBLISH_ID_HEADER.into(),
+        long(publish_id.to_string()),
+    );
+
+    let mut out = BasicProperties::default();
+    macro_rules! keep {
+        ($get:ident, $with:ident) => {
+            if let Some(v) = props.$get().clone() {
+                out = out.$with(v);
+            }
+        };
+    }
+    keep!(content_type, with_content_type);
+    keep!(content_encoding, with_content_encoding);
+    keep!(delivery_mode, with_delivery_mode);
+    keep!(priority, with_priority);
+    keep!(correlation_id, with_correlation_id);
+    keep!(reply_to, with_reply_to);
+    keep!(message_id, with_message_id);
+    keep!(timestamp, with_timestamp);
+    keep!(kind, with_type);
+    keep!(app_id, with_app_id);
+    keep!(cluster_id, with_cluster_id);
+    if let Some(user) = props.user_id().clone() {
+        if user.as_str() == stamp.user {
+            out = out.with_user_id(user);
+        } else {
+            map.insert(ORIGINAL_USER.into(), long(user.as_str().to_string()));
+        }
+    }
+    let mut table = FieldTable::default();
+    for (k, v) in map {
+        table.insert(k, v);
+    }
+    Ok(out.with_headers(table))
+}
+
+/// The user name in an AMQP URL (RabbitMQ's default is guest).
+pub fn url_user(amqp_url: &str) -> String {
+    url::Url::parse(amqp_url)
+        .ok()
+        .map(|u| u.username().to_string())
+        .filter(|u| !u.is_empty())
+        .map(|u| {
+            url::form_urlencoded::parse(format!("u={u}").as_bytes())
+                .next()
+                .map(|(_, v)| v.into_owned())
+                .unwrap_or(u)
+        })
+        .unwrap_or_else(|| "guest".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::amqp_codec::parse_deaths;
+
+    fn stamp(max: u32) -> Stamp {
+        Stamp {
+            replay_id: "run-1".into(),
+            at: "2026-11-30T12:00:00Z".parse().unwrap(),
+            from_queue: "matriculas.dlq".into(),
+            user: "guest".into(),
+            max_replays: max,
+        }
+    }
+
+    fn dead_letter_headers() -> FieldTable {
+        let mut death = FieldTable::default();
+        death.insert("queue".into(), long("matriculas.processar"));
+        death.insert("reason".into(), long("rejected"));
+        death.insert("count".into(), AMQPValue::LongLongInt(1));
+        let mut h = FieldTable::default();
+        h.insert(
+            "x-death".into(),
+            AMQPValue::FieldArray(vec![AMQPValue::FieldTable(death)].into()),
+        );
+        h.insert("x-first-death-queue".into(), long("matriculas.processar"));
+        h.insert("x-first-death-reason".into(), long("rejected"));
+        h.insert("x-first-death-exchange".into(), long(""));
+        h.insert("app".into(), long("matriculas"));
+        h.insert("x-exception-message".into(), long("KeyError: 'usuario_id'"));
+        h
+    }
+
+    fn props() -> BasicProperties {
+        BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_content_encoding("utf-8".into())
+            .with_delivery_mode(2)
+            .with_priority(5)
+            .with_message_id("m-1".into())
+            .with_correlation_id("c-1".into())
+            .with_timestamp(1_700_000_000)
+            .with_type("matricula.confirmada".into())
+            .with_app_id("svc".into())
+            .with_expiration("60000".into())
+            .with_user_id("someone-else".into())
+            .with_headers(dead_letter_headers())
+    }
+
+    #[test]
+    fn origin_is_the_first_death_queue() {
+        let h = dead_letter_headers();
+        assert_eq!(
+            origin(&parse_deaths(Some(&h))).unwrap(),
+            "matriculas.processar"
+        );
+        assert_eq!(origin(&parse_deaths(None)), Err(Refusal::NoOrigin));
+    }
+
+    #[test]
+    fn properties_are_kept_and_history_moved() {
+        let out = prepare(&props(), &stamp(3), "p-1").unwrap();
+        let p = props();
+        assert_eq!(out.content_type(), p.content_type());
+        assert_eq!(out.content_encoding(), p.content_encoding());
+        assert_eq!(out.delivery_mode(), p.delivery_mode());
+        assert_eq!(out.priority(), p.priority());
+        assert_eq!(out.message_id(), p.message_id());
+        assert_eq!(out.correlation_id(), p.correlation_id());
+        assert_eq!(out.timestamp(), p.timestamp());
+        assert_eq!(out.kind(), p.kind());
+        assert_eq!(out.app_id(), p.app_id());
+        assert_eq!(out.expiration(), &None, "expiration is not restored");
+        assert_eq!(
+            out.user_id(),
+            &None,
+            "another user's id would be refused by the broker"
+        );
+        let h = out.headers().clone().unwrap();
+        let h = h.inner();
+        for k in BROKER_DEATH_HEADERS {
+            assert!(!h.contains_key(k), "{k} removed");
+        }
+        assert_eq!(h.get("app"), Some(&long("matriculas")));
+        assert_eq!(
+            h.get("x-exception-message"),
+            Some(&long("KeyError: 'usuario_id'"))
+        );
+        let AMQPValue::FieldTable(saved) = h.get(SAVED_DEATHS).unwrap() else {
+            panic!("saved history")
+        };
+        assert_eq!(
+            saved.inner().get("x-first-death-queue"),
+            Some(&long("matriculas.processar"))
+        );
+        assert!(saved.inner().contains_key("x-death"));
+        assert_eq!(h.get(REPLAY_COUNT), Some(&AMQPValue::LongLongInt(1)));
+        assert_eq!(h.get(REPLAY_ID), Some(&long("run-1")));
+        assert_eq!(h.get(REPLAYED_FROM), Some(&long("matriculas.dlq")));
+        assert_eq!(h.get(ORIGINAL_USER), Some(&long("someone-else")));
+        assert_eq!(crate::broker::correlation_key(&out).as_deref(), Some("p-1"));
+    }
+
+    #[test]
+    fn own_user_id_is_kept() {
+        let p = BasicProperties::default().with_user_id("guest".into());
+        let out = prepare(&p, &stamp(3), "p").unwrap();
+        assert_eq!(out.user_id().as_ref().map(|u| u.as_str()), Some("guest"));
+    }
+
+    #[test]
+    fn loop_guard_counts_replays() {
+        let mut p = BasicProperties::default();
+        for n in 1..=3 {
+            p = prepare(&p, &stamp(3), "p").unwrap();
+            assert_eq!(replay_count(p.headers().as_ref()), n);
+        }
+        assert_eq!(
+            prepare(&p, &stamp(3), "p"),
+            Err(Refusal::LoopGuard { count: 3, max: 3 })
+        );
+        assert!(prepare(&p, &stamp(4), "p").is_ok());
+        let mut h = FieldTable::default();
+        h.insert(REPLAY_COUNT.into(), long("7"));
+        assert_eq!(replay_count(Some(&h)), 7);
+    }
+
+    #[test]
+    fn url_users() {
+        assert_eq!(url_user("amqp://app%40x:pw@h/%2f"), "app@x");
+        assert_eq!(url_user("amqp://h/%2f"), "guest");
+    }
+}
