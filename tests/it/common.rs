@@ -33,6 +33,8 @@ pub struct TestDb {
     pub url: String,
     pub table: String,
     pub pool: dlq::source::sql::Pool,
+    /// An empty RabbitMQ virtual host: `list` here shows the table and no queue.
+    pub amqp_url: String,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -56,6 +58,7 @@ impl TestDb {
             url,
             table: unique(prefix),
             pool,
+            amqp_url: crate::broker::empty_vhost_url().await,
             _dir: dir,
         }
     }
@@ -134,6 +137,7 @@ impl TestDb {
         Dlq::new()
             .env("DLQ_DATABASE_URL", &self.url)
             .env("DLQ_TABLE", &self.table)
+            .env("DLQ_AMQP_URL", &self.amqp_url)
             .args(args)
             .run()
     }

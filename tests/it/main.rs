@@ -1,6 +1,8 @@
 //! Integration tests: the real binary against real PostgreSQL, MariaDB, SQLite and RabbitMQ.
+mod broker;
 mod common;
 mod generated;
+mod queue_read;
 mod table_errors;
 mod table_read;
 
