@@ -685,7 +685,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__list)
-            opts="-Q -o -q -v -h -V --queue --top --config --profile --database-url --table --amqp-url --management-url --vhost --output --quiet --verbose --color --no-progress --help --version"
+            opts="-Q -o -q -v -h -V --queue --top --sample --motivo-header --config --profile --database-url --table --amqp-url --management-url --vhost --output --quiet --verbose --color --no-progress --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -700,6 +700,14 @@ _dlq() {
                     return 0
                     ;;
                 --top)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --sample)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --motivo-header)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

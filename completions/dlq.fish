@@ -53,6 +53,8 @@ complete -c dlq -n "__fish_dlq_needs_command" -f -a "completions" -d 'Print a sh
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c dlq -n "__fish_dlq_using_subcommand list" -s Q -l queue -d 'Also list this queue (repeatable; works without the management API)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l top -d 'How many top reasons to show per source' -r
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l sample -d 'Messages read (and given back) at the head of each DLQ for its oldest message and top reasons; 0 reads none [default: 100, fewer with many DLQs: about 4000 in all, at least 20 each]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l motivo-header -d 'Extra message header holding the error text, used for reasons (repeatable)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l profile -d 'Named profile from the config file [env: DLQ_PROFILE]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l database-url -d 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]' -r
@@ -97,7 +99,7 @@ csv\t''"
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
 always\t''
 never\t''"
-complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit'
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit (also needed when the queue type cannot be checked: management API unavailable)'
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -s i -l ignore-case -d 'Make --motivo case-insensitive'
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l include-replayed -d 'Also select rows already marked reprocessada'
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l only-replayed -d 'Select only rows already marked reprocessada'
@@ -135,7 +137,7 @@ csv\t''"
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
 always\t''
 never\t''"
-complete -c dlq -n "__fish_dlq_using_subcommand filter" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit'
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit (also needed when the queue type cannot be checked: management API unavailable)'
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -s i -l ignore-case -d 'Make --motivo case-insensitive'
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l include-replayed -d 'Also select rows already marked reprocessada'
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l only-replayed -d 'Select only rows already marked reprocessada'
@@ -179,7 +181,7 @@ csv\t''"
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
 always\t''
 never\t''"
-complete -c dlq -n "__fish_dlq_using_subcommand replay" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit'
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit (also needed when the queue type cannot be checked: management API unavailable)'
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -s i -l ignore-case -d 'Make --motivo case-insensitive'
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l include-replayed -d 'Also select rows already marked reprocessada'
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l only-replayed -d 'Select only rows already marked reprocessada'
@@ -216,7 +218,7 @@ csv\t''"
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
 always\t''
 never\t''"
-complete -c dlq -n "__fish_dlq_using_subcommand archive" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit'
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit (also needed when the queue type cannot be checked: management API unavailable)'
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -s i -l ignore-case -d 'Make --motivo case-insensitive'
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l include-replayed -d 'Also select rows already marked reprocessada'
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l only-replayed -d 'Select only rows already marked reprocessada'

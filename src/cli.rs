@@ -116,6 +116,7 @@ pub struct SourceArgs {
     #[arg(long, value_name = "NAME")]
     pub motivo_header: Vec<String>,
     /// Read a quorum queue even where that could push messages over its delivery limit
+    /// (also needed when the queue type cannot be checked: management API unavailable)
     #[arg(long)]
     pub force: bool,
 }
@@ -180,6 +181,14 @@ pub struct ListArgs {
     /// How many top reasons to show per source
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub top: usize,
+    /// Messages read (and given back) at the head of each DLQ for its oldest message and
+    /// top reasons; 0 reads none [default: 100, fewer with many DLQs: about 4000 in all, at
+    /// least 20 each]
+    #[arg(long, value_name = "N")]
+    pub sample: Option<u64>,
+    /// Extra message header holding the error text, used for reasons (repeatable)
+    #[arg(long, value_name = "NAME")]
+    pub motivo_header: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -424,15 +424,25 @@ impl RecordWriter {
             key("motivo"),
             Cell::new(r.motivo.as_deref().unwrap_or("-")),
         ]);
-        t.add_row(vec![key("payload"), Cell::new(pretty(&r.payload))]);
-        for (name, v) in [
-            ("properties", &r.properties),
-            ("headers", &r.headers),
-            ("death", &r.death),
-        ] {
-            if let Some(v) = v {
-                t.add_row(vec![key(name), Cell::new(pretty(v))]);
-            }
+        t.add_row(vec![key("payload"), Cell::new(payload_text(&r.payload))]);
+        if let Some(p) = &r.properties {
+            t.add_row(vec![key("properties"), Cell::new(pretty(p))]);
+        }
+        if let Some(h) = &r.headers {
+            // The dead-letter headers are shown decoded under "death"; -o json has them all.
+            let shown = match (h, &r.death) {
+                (Value::Object(m), Some(_)) => Value::Object(
+                    m.iter()
+                        .filter(|(k, _)| !is_death_header(k))
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
+                ),
+                _ => h.clone(),
+            };
+            t.add_row(vec![key("headers"), Cell::new(pretty(&shown))]);
+        }
+        if let Some(d) = &r.death {
+            t.add_row(vec![key("death"), Cell::new(death_text(d))]);
         }
         writeln!(self.out, "{t}")
     }
@@ -449,6 +459,96 @@ impl RecordWriter {
         }
         self.out.flush()?;
         Ok(self.count)
+    }
+}
+
+fn is_death_header(k: &str) -> bool {
+    k == "x-death" || k.starts_with("x-first-death-") || k.starts_with("x-last-death-")
+}
+
+/// Bytes shown in a table cell at most; `-o json` always has all of them.
+const BINARY_PREVIEW: usize = 512;
+
+/// The payload for a person: JSON pretty-printed, text as text, other bytes escaped
+/// (`\xNN`) so that a terminal never receives raw control bytes.
+fn payload_text(payload: &Value) -> String {
+    use base64::Engine as _;
+    let b64 = match payload {
+        Value::Object(m) if m.len() == 1 => m.get("base64").and_then(Value::as_str),
+        _ => None,
+    };
+    let Some(bytes) = b64.and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+    else {
+        return pretty(payload);
+    };
+    match std::str::from_utf8(&bytes) {
+        Ok(text)
+            if !text
+                .chars()
+                .any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t')) =>
+        {
+            format!("(text, {} bytes)\n{text}", bytes.len())
+        }
+        _ => {
+            let mut out = format!("(binary, {} bytes; exact bytes: -o json)\n", bytes.len());
+            for &b in bytes.iter().take(BINARY_PREVIEW) {
+                match b {
+                    b' '..=b'~' if b != b'\\' => out.push(b as char),
+                    b'\n' => out.push_str("\\n"),
+                    _ => out.push_str(&format!("\\x{b:02x}")),
+                }
+            }
+            if bytes.len() > BINARY_PREVIEW {
+                out.push('…');
+            }
+            out
+        }
+    }
+}
+
+/// The decoded `x-death` history, one line per queue/reason, newest first.
+fn death_text(d: &Value) -> String {
+    let mut lines = Vec::new();
+    for e in d["deaths"].as_array().into_iter().flatten() {
+        let s = |k: &str| e[k].as_str().unwrap_or("?").to_string();
+        let keys: Vec<&str> = e["routing_keys"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        lines.push(format!(
+            "{} in {} ×{} since {} (exchange {:?}, routing keys [{}]{})",
+            s("reason"),
+            s("queue"),
+            e["count"]
+                .as_i64()
+                .map(|c| c.to_string())
+                .unwrap_or("?".into()),
+            s("time"),
+            e["exchange"].as_str().unwrap_or(""),
+            keys.join(", "),
+            e["original_expiration"]
+                .as_str()
+                .map(|x| format!(", original expiration {x} ms"))
+                .unwrap_or_default()
+        ));
+    }
+    let first = (
+        d["first_death_queue"].as_str(),
+        d["first_death_reason"].as_str(),
+    );
+    if let (Some(q), Some(r)) = first {
+        lines.push(format!(
+            "first death: {r} in {q} (exchange {:?})",
+            d["first_death_exchange"].as_str().unwrap_or("?")
+        ));
+    }
+    for w in d["warnings"].as_array().into_iter().flatten() {
+        lines.push(format!("odd header: {}", w.as_str().unwrap_or("")));
+    }
+    if lines.is_empty() {
+        "-".into()
+    } else {
+        lines.join("\n")
     }
 }
 

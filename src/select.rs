@@ -3,7 +3,7 @@
 //! always the final word, so a pushed-down predicate only has to be a superset.
 
 use crate::jq::JqFilter;
-use crate::model::{DeadLetter, RecordId};
+use crate::model::{DeadLetter, RecordId, SourceKind};
 use chrono::{DateTime, Utc};
 use regex::Regex;
 
@@ -35,6 +35,12 @@ pub struct Selection {
     pub ids: Vec<RecordId>,
     pub replayed: ReplayedFilter,
     pub limit: Option<u64>,
+}
+
+/// `--id 123` parses as an integer, while a queue message's id is text (a message_id may
+/// well be "123"): ids are the same when they are equal or read the same.
+fn same_id(wanted: &RecordId, id: &RecordId) -> bool {
+    wanted == id || wanted.to_string() == id.to_string()
 }
 
 /// A jq runtime error on one record: that record is not selected.
@@ -77,13 +83,19 @@ impl Selection {
             ReplayedFilter::Only if !r.replayed => return false,
             _ => {}
         }
-        if !self.ids.is_empty() && !self.ids.contains(&r.id) {
+        if !self.ids.is_empty() && !self.ids.iter().any(|i| same_id(i, &r.id)) {
             return false;
         }
         if !self.tasks.is_empty() {
-            match &r.task {
-                Some(t) if self.tasks.iter().any(|x| x == t) => {}
-                _ => return false,
+            // A queue message also answers to the queue it first died in.
+            let origin = match r.source {
+                SourceKind::Queue => r.death.as_ref().and_then(|d| d.get("origin_queue")),
+                SourceKind::Table => None,
+            }
+            .and_then(serde_json::Value::as_str);
+            let hit = |name: &String| r.task.as_ref() == Some(name) || origin == Some(name);
+            if !self.tasks.iter().any(hit) {
+                return false;
             }
         }
         if let Some(needle) = &self.motivo {
@@ -238,7 +250,6 @@ impl<'a> Selected<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::SourceKind;
     use serde_json::json;
 
     fn rec(
@@ -394,6 +405,61 @@ mod tests {
         let errs: Vec<_> = sample().iter().filter_map(|r| s.matches(r).err()).collect();
         assert_eq!(errs.len(), 1);
         assert_eq!(ids(&s), vec![2]);
+    }
+
+    fn queue_rec(id: &str, task: Option<&str>, origin: Option<&str>) -> DeadLetter {
+        DeadLetter {
+            source: SourceKind::Queue,
+            location: "x.dlq".into(),
+            id: RecordId::Text(id.into()),
+            task: task.map(Into::into),
+            motivo: Some("rejected".into()),
+            created_at: None,
+            replayed: false,
+            payload: json!({}),
+            headers: Some(json!({})),
+            death: Some(json!({"origin_queue": origin, "deaths": []})),
+            properties: Some(json!({})),
+            raw: None,
+            payload_text: None,
+        }
+    }
+
+    #[test]
+    fn queue_task_matches_celery_task_or_origin_queue() {
+        let celery = queue_rec("a", Some("app.tasks.enviar"), Some("celery"));
+        let plain = queue_rec(
+            "b",
+            Some("matriculas.processar"),
+            Some("matriculas.processar"),
+        );
+        let sel = |t: &str| Selection {
+            tasks: vec![t.into()],
+            ..Default::default()
+        };
+        assert!(sel("app.tasks.enviar").matches(&celery).unwrap());
+        assert!(sel("celery").matches(&celery).unwrap());
+        assert!(!sel("celery").matches(&plain).unwrap());
+        assert!(sel("matriculas.processar").matches(&plain).unwrap());
+        // A table row has no origin queue: only its task counts.
+        let mut row = rec(9, "t", "m", "2026-11-01T00:00:00Z", false, json!({}));
+        row.death = Some(json!({"origin_queue": "celery"}));
+        assert!(!sel("celery").matches(&row).unwrap());
+    }
+
+    #[test]
+    fn text_ids_match_ids_that_parse_as_numbers() {
+        let r = queue_rec("123", None, None);
+        let s = Selection {
+            ids: vec![RecordId::parse("123")],
+            ..Default::default()
+        };
+        assert!(s.matches(&r).unwrap());
+        let s = Selection {
+            ids: vec![RecordId::parse("h:0123abcd")],
+            ..Default::default()
+        };
+        assert!(!s.matches(&r).unwrap());
     }
 
     #[test]

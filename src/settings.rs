@@ -160,6 +160,8 @@ pub struct Settings {
     pub table: TableName,
     /// Secret: never print; use `redact::url`.
     pub amqp_url: String,
+    /// False when `amqp_url` is the built-in default (nobody asked for RabbitMQ).
+    pub amqp_url_explicit: bool,
     pub management_url: Option<String>,
     pub vhost: Option<String>,
     /// Queues named in the config file.
@@ -289,8 +291,9 @@ impl Settings {
             ["DLQ_DATABASE_URL", "DATABASE_URL"],
             database_url
         );
-        let amqp_url = pick!(g.amqp_url, ["DLQ_AMQP_URL", "AMQP_URL"], amqp_url)
-            .unwrap_or_else(|| DEFAULT_AMQP_URL.to_string());
+        let amqp_url_picked = pick!(g.amqp_url, ["DLQ_AMQP_URL", "AMQP_URL"], amqp_url);
+        let amqp_url_explicit = amqp_url_picked.is_some();
+        let amqp_url = amqp_url_picked.unwrap_or_else(|| DEFAULT_AMQP_URL.to_string());
         let management_url = pick!(g.management_url, ["DLQ_MANAGEMENT_URL"], management_url);
         for u in [
             database_raw.as_deref(),
@@ -341,6 +344,7 @@ impl Settings {
             database,
             table,
             amqp_url,
+            amqp_url_explicit,
             management_url,
             vhost,
             config_queues,

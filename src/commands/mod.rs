@@ -28,8 +28,15 @@ pub fn source_choice(args: &SourceArgs) -> SourceChoice {
     }
 }
 
-/// Builds settings once, then runs the command.
+/// Builds settings once, runs the command, then lets sources finish their background
+/// work (a queue reader giving messages back) before the process may exit.
 pub async fn dispatch(cli: Cli) -> Result<Exit> {
+    let result = run_command(cli).await;
+    crate::source::settle().await;
+    result
+}
+
+async fn run_command(cli: Cli) -> Result<Exit> {
     if let Command::Completions(a) = &cli.command {
         return completions::run(a.shell);
     }
@@ -41,6 +48,8 @@ pub async fn dispatch(cli: Cli) -> Result<Exit> {
             let opts = list::Options {
                 queues: a.queues,
                 top: a.top,
+                sample: a.sample,
+                motivo_headers: a.motivo_header,
             };
             list::run(&settings, &printer, opts).await
         }

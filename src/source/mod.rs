@@ -1,4 +1,5 @@
 //! Where dead letters live: the failed-task table and RabbitMQ queues.
+pub mod amqp;
 pub mod sql;
 
 use crate::model::DeadLetter;
@@ -39,8 +40,45 @@ pub async fn open_stream(
             let table = sql::FailedTable::open(db, &settings.table).await?;
             table.stream(sel)
         }
-        SourceChoice::Queues(_) => Err(crate::error::usage(
-            "reading RabbitMQ queues (-Q) is not available yet",
-        )),
+        SourceChoice::Queues(q) => {
+            let opts = amqp::StreamOptions {
+                names: q.names.clone(),
+                record: amqp::record::RecordOptions {
+                    motivo_headers: q.motivo_headers.clone(),
+                },
+                force: q.force,
+            };
+            amqp::open_stream(settings, &opts, sel).await
+        }
+    }
+}
+
+/// Background work a source must finish before the process exits: a queue reader gives
+/// its messages back after the command stopped reading.
+fn pending() -> &'static std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>> {
+    static P: std::sync::OnceLock<std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>>> =
+        std::sync::OnceLock::new();
+    P.get_or_init(Default::default)
+}
+
+/// Registers a task that `settle` waits for.
+pub fn track(handle: tokio::task::JoinHandle<()>) {
+    pending()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(handle);
+}
+
+/// Waits for every tracked task: called once the command is done with its records.
+pub async fn settle() {
+    loop {
+        let handles: Vec<_> =
+            std::mem::take(&mut *pending().lock().unwrap_or_else(|e| e.into_inner()));
+        if handles.is_empty() {
+            return;
+        }
+        for h in handles {
+            let _ = h.await;
+        }
     }
 }

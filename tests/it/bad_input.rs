@@ -37,7 +37,8 @@ async fn thirty_bad_inputs_change_nothing() {
     declare_queue(&queue).await;
     let dir = tempfile::tempdir().unwrap();
     let archive = dir.path().join("a.ndjson");
-    db.dlq(&["archive", "--to", archive.to_str().unwrap()]).ok();
+    db.dlq_root(&["archive", "--to", archive.to_str().unwrap()])
+        .ok();
     let text = std::fs::read_to_string(&archive).unwrap();
     let truncated = dir.path().join("truncated.ndjson");
     std::fs::write(
@@ -291,7 +292,7 @@ async fn thirty_bad_inputs_change_nothing() {
     let before = snapshot(&db, &queue).await;
     for c in &cases {
         let args: Vec<&str> = c.args.iter().map(String::as_str).collect();
-        let run = db.dlq(&args);
+        let run = db.dlq_root(&args);
         let err = run.fails(c.code, c.needle);
         assert!(!err.contains("Wr0ngPass"), "password leaked: {err}");
         assert_eq!(
@@ -311,7 +312,7 @@ async fn thirty_bad_inputs_change_nothing() {
         vec!["filter", "--count", "--task", "x' OR '1'='1"],
         vec!["filter", "--count", "--motivo", "%' OR 1=1 --", "-i"],
     ] {
-        assert_eq!(db.dlq(&args).ok().trim(), "0", "{args:?}");
+        assert_eq!(db.dlq_root(&args).ok().trim(), "0", "{args:?}");
     }
     assert_eq!(snapshot(&db, &queue).await, before);
     delete_queue(&queue).await;
@@ -357,7 +358,7 @@ async fn hostile_args_are_refused_per_row() {
     }
     let queue = unique("bad_args_q");
     declare_queue(&queue).await;
-    let run = db.dlq(&["replay", "--to-queue", &queue, "--yes", "-o", "json"]);
+    let run = db.dlq_root(&["replay", "--to-queue", &queue, "--yes", "-o", "json"]);
     assert_eq!(run.code(), 3, "{}", run.stderr());
     let report: serde_json::Value = serde_json::from_str(run.stdout().trim()).unwrap();
     assert_eq!(report["succeeded"], 1);
@@ -381,7 +382,7 @@ async fn hostile_args_are_refused_per_row() {
 async fn wrong_column_types_are_named() {
     let db = TestDb::new(Dialect::Postgres, "bad_types").await;
     db.exec("CREATE TABLE {t} (id BIGSERIAL PRIMARY KEY, task_original TEXT, args JSONB, motivo TEXT, criada_em TIMESTAMPTZ, reprocessada TEXT)").await;
-    db.dlq(&["list"])
+    db.dlq_root(&["list"])
         .fails(2, "column reprocessada has type text, expected boolean");
     db.drop().await;
 }

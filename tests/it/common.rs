@@ -33,6 +33,8 @@ pub struct TestDb {
     pub url: String,
     pub table: String,
     pub pool: dlq::source::sql::Pool,
+    /// An empty RabbitMQ virtual host: `list` here shows the table and no queue.
+    pub amqp_url: String,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -56,6 +58,7 @@ impl TestDb {
             url,
             table: unique(prefix),
             pool,
+            amqp_url: crate::broker::empty_vhost_url().await,
             _dir: dir,
         }
     }
@@ -131,6 +134,17 @@ impl TestDb {
     }
 
     pub fn dlq(&self, args: &[&str]) -> Run {
+        Dlq::new()
+            .env("DLQ_DATABASE_URL", &self.url)
+            .env("DLQ_TABLE", &self.table)
+            .env("DLQ_AMQP_URL", &self.amqp_url)
+            .args(args)
+            .run()
+    }
+
+    /// Like `dlq`, on RabbitMQ's default virtual host, where replay tests declare their queues
+    /// and their Celery workers consume.
+    pub fn dlq_root(&self, args: &[&str]) -> Run {
         Dlq::new()
             .env("DLQ_DATABASE_URL", &self.url)
             .env("DLQ_TABLE", &self.table)

@@ -1,8 +1,10 @@
 //! Integration tests: the real binary against real PostgreSQL, MariaDB, SQLite and RabbitMQ.
 mod bad_input;
+mod broker;
 mod celery_worker;
 mod common;
 mod generated;
+mod queue_read;
 mod secrets;
 mod table_archive;
 mod table_errors;

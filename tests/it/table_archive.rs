@@ -27,7 +27,7 @@ async fn archive_delete_restore_round_trip(dialect: Dialect) {
         .ndjson();
     assert_eq!(before.len(), 80);
 
-    db.dlq(&[
+    db.dlq_root(&[
         "archive",
         "--older-than",
         "2026-11-01",
@@ -39,7 +39,7 @@ async fn archive_delete_restore_round_trip(dialect: Dialect) {
     assert!(!file.exists());
     assert_eq!(count(&db).await, 587);
     // Without a terminal and without --yes, --delete is refused.
-    db.dlq(&[
+    db.dlq_root(&[
         "archive",
         "--older-than",
         "2026-11-01",
@@ -50,7 +50,7 @@ async fn archive_delete_restore_round_trip(dialect: Dialect) {
     .fails(2, "refusing");
     assert!(!file.exists());
 
-    let run = db.dlq(&[
+    let run = db.dlq_root(&[
         "archive",
         "--older-than",
         "2026-11-01",
@@ -99,7 +99,7 @@ async fn archive_delete_restore_round_trip(dialect: Dialect) {
     // Restore to a real worker; then again: nothing more runs.
     let queue = unique("celery_restore");
     let worker = CeleryWorker::start(&queue).await;
-    db.dlq(&["replay", "--from-file", f, "--to-queue", &queue, "--yes"])
+    db.dlq_root(&["replay", "--from-file", f, "--to-queue", &queue, "--yes"])
         .ok();
     let runs = worker.wait_runs(80).await;
     assert_eq!(runs.len(), 80);
@@ -113,7 +113,7 @@ async fn archive_delete_restore_round_trip(dialect: Dialect) {
     }
     assert_eq!(by_id.len(), 80);
     assert_eq!(by_id[&7]["evento_id"], "ev-7");
-    let again = db.dlq(&["replay", "--from-file", f, "--to-queue", &queue, "--yes"]);
+    let again = db.dlq_root(&["replay", "--from-file", f, "--to-queue", &queue, "--yes"]);
     again.ok();
     assert!(
         again.stderr().contains("already restored"),
@@ -132,11 +132,11 @@ async fn archive_without_delete_and_to_stdout(dialect: Dialect) {
     let db = TestDb::new(dialect, "arch_keep").await;
     db.init();
     db.insert(&scenario2()[..50]).await;
-    let out = db.dlq(&["archive", "--to", "-"]).ok();
+    let out = db.dlq_root(&["archive", "--to", "-"]).ok();
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 52);
     assert_eq!(count(&db).await, 50);
-    db.dlq(&["archive", "--to", "-", "--delete", "--yes"])
+    db.dlq_root(&["archive", "--to", "-", "--delete", "--yes"])
         .fails(2, "stdout cannot be fsynced");
     assert_eq!(count(&db).await, 50);
     db.drop().await;
@@ -150,7 +150,8 @@ async fn corrupted_or_truncated_archives_are_refused() {
     db.insert(&scenario2()[..20]).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("a.ndjson");
-    db.dlq(&["archive", "--to", file.to_str().unwrap()]).ok();
+    db.dlq_root(&["archive", "--to", file.to_str().unwrap()])
+        .ok();
     let text = std::fs::read_to_string(&file).unwrap();
     let queue = unique("restore_bad");
     declare_queue(&queue).await;
@@ -179,7 +180,7 @@ async fn corrupted_or_truncated_archives_are_refused() {
     for (name, content, needle) in cases {
         let p = dir.path().join(name);
         std::fs::write(&p, content).unwrap();
-        db.dlq(&[
+        db.dlq_root(&[
             "replay",
             "--from-file",
             p.to_str().unwrap(),
@@ -271,7 +272,7 @@ async fn overlapping_archive_runs_are_locked_out() {
     let first_file = dir.path().join("first.ndjson");
     let first = spawn_archive(&db, &first_file);
     wait_for_file(&dir.path().join("first.ndjson.partial"));
-    let second = db.dlq(&[
+    let second = db.dlq_root(&[
         "archive",
         "--older-than",
         "30d",

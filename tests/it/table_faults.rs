@@ -102,7 +102,7 @@ async fn database_connection_killed_mid_replay() {
     );
 
     // A re-run finishes the job.
-    db.dlq(&[
+    db.dlq_root(&[
         "replay",
         "--motivo",
         "IntegrityError",
@@ -197,7 +197,7 @@ async fn broker_connection_closed_mid_replay() {
         published >= after_fault && published <= after_fault + WINDOW as i64,
         "{published} vs {after_fault}"
     );
-    db.dlq(&[
+    db.dlq_root(&[
         "replay",
         "--motivo",
         "IntegrityError",

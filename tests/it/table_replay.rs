@@ -29,7 +29,7 @@ async fn scenario2_end_to_end(dialect: Dialect) {
     let worker = CeleryWorker::start(&queue).await;
     assert_eq!(marked(&db).await, 40);
 
-    let run = db.dlq(&[
+    let run = db.dlq_root(&[
         "replay",
         "--motivo",
         "IntegrityError",
@@ -73,11 +73,11 @@ async fn scenario2_end_to_end(dialect: Dialect) {
     // The 340 rows are marked (with reprocessada_em), the other rows untouched.
     assert_eq!(marked(&db).await, 40 + 340);
     assert_eq!(marked_at(&db).await, 340);
-    let still = db.dlq(&["filter", "--count"]).ok();
+    let still = db.dlq_root(&["filter", "--count"]).ok();
     assert_eq!(still.trim(), (120 + 80 + 7).to_string());
 
     // A second run finds nothing to do.
-    let again = db.dlq(&[
+    let again = db.dlq_root(&[
         "replay",
         "--motivo",
         "IntegrityError",
@@ -120,7 +120,7 @@ async fn argument_shapes(dialect: Dialect) {
     .await;
     let queue = unique("celery_shapes");
     let worker = CeleryWorker::start(&queue).await;
-    let run = db.dlq(&[
+    let run = db.dlq_root(&[
         "replay",
         "--task",
         "agendar_aula",
@@ -172,7 +172,7 @@ async fn argument_shapes(dialect: Dialect) {
     );
     // The refused rows are still pending; the others are marked.
     assert_eq!(marked(&db).await, 3);
-    assert_eq!(db.dlq(&["filter", "--count"]).ok().trim(), "2");
+    assert_eq!(db.dlq_root(&["filter", "--count"]).ok().trim(), "2");
     drop(worker);
     db.drop().await;
 }
@@ -184,16 +184,16 @@ async fn refusals_and_dry_run(dialect: Dialect) {
     db.init();
     db.insert(&scenario2()[..30]).await;
     let missing = unique("no_such_queue");
-    db.dlq(&["replay", "--to-queue", &missing, "--yes"])
+    db.dlq_root(&["replay", "--to-queue", &missing, "--yes"])
         .fails(2, "does not exist");
     assert!(queue_state(&missing).await.is_none(), "nothing was created");
 
     let queue = unique("celery_dry");
     declare_queue(&queue).await;
-    db.dlq(&["replay", "--to-queue", &queue])
+    db.dlq_root(&["replay", "--to-queue", &queue])
         .fails(2, "refusing to act without confirmation");
 
-    let run = db.dlq(&["replay", "--to-queue", &queue, "--dry-run", "-o", "ndjson"]);
+    let run = db.dlq_root(&["replay", "--to-queue", &queue, "--dry-run", "-o", "ndjson"]);
     let msgs = run.ndjson();
     assert_eq!(msgs.len(), 30);
     assert_eq!(msgs[0]["task"], "processar_pagamento");

@@ -1,0 +1,283 @@
+//! The RabbitMQ management HTTP API: queue types, policies and bindings, which AMQP 0-9-1
+//! cannot tell. Read-only: only GET requests.
+
+use super::topology::{ApiBinding, ApiExchange, ApiPolicy, ApiQueue, Version};
+use crate::redact;
+use serde::de::DeserializeOwned;
+use std::time::Duration;
+
+/// A slow API must not hold up an incident: `list` still has AMQP.
+const TIMEOUT: Duration = Duration::from_secs(5);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The columns `list` needs from `/api/queues`: less JSON with thousands of queues.
+const QUEUE_COLUMNS: &str =
+    "name,type,arguments,effective_policy_definition,messages,messages_unacknowledged,consumers";
+
+#[derive(Debug, Clone)]
+pub struct Management {
+    client: reqwest::Client,
+    /// Base URL without credentials, ending before `api/`.
+    base: url::Url,
+    user: String,
+    password: String,
+    /// For messages: the URL with the password masked.
+    pub shown: String,
+}
+
+/// Why the API could not answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ApiError {
+    #[error("management API at {url} is not reachable: {reason}")]
+    Unreachable { url: String, reason: String },
+    #[error(
+        "management API at {url} refused user {user:?} (HTTP {status}): wrong password, or the user lacks the monitoring/management tag"
+    )]
+    Refused {
+        url: String,
+        user: String,
+        status: u16,
+    },
+    #[error("management API at {url}: {path} not found (HTTP 404)")]
+    NotFound { url: String, path: String },
+    #[error("management API at {url} answered HTTP {status} for {path}")]
+    Status {
+        url: String,
+        path: String,
+        status: u16,
+    },
+    #[error("management API at {url} sent an unexpected answer for {path}: {reason}")]
+    Invalid {
+        url: String,
+        path: String,
+        reason: String,
+    },
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Overview {
+    rabbitmq_version: Option<String>,
+}
+
+impl Management {
+    /// `explicit` is `--management-url`; without it, the AMQP host on port 15672 (15671 and
+    /// https for amqps://) with the AMQP credentials.
+    pub fn new(
+        explicit: Option<&str>,
+        amqp_host: &str,
+        tls: bool,
+        amqp_user: &str,
+        amqp_password: &str,
+    ) -> Result<Management, String> {
+        let mut base = match explicit {
+            Some(u) => url::Url::parse(u)
+                .map_err(|e| format!("invalid management URL {}: {e}", redact::url(u)))?,
+            None => {
+                let (scheme, port) = if tls {
+                    ("https", 15671)
+                } else {
+                    ("http", 15672)
+                };
+                let host = if amqp_host.contains(':') && !amqp_host.starts_with('[') {
+                    format!("[{amqp_host}]")
+                } else {
+                    amqp_host.to_owned()
+                };
+                url::Url::parse(&format!("{scheme}://{host}:{port}/"))
+                    .map_err(|e| format!("cannot build a management URL for host {host}: {e}"))?
+            }
+        };
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned()
+        };
+        let (user, password) = if base.username().is_empty() {
+            (amqp_user.to_owned(), amqp_password.to_owned())
+        } else {
+            (
+                decode(base.username()),
+                base.password().map(decode).unwrap_or_default(),
+            )
+        };
+        let _ = base.set_username("");
+        let _ = base.set_password(None);
+        if !base.path().ends_with('/') {
+            let p = format!("{}/", base.path());
+            base.set_path(&p);
+        }
+        let client = reqwest::Client::builder()
+            .timeout(TIMEOUT)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .user_agent(concat!("dlq/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| format!("cannot set up an HTTP client: {e}"))?;
+        let shown = base.to_string();
+        Ok(Management {
+            client,
+            base,
+            user,
+            password,
+            shown,
+        })
+    }
+
+    async fn get<T: DeserializeOwned>(
+        &self,
+        segments: &[&str],
+        query: &[(&str, &str)],
+    ) -> Result<T, ApiError> {
+        let mut url = self.base.clone();
+        {
+            let mut s = url.path_segments_mut().expect("http URLs have paths");
+            s.pop_if_empty();
+            s.push("api");
+            for seg in segments {
+                // `push` percent-encodes, so the default vhost "/" becomes %2F.
+                s.push(seg);
+            }
+        }
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        let path = format!("/api/{}", segments.join("/"));
+        let shown = self.shown.clone();
+        let resp = self
+            .client
+            .get(url)
+            .basic_auth(&self.user, Some(&self.password))
+            .send()
+            .await
+            .map_err(|e| ApiError::Unreachable {
+                url: shown.clone(),
+                reason: redact::scrub(&error_chain(&e)),
+            })?;
+        let status = resp.status().as_u16();
+        match status {
+            200..=299 => {}
+            401 | 403 => {
+                return Err(ApiError::Refused {
+                    url: shown,
+                    user: self.user.clone(),
+                    status,
+                });
+            }
+            404 => return Err(ApiError::NotFound { url: shown, path }),
+            _ => {
+                return Err(ApiError::Status {
+                    url: shown,
+                    path,
+                    status,
+                });
+            }
+        }
+        resp.json::<T>().await.map_err(|e| ApiError::Invalid {
+            url: shown,
+            path,
+            reason: redact::scrub(&error_chain(&e)),
+        })
+    }
+
+    /// The broker version (`/api/overview`).
+    pub async fn version(&self) -> Result<Option<Version>, ApiError> {
+        let o: Overview = self.get(&["overview"], &[]).await?;
+        Ok(o.rabbitmq_version.as_deref().and_then(Version::parse))
+    }
+
+    /// Every queue of the vhost. Without per-queue statistics (`disable_stats`), which cost
+    /// the broker most of the time of this call (100 ms instead of 17 ms for 400 queues);
+    /// `enable_queue_totals` keeps the message counts. The effective policy then comes from
+    /// the policy lists (`topology::effective_policy`).
+    pub async fn queues(&self, vhost: &str) -> Result<Vec<ApiQueue>, ApiError> {
+        self.get(
+            &["queues", vhost],
+            &[
+                ("disable_stats", "true"),
+                ("enable_queue_totals", "true"),
+                ("columns", QUEUE_COLUMNS),
+            ],
+        )
+        .await
+    }
+
+    /// One queue; `None` when it does not exist.
+    pub async fn queue(&self, vhost: &str, name: &str) -> Result<Option<ApiQueue>, ApiError> {
+        match self.get(&["queues", vhost, name], &[]).await {
+            Ok(q) => Ok(Some(q)),
+            Err(ApiError::NotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn bindings(&self, vhost: &str) -> Result<Vec<ApiBinding>, ApiError> {
+        self.get(&["bindings", vhost], &[]).await
+    }
+
+    pub async fn exchanges(&self, vhost: &str) -> Result<Vec<ApiExchange>, ApiError> {
+        self.get(&["exchanges", vhost], &[("columns", "name,type")])
+            .await
+    }
+
+    pub async fn policies(&self, vhost: &str) -> Result<Vec<ApiPolicy>, ApiError> {
+        self.get(&["policies", vhost], &[]).await
+    }
+
+    /// Operator policies; users without the policymaker/administrator tag get a 401 here,
+    /// which only means there is nothing they may see.
+    pub async fn operator_policies(&self, vhost: &str) -> Result<Vec<ApiPolicy>, ApiError> {
+        match self.get(&["operator-policies", vhost], &[]).await {
+            Err(ApiError::Refused { .. }) | Err(ApiError::NotFound { .. }) => Ok(Vec::new()),
+            other => other,
+        }
+    }
+}
+
+/// reqwest's Display hides the cause ("error sending request"); the chain says why.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_url_and_credentials() {
+        let m = Management::new(None, "mq.internal", false, "app", "s3cret").unwrap();
+        assert_eq!(m.shown, "http://mq.internal:15672/");
+        assert_eq!(m.user, "app");
+        assert_eq!(m.password, "s3cret");
+        let m = Management::new(None, "mq.internal", true, "app", "pw").unwrap();
+        assert_eq!(m.shown, "https://mq.internal:15671/");
+        let m = Management::new(None, "::1", false, "a", "b").unwrap();
+        assert_eq!(m.shown, "http://[::1]:15672/");
+    }
+
+    #[test]
+    fn explicit_url_credentials_win_and_are_not_shown() {
+        let m = Management::new(
+            Some("https://ops:p%40ss@mgmt.example/rabbit"),
+            "mq",
+            false,
+            "app",
+            "s3cret",
+        )
+        .unwrap();
+        assert_eq!(m.user, "ops");
+        assert_eq!(m.password, "p@ss");
+        assert_eq!(m.shown, "https://mgmt.example/rabbit/");
+        let m = Management::new(Some("http://mgmt:15672"), "mq", false, "app", "pw").unwrap();
+        assert_eq!(m.user, "app");
+        assert_eq!(m.shown, "http://mgmt:15672/");
+    }
+}

@@ -1,0 +1,448 @@
+//! RabbitMQ dead-letter queues: connecting, checking a queue before reading it, and
+//! streaming its messages as records without changing the queue.
+//!
+//! Reading never changes a queue: messages are consumed with manual acknowledgement, held
+//! unacknowledged, and given back with `basic.nack(multiple, requeue)` followed by closing
+//! the channel, which puts them back in their original positions. Streams are read by
+//! offset and never change. See `reader` for the details and the README for what a
+//! reader can still observe (`redelivered`, quorum delivery counts).
+
+pub mod management;
+pub mod reader;
+pub mod record;
+pub mod summary;
+pub mod topology;
+
+use crate::error::usage;
+use crate::model::DeadLetter;
+use crate::output::Printer;
+use crate::redact;
+use crate::select::Selection;
+use crate::settings::Settings;
+use anyhow::{Result, anyhow};
+use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
+use lapin::uri::{AMQPAuthority, AMQPQueryString, AMQPScheme, AMQPUri, AMQPUserInfo};
+use lapin::{Connection, ConnectionProperties};
+use management::{ApiError, Management};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use topology::{QueueFacts, QueueKind, ReadVerdict, Version};
+
+/// A dead broker address must fail fast, not hang a cron job.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Records in flight between the reader and the command: bounds memory.
+const CHANNEL_DEPTH: usize = 256;
+
+/// Where and as whom to connect, resolved once from the settings.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub uri: AMQPUri,
+    pub vhost: String,
+    /// The AMQP URL with the password masked, for messages.
+    pub shown: String,
+}
+
+impl Target {
+    /// Builds the connection URI from the validated AMQP URL and `--vhost`.
+    ///
+    /// The URI is assembled here rather than by `AMQPUri::from_str`, which takes the host
+    /// from `Url::domain()` and so turns an IP address (`amqp://10.0.0.5`) into "localhost".
+    pub fn from_settings(settings: &Settings) -> Result<Target> {
+        let raw = &settings.amqp_url;
+        let shown = redact::url(raw);
+        let u =
+            url::Url::parse(raw).map_err(|e| usage(format!("invalid AMQP URL {shown}: {e}")))?;
+        let decode = |s: &str| {
+            percent_encoding::percent_decode_str(s)
+                .decode_utf8()
+                .map(|c| c.into_owned())
+                .map_err(|_| {
+                    usage(format!(
+                        "invalid AMQP URL {shown}: not UTF-8 after decoding"
+                    ))
+                })
+        };
+        let scheme = match u.scheme() {
+            "amqps" => AMQPScheme::AMQPS,
+            _ => AMQPScheme::AMQP,
+        };
+        let host = match u.host() {
+            Some(url::Host::Ipv6(a)) => a.to_string(),
+            Some(h) => decode(&h.to_string())?,
+            None => return Err(usage(format!("invalid AMQP URL {shown}: missing host"))),
+        };
+        let defaults = AMQPUri::default();
+        let username = if u.username().is_empty() {
+            defaults.authority.userinfo.username.clone()
+        } else {
+            decode(u.username())?
+        };
+        let password = match u.password() {
+            Some(p) => decode(p)?,
+            None => defaults.authority.userinfo.password.clone(),
+        };
+        // amqp://host and amqp://host/%2f both mean the default vhost "/".
+        let url_vhost = match u.path() {
+            "" | "/" => "/".to_owned(),
+            p => decode(&p[1..])?,
+        };
+        let vhost = settings.vhost.clone().unwrap_or(url_vhost);
+        // Keep the URL's tuning parameters (heartbeat, frame_max, ...).
+        let query = raw
+            .parse::<AMQPUri>()
+            .map(|q| q.query)
+            .unwrap_or_else(|_| AMQPQueryString::default());
+        let port = u.port().unwrap_or_else(|| scheme.default_port());
+        let uri = AMQPUri {
+            scheme,
+            authority: AMQPAuthority {
+                userinfo: AMQPUserInfo { username, password },
+                host,
+                port,
+            },
+            vhost: vhost.clone(),
+            query,
+        };
+        Ok(Target { uri, vhost, shown })
+    }
+
+    pub fn user(&self) -> &str {
+        &self.uri.authority.userinfo.username
+    }
+
+    pub fn tls(&self) -> bool {
+        self.uri.scheme == AMQPScheme::AMQPS
+    }
+
+    /// The management API client for this broker (`--management-url` or the default).
+    pub fn management(&self, settings: &Settings) -> Result<Management> {
+        Management::new(
+            settings.management_url.as_deref(),
+            &self.uri.authority.host,
+            self.tls(),
+            self.user(),
+            &self.uri.authority.userinfo.password,
+        )
+        .map_err(usage)
+    }
+}
+
+/// Opens the connection; errors say what went wrong without the password.
+pub async fn connect(t: &Target) -> Result<Connection> {
+    let props = ConnectionProperties::default()
+        .with_connection_name(concat!("dlq ", env!("CARGO_PKG_VERSION")).into());
+    let attempt = Connection::connect_uri(t.uri.clone(), props);
+    match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
+        Err(_) => Err(anyhow!(
+            "cannot connect to RabbitMQ at {}: no answer within {} s",
+            t.shown,
+            CONNECT_TIMEOUT.as_secs()
+        )),
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(connect_error(&e, t)),
+    }
+}
+
+fn connect_error(e: &lapin::Error, t: &Target) -> anyhow::Error {
+    let shown = &t.shown;
+    match e.kind() {
+        lapin::ErrorKind::ProtocolError(amqp) => {
+            let msg = redact::scrub(amqp.get_message().as_str());
+            match amqp.kind() {
+                AMQPErrorKind::Soft(AMQPSoftError::ACCESSREFUSED)
+                | AMQPErrorKind::Hard(AMQPHardError::NOTALLOWED)
+                    if msg.contains("Login was refused") =>
+                {
+                    anyhow!(
+                        "RabbitMQ at {shown} refused the login of user {:?}: wrong user name or password",
+                        t.user()
+                    )
+                }
+                AMQPErrorKind::Soft(AMQPSoftError::ACCESSREFUSED) => {
+                    anyhow!("RabbitMQ at {shown} refused user {:?}: {msg}", t.user())
+                }
+                AMQPErrorKind::Hard(AMQPHardError::NOTALLOWED) if msg.contains("not found") => {
+                    usage(format!(
+                        "virtual host {:?} does not exist on RabbitMQ at {shown} (set it with --vhost or the URL path; the default vhost \"/\" is written %2f)",
+                        t.vhost
+                    ))
+                }
+                AMQPErrorKind::Hard(AMQPHardError::NOTALLOWED) => anyhow!(
+                    "user {:?} may not use virtual host {:?} on RabbitMQ at {shown}: {msg}",
+                    t.user(),
+                    t.vhost
+                ),
+                _ => anyhow!("RabbitMQ at {shown} closed the connection: {msg}"),
+            }
+        }
+        lapin::ErrorKind::IOError(io) => {
+            // A TLS client talking to a plain AMQP port reads garbage, not a clear refusal.
+            let hint = if t.tls() && io.kind() == std::io::ErrorKind::InvalidData {
+                format!(
+                    " (TLS handshake failed: does port {} speak TLS? amqps usually uses 5671)",
+                    t.uri.authority.port
+                )
+            } else {
+                String::new()
+            };
+            anyhow!(
+                "cannot connect to RabbitMQ at {shown}: {}{hint}",
+                redact::scrub(&io.to_string())
+            )
+        }
+        _ => anyhow!(
+            "cannot connect to RabbitMQ at {shown}: {}",
+            redact::scrub(&e.to_string())
+        ),
+    }
+}
+
+/// True when a lapin error is the broker's 404 for a queue.
+pub fn is_not_found(e: &lapin::Error) -> bool {
+    matches!(
+        e.kind(),
+        lapin::ErrorKind::ProtocolError(a) if matches!(a.kind(), AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND))
+    )
+}
+
+/// What a passive declare tells: exact ready count and consumers.
+#[derive(Debug, Clone, Copy)]
+pub struct Depth {
+    pub ready: u32,
+    pub consumers: u32,
+}
+
+/// Passive `queue.declare` on a channel of its own: a missing queue is `None` (the 404
+/// closes that channel, never one in use), and nothing is ever created.
+pub async fn passive_declare(conn: &Connection, queue: &str) -> Result<Option<Depth>> {
+    Ok(match passive_declare_keep(conn, queue).await? {
+        Some((depth, ch)) => {
+            let _ = ch.close(200, "passive declare done".into()).await;
+            Some(depth)
+        }
+        None => None,
+    })
+}
+
+/// `passive_declare`, handing back the (still open) channel for further use.
+pub async fn passive_declare_keep(
+    conn: &Connection,
+    queue: &str,
+) -> Result<Option<(Depth, lapin::Channel)>> {
+    let ch = conn.create_channel().await?;
+    let r = ch
+        .queue_declare(
+            queue.into(),
+            lapin::options::QueueDeclareOptions::default().passive(),
+            lapin::types::FieldTable::default(),
+        )
+        .await;
+    match r {
+        Ok(q) => Ok(Some((
+            Depth {
+                ready: q.message_count(),
+                consumers: q.consumer_count(),
+            },
+            ch,
+        ))),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(anyhow!("cannot check queue {queue:?}: {e}")),
+    }
+}
+
+/// What the management API says about one queue, or why it could not say.
+pub async fn queue_facts(
+    mgmt: &Management,
+    vhost: &str,
+    queue: &str,
+    version: Option<Version>,
+) -> Result<QueueFacts, ApiError> {
+    let (q, policies, ops) = tokio::try_join!(
+        mgmt.queue(vhost, queue),
+        mgmt.policies(vhost),
+        mgmt.operator_policies(vhost),
+    )?;
+    let Some(q) = q else {
+        return Ok(QueueFacts {
+            kind: QueueKind::Unknown,
+            delivery_limit: None,
+            version,
+        });
+    };
+    let mut warnings = Vec::new();
+    let policy = topology::effective_policy(&q, &policies, &ops, &mut warnings);
+    let kind = QueueKind::from_api(q.kind.as_deref());
+    let delivery_limit = match kind {
+        QueueKind::Quorum => topology::delivery_limit(&q.arguments, &policy, version),
+        _ => None,
+    };
+    Ok(QueueFacts {
+        kind,
+        delivery_limit,
+        version,
+    })
+}
+
+/// A queue checked and ready to be read.
+#[derive(Debug, Clone)]
+pub struct Checked {
+    pub name: String,
+    pub facts: QueueFacts,
+    pub depth: Depth,
+}
+
+/// Checks every named queue before anything is read: it exists (else a usage error naming
+/// it, and nothing is created), and reading it is safe (else a usage error unless `force`).
+pub async fn check_queues(
+    conn: &Connection,
+    target: &Target,
+    settings: &Settings,
+    printer: &Printer,
+    names: &[String],
+    force: bool,
+) -> Result<Vec<Checked>> {
+    let mgmt = target.management(settings)?;
+    let version = mgmt.version().await;
+    if let Err(e) = &version {
+        printer.warn(format!("{e}"));
+    }
+    let mut out = Vec::new();
+    for name in names {
+        let Some(depth) = passive_declare(conn, name).await? else {
+            return Err(usage(format!(
+                "queue {name:?} does not exist in virtual host {:?} on {} (nothing was created)",
+                target.vhost, target.shown
+            )));
+        };
+        let facts = match &version {
+            Ok(v) => match queue_facts(&mgmt, &target.vhost, name, *v).await {
+                Ok(f) => f,
+                Err(e) => {
+                    printer.warn(format!("{e}"));
+                    unknown_facts()
+                }
+            },
+            Err(_) => unknown_facts(),
+        };
+        match topology::read_verdict(name, &facts) {
+            ReadVerdict::Safe => {}
+            ReadVerdict::Risky(why) if !force => {
+                return Err(usage(format!(
+                    "refusing to read {name:?}: {why}. Nothing was read. Pass --force to read it anyway"
+                )));
+            }
+            ReadVerdict::Risky(why) => printer.warn(format!("--force: reading anyway: {why}")),
+        }
+        if depth.consumers > 0 && facts.kind != QueueKind::Stream {
+            printer.warn(format!(
+                "{name:?} has {} consumer(s): messages they hold unacknowledged are not shown, and they may take messages while dlq reads",
+                depth.consumers
+            ));
+        }
+        out.push(Checked {
+            name: name.clone(),
+            facts,
+            depth,
+        });
+    }
+    Ok(out)
+}
+
+fn unknown_facts() -> QueueFacts {
+    QueueFacts {
+        kind: QueueKind::Unknown,
+        delivery_limit: None,
+        version: None,
+    }
+}
+
+/// Options for reading queues as a record source.
+#[derive(Debug, Clone, Default)]
+pub struct StreamOptions {
+    pub names: Vec<String>,
+    pub record: record::RecordOptions,
+    pub force: bool,
+}
+
+/// Records of every message in the named queues, queue by queue, in queue order. Every
+/// queue is checked before the first message is read.
+pub async fn open_stream(
+    settings: &Settings,
+    opts: &StreamOptions,
+    _sel: &Selection,
+) -> Result<mpsc::Receiver<Result<DeadLetter>>> {
+    let printer = Printer::new(settings);
+    let target = Target::from_settings(settings)?;
+    let conn = connect(&target).await?;
+    let checked = check_queues(&conn, &target, settings, &printer, &opts.names, opts.force).await?;
+    let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
+    let record_opts = opts.record.clone();
+    let handle = tokio::spawn(async move {
+        let make = move |q: &str, ex: &str, rk: &str, p: &lapin::BasicProperties, body: &[u8]| {
+            record::from_delivery(q, ex, rk, p, body, &record_opts)
+        };
+        for q in &checked {
+            let spec = reader::ReadSpec::for_checked(q, None);
+            match reader::read_queue(&conn, &spec, &make, &tx).await {
+                Ok(report) => {
+                    for w in report.warnings(q) {
+                        printer.warn(w);
+                    }
+                    if report.receiver_gone {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx
+                        .send(Err(e.context(format!("reading queue {:?}", q.name))))
+                        .await;
+                    break;
+                }
+            }
+        }
+        let _ = conn.close(200, "dlq done".into()).await;
+    });
+    crate::source::track(handle);
+    Ok(rx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::GlobalArgs;
+    use crate::settings::Terminal;
+
+    fn target(url: &str, vhost: Option<&str>) -> Target {
+        let g = GlobalArgs {
+            amqp_url: Some(url.into()),
+            vhost: vhost.map(Into::into),
+            ..Default::default()
+        };
+        let s = Settings::build(&g, &|_| None, Terminal::default()).unwrap();
+        Target::from_settings(&s).unwrap()
+    }
+
+    #[test]
+    fn ip_hosts_are_kept_and_vhosts_resolved() {
+        // AMQPUri::from_str would connect to "localhost" here.
+        let t = target("amqp://app:p%40ss@10.1.2.3:5673/prod?heartbeat=7", None);
+        assert_eq!(t.uri.authority.host, "10.1.2.3");
+        assert_eq!(t.uri.authority.port, 5673);
+        assert_eq!(t.uri.authority.userinfo.username, "app");
+        assert_eq!(t.uri.authority.userinfo.password, "p@ss");
+        assert_eq!(t.vhost, "prod");
+        assert_eq!(t.uri.query.heartbeat, Some(7));
+        assert_eq!(t.shown, "amqp://app:***@10.1.2.3:5673/prod?heartbeat=7");
+        assert_eq!(target("amqp://h/%2f", None).vhost, "/");
+        assert_eq!(target("amqp://h", None).vhost, "/");
+        assert_eq!(target("amqp://h/", None).vhost, "/");
+        assert_eq!(target("amqp://h/a%2Fb", None).vhost, "a/b");
+        assert_eq!(target("amqp://h/%2f", Some("other")).uri.vhost, "other");
+        let t = target("amqps://[::1]/%2f", None);
+        assert_eq!(t.uri.authority.host, "::1");
+        assert_eq!(t.uri.authority.port, 5671);
+        assert!(t.tls());
+        // No user in the URL: RabbitMQ's defaults.
+        assert_eq!(target("amqp://h", None).user(), "guest");
+    }
+}

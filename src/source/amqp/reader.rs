@@ -1,0 +1,520 @@
+//! Reading a queue without changing it.
+//!
+//! Classic and quorum queues (AMQP 0-9-1 has no browse):
+//! * Count the ready messages first (passive declare) and read at most that many, so a
+//!   DLQ that keeps growing still ends.
+//! * Consume with manual acknowledgement and hold every delivery unacknowledged. Only the
+//!   channel keeps the delivery tags; bodies leave memory as soon as the record is handed
+//!   on, so memory stays flat however long the queue is.
+//! * Prefetch is per consumer and a 16-bit number, so a long queue is read by a sequence of
+//!   consumers on one channel: each gets a window of W messages, and only once it has
+//!   received all W (it has no credit left) is it cancelled and the next one started.
+//!   Deliveries therefore arrive in queue order across consumers, past 65,535 too. W
+//!   adapts to the message size (about 32 MiB in flight).
+//! * At the end (or when the command stops early) the channel is closed, which gives every
+//!   held message back: a classic queue puts each back in its original position; a quorum
+//!   queue appends them, in order, to the list it serves first, so dlq holds every ready
+//!   message of a quorum queue before closing, even when the command needed fewer (see
+//!   `ReadSpec::read_all_to_keep_order`). An explicit `basic.nack(requeue)` is not used:
+//!   on RabbitMQ 3.10 it sends quorum messages to the back of the queue. A close counts
+//!   toward a quorum queue's delivery limit on every version, hence `read_verdict`.
+//!
+//! Streams are read by offset (`x-stream-offset=first`, prefetch, manual ack) and never
+//! change. The last offset at the start is found first by reading from `last`, so a
+//! growing stream still ends.
+
+use super::Checked;
+use super::record::{delivery_count, stream_offset};
+use super::topology::QueueKind;
+use anyhow::{Result, anyhow, bail};
+use futures_util::StreamExt;
+use lapin::options::{
+    BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::{BasicProperties, Channel, Connection};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// First consumer window, before the message size is known.
+const FIRST_WINDOW: u64 = 200;
+const MIN_WINDOW: u64 = 16;
+const MAX_WINDOW: u64 = 10_000;
+/// Bytes of message bodies a window may hold: bounds the client's buffer.
+const WINDOW_BYTES: u64 = 32 << 20;
+/// Quiet time after which dlq asks whether anything is still ready.
+const IDLE: Duration = Duration::from_secs(1);
+/// Messages ready but none delivered for this long: something else takes them.
+const STALL_LIMIT: Duration = Duration::from_secs(30);
+/// How long to wait for given-back messages to be ready again.
+const GIVE_BACK_WAIT: Duration = Duration::from_secs(2);
+/// Stream prefetch (credit), acknowledged in halves.
+const STREAM_PREFETCH: u16 = 1000;
+/// The last chunk of a stream arrives in one burst; a gap this long ends it.
+const LAST_CHUNK_IDLE: Duration = Duration::from_millis(300);
+/// A stream that goes quiet this long before its last offset ends the read.
+const STREAM_IDLE: Duration = Duration::from_secs(5);
+
+/// What to read.
+#[derive(Debug, Clone)]
+pub struct ReadSpec {
+    pub queue: String,
+    pub kind: QueueKind,
+    /// Ready messages when the read started (passive declare).
+    pub ready: u64,
+    /// Read at most this many (a `list` sample).
+    pub max: Option<u64>,
+    /// The quorum delivery limit, when giving messages back counts toward it.
+    pub counted_limit: Option<i64>,
+    /// Quorum queue where a return adds to the delivery count.
+    pub counts_returns: bool,
+}
+
+impl ReadSpec {
+    pub fn for_checked(c: &Checked, max: Option<u64>) -> ReadSpec {
+        // Giving a quorum message back (channel close) always adds to its delivery count.
+        let counts_returns = c.facts.kind == QueueKind::Quorum;
+        ReadSpec {
+            queue: c.name.clone(),
+            kind: c.facts.kind,
+            ready: u64::from(c.depth.ready),
+            max,
+            counted_limit: c.facts.delivery_limit.filter(|_| counts_returns),
+            counts_returns,
+        }
+    }
+}
+
+impl ReadSpec {
+    /// A quorum queue puts given-back messages at the end of its "returns" list, which it
+    /// serves before never-delivered messages. Giving back only a prefix of the queue
+    /// therefore reorders it once earlier reads have put messages there (seen on RabbitMQ
+    /// 3.10: a second `inspect --limit 3` moved the first window to the back). Holding
+    /// every message that was ready at the start empties that list, so the give-back
+    /// restores the order exactly. A queue of unknown type is treated the same way.
+    pub fn read_all_to_keep_order(&self) -> bool {
+        matches!(self.kind, QueueKind::Quorum | QueueKind::Unknown)
+    }
+}
+
+/// What happened during a read.
+#[derive(Debug, Clone, Default)]
+pub struct ReadReport {
+    pub read: u64,
+    /// The command stopped taking records (e.g. `--limit` reached).
+    pub receiver_gone: bool,
+    /// Fewer messages than counted at the start were there to read.
+    pub ended_short: bool,
+    pub max_delivery_count: Option<i64>,
+    /// Given back at exactly the delivery limit: the next return drops them.
+    pub now_at_limit: u64,
+    /// Given back past the delivery limit: the broker dropped or re-dead-lettered them.
+    pub pushed_over: u64,
+}
+
+impl ReadReport {
+    fn note_delivery_count(&mut self, count: Option<i64>, limit: Option<i64>) {
+        let c = count.unwrap_or(0);
+        self.max_delivery_count = Some(self.max_delivery_count.map_or(c, |m| m.max(c)));
+        if let Some(l) = limit {
+            // Giving the message back makes its count c + 1.
+            if c + 1 > l {
+                self.pushed_over += 1;
+            } else if c + 1 == l {
+                self.now_at_limit += 1;
+            }
+        }
+    }
+
+    /// What the user must hear about this read.
+    pub fn warnings(&self, q: &Checked) -> Vec<String> {
+        let mut w = Vec::new();
+        let limit = q.facts.delivery_limit.unwrap_or_default();
+        if self.pushed_over > 0 {
+            w.push(format!(
+                "{} message(s) of {:?} had already been delivered {limit} time(s) or more: giving them back pushed them over the delivery limit {limit}, so the broker dropped them or dead-lettered them again",
+                self.pushed_over, q.name
+            ));
+        }
+        if self.now_at_limit > 0 {
+            w.push(format!(
+                "{} message(s) of {:?} are now at the delivery limit {limit}: the next read or failed delivery drops them",
+                self.now_at_limit, q.name
+            ));
+        }
+        if self.ended_short && !self.receiver_gone {
+            w.push(format!(
+                "{:?}: read {} message(s), fewer than the {} present at the start: another consumer took the rest, or they expired, meanwhile",
+                q.name, self.read, q.depth.ready
+            ));
+        }
+        w
+    }
+}
+
+/// Turns one delivered message (queue, exchange, routing key, properties, body) into what
+/// the caller wants: a full record, or just what a `list` sample needs.
+pub type Make<T> = dyn Fn(&str, &str, &str, &BasicProperties, &[u8]) -> T + Send + Sync;
+
+/// Reads one queue, sending `make`'s result per message to `tx`, and gives everything back.
+pub async fn read_queue<T: Send>(
+    conn: &Connection,
+    spec: &ReadSpec,
+    make: &Make<T>,
+    tx: &mpsc::Sender<Result<T>>,
+) -> Result<ReadReport> {
+    read_queue_on(conn, None, spec, make, tx).await
+}
+
+/// Like `read_queue`, reading a classic or quorum queue on `channel` when given (one
+/// round trip less per queue for `list`). The channel is closed at the end.
+pub async fn read_queue_on<T: Send>(
+    conn: &Connection,
+    channel: Option<Channel>,
+    spec: &ReadSpec,
+    make: &Make<T>,
+    tx: &mpsc::Sender<Result<T>>,
+) -> Result<ReadReport> {
+    match spec.kind {
+        QueueKind::Stream => {
+            if let Some(ch) = channel {
+                let _ = ch.close(200, "not needed".into()).await;
+            }
+            read_stream(conn, spec, make, tx).await
+        }
+        _ => read_fifo(conn, channel, spec, make, tx).await,
+    }
+}
+
+/// The consumer window: fixed by `DLQ_READ_WINDOW` (tests use it to cross many consumer
+/// boundaries with few messages), else sized so a window holds about `WINDOW_BYTES`.
+fn window(bytes: u64, messages: u64) -> u64 {
+    if let Some(w) = std::env::var("DLQ_READ_WINDOW")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|w| (1..=65_535).contains(w))
+    {
+        return w;
+    }
+    if messages == 0 {
+        return FIRST_WINDOW;
+    }
+    let avg = (bytes / messages).max(256);
+    (WINDOW_BYTES / avg).clamp(MIN_WINDOW, MAX_WINDOW)
+}
+
+async fn read_fifo<T: Send>(
+    conn: &Connection,
+    channel: Option<Channel>,
+    spec: &ReadSpec,
+    make: &Make<T>,
+    tx: &mpsc::Sender<Result<T>>,
+) -> Result<ReadReport> {
+    let mut report = ReadReport::default();
+    let want = spec.max.map_or(spec.ready, |m| m.min(spec.ready));
+    let ch = match channel {
+        Some(ch) => ch,
+        None if want == 0 => return Ok(report),
+        None => conn.create_channel().await?,
+    };
+    if want == 0 {
+        give_back(&ch).await;
+        return Ok(report);
+    }
+    let result = consume_fifo(&ch, spec, want, make, tx, &mut report).await;
+    give_back(&ch).await;
+    // Messages pushed over a delivery limit do not come back.
+    let back = report.read.saturating_sub(report.pushed_over);
+    if back > 0 {
+        wait_until_back(conn, &spec.queue, back).await;
+    }
+    result.map(|()| report)
+}
+
+/// Returns every held message, whatever state the read ended in, by closing the channel:
+/// the broker puts them back in their original positions. Not `basic.nack(requeue)`: on
+/// RabbitMQ 3.10 a quorum queue appends nacked messages at the back of the queue (seen
+/// when dlq stopped before the end), while a channel close returns them to the front in
+/// order, for classic and quorum queues alike. Errors are ignored on purpose: when the
+/// channel or connection is already gone, the broker has requeued them already.
+async fn give_back(ch: &Channel) {
+    let _ = ch
+        .close(200, "dlq: read done, every message given back".into())
+        .await;
+}
+
+/// A quorum queue requeues a closed channel's messages asynchronously: wait (briefly) until
+/// they are ready again, so that a command run right after dlq sees the queue as it was.
+async fn wait_until_back(conn: &Connection, queue: &str, held: u64) {
+    let deadline = tokio::time::Instant::now() + GIVE_BACK_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        match super::passive_declare(conn, queue).await {
+            Ok(Some(d)) if u64::from(d.ready) >= held => return,
+            Ok(Some(_)) => tokio::time::sleep(Duration::from_millis(10)).await,
+            // Gone or unreachable: nothing to wait for.
+            _ => return,
+        }
+    }
+}
+
+async fn consume_fifo<T: Send>(
+    ch: &Channel,
+    spec: &ReadSpec,
+    want: u64,
+    make: &Make<T>,
+    tx: &mpsc::Sender<Result<T>>,
+    report: &mut ReadReport,
+) -> Result<()> {
+    let q = spec.queue.as_str();
+    let mut bytes: u64 = 0;
+    let mut n = 0u32;
+    while report.read < want {
+        let batch = window(bytes, report.read).min(want - report.read);
+        let batch16 = u16::try_from(batch).unwrap_or(u16::MAX);
+        // Per-consumer prefetch: applies to the consumer created next.
+        ch.basic_qos(batch16, BasicQosOptions { global: false })
+            .await?;
+        let consumer = ch
+            .basic_consume(
+                q.into(),
+                format!("dlq-read-{n}").as_str().into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        n += 1;
+        let mut stream = consumer.clone();
+        let mut got = 0u64;
+        let mut stalled = Duration::ZERO;
+        while got < u64::from(batch16) {
+            let next = tokio::select! {
+                biased;
+                _ = tx.closed(), if !report.receiver_gone => {
+                    report.receiver_gone = true;
+                    if spec.read_all_to_keep_order() {
+                        continue;
+                    }
+                    return Ok(());
+                }
+                d = stream.next() => d,
+                _ = tokio::time::sleep(IDLE) => {
+                    // Quiet: did the rest go elsewhere (another consumer, a TTL on the DLQ)?
+                    let depth = ch
+                        .queue_declare(q.into(), QueueDeclareOptions::default().passive(), FieldTable::default())
+                        .await?;
+                    if depth.message_count() == 0 {
+                        report.ended_short = true;
+                        return Ok(());
+                    }
+                    stalled += IDLE;
+                    if stalled >= STALL_LIMIT {
+                        bail!(
+                            "RabbitMQ delivered nothing from {q:?} for {} s although {} message(s) are ready: another consumer is probably preferred (single active consumer, consumer priorities)",
+                            STALL_LIMIT.as_secs(),
+                            depth.message_count()
+                        );
+                    }
+                    continue;
+                }
+            };
+            let d = match next {
+                None => {
+                    bail!("the broker cancelled dlq's consumer on {q:?} (was the queue deleted?)")
+                }
+                Some(Err(e)) => return Err(anyhow!(e)),
+                Some(Ok(d)) => d,
+            };
+            stalled = Duration::ZERO;
+            got += 1;
+            report.read += 1;
+            bytes += d.data.len() as u64;
+            if spec.counts_returns {
+                report.note_delivery_count(delivery_count(&d.properties), spec.counted_limit);
+            }
+            if report.receiver_gone {
+                // Draining to the end (see `read_all_to_keep_order`): hold, do not decode.
+                continue;
+            }
+            let rec = make(
+                q,
+                d.exchange.as_str(),
+                d.routing_key.as_str(),
+                &d.properties,
+                &d.data,
+            );
+            // Only the channel remembers the delivery now: the body is gone with `d`.
+            drop(d);
+            if tx.send(Ok(rec)).await.is_err() {
+                report.receiver_gone = true;
+                if !spec.read_all_to_keep_order() {
+                    return Ok(());
+                }
+            }
+        }
+        // No credit left on this consumer: cancel it so the next one continues in order.
+        // Its messages stay unacknowledged on the channel until the final close (which
+        // also ends the last consumer: no cancel needed then).
+        if report.read < want {
+            ch.basic_cancel(consumer.tag(), BasicCancelOptions::default())
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+fn stream_args(offset: &str) -> FieldTable {
+    let mut t = FieldTable::default();
+    t.insert(
+        "x-stream-offset".into(),
+        AMQPValue::LongString(LongString::from(offset)),
+    );
+    t
+}
+
+/// The offset of the last message in a stream now, or `None` when it is empty.
+async fn stream_end(conn: &Connection, q: &str) -> Result<Option<i64>> {
+    let ch = conn.create_channel().await?;
+    let result = async {
+        ch.basic_qos(STREAM_PREFETCH, BasicQosOptions::default())
+            .await?;
+        let mut c = ch
+            .basic_consume(
+                q.into(),
+                "dlq-stream-end".into(),
+                BasicConsumeOptions::default(),
+                stream_args("last"),
+            )
+            .await?;
+        let mut end: Option<i64> = None;
+        let mut unacked = 0u16;
+        while let Ok(next) = tokio::time::timeout(LAST_CHUNK_IDLE, c.next()).await {
+            let d = match next {
+                None => break,
+                Some(d) => d?,
+            };
+            if let Some(o) = stream_offset(&d.properties) {
+                end = Some(end.map_or(o, |e| e.max(o)));
+            }
+            unacked += 1;
+            if unacked >= STREAM_PREFETCH / 2 {
+                ch.basic_ack(d.delivery_tag, BasicAckOptions { multiple: true })
+                    .await?;
+                unacked = 0;
+            }
+        }
+        Ok::<_, anyhow::Error>(end)
+    }
+    .await;
+    let _ = ch.close(200, "dlq: stream end found".into()).await;
+    result
+}
+
+async fn read_stream<T: Send>(
+    conn: &Connection,
+    spec: &ReadSpec,
+    make: &Make<T>,
+    tx: &mpsc::Sender<Result<T>>,
+) -> Result<ReadReport> {
+    let mut report = ReadReport::default();
+    let q = spec.queue.as_str();
+    let Some(end) = stream_end(conn, q).await? else {
+        return Ok(report);
+    };
+    let ch = conn.create_channel().await?;
+    let result = async {
+        ch.basic_qos(STREAM_PREFETCH, BasicQosOptions::default())
+            .await?;
+        let mut c = ch
+            .basic_consume(
+                q.into(),
+                "dlq-stream-read".into(),
+                BasicConsumeOptions::default(),
+                stream_args("first"),
+            )
+            .await?;
+        let mut unacked = 0u16;
+        loop {
+            if spec.max.is_some_and(|m| report.read >= m) {
+                break;
+            }
+            let next = tokio::select! {
+                biased;
+                _ = tx.closed() => {
+                    report.receiver_gone = true;
+                    break;
+                }
+                d = c.next() => d,
+                _ = tokio::time::sleep(STREAM_IDLE) => {
+                    report.ended_short = true;
+                    break;
+                }
+            };
+            let d = match next {
+                None => bail!("the broker cancelled dlq's consumer on stream {q:?}"),
+                Some(d) => d?,
+            };
+            let offset = stream_offset(&d.properties);
+            if offset.is_some_and(|o| o > end) {
+                break;
+            }
+            unacked += 1;
+            // A stream consumer gets more credit only for acknowledged messages; an ack
+            // removes nothing from a stream.
+            if unacked >= STREAM_PREFETCH / 2 {
+                ch.basic_ack(d.delivery_tag, BasicAckOptions { multiple: true })
+                    .await?;
+                unacked = 0;
+            }
+            report.read += 1;
+            let rec = make(
+                q,
+                d.exchange.as_str(),
+                d.routing_key.as_str(),
+                &d.properties,
+                &d.data,
+            );
+            drop(d);
+            if tx.send(Ok(rec)).await.is_err() {
+                report.receiver_gone = true;
+                break;
+            }
+            if offset.is_some_and(|o| o >= end) {
+                break;
+            }
+        }
+        Ok(())
+    }
+    .await;
+    let _ = ch.close(200, "dlq: stream read done".into()).await;
+    result.map(|()| report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn window_adapts_to_message_size() {
+        if std::env::var_os("DLQ_READ_WINDOW").is_some() {
+            return;
+        }
+        assert_eq!(window(0, 0), FIRST_WINDOW);
+        assert_eq!(window(100 * 100, 100), MAX_WINDOW);
+        assert_eq!(window(1 << 30, 100), MIN_WINDOW);
+        assert_eq!(window(100 << 20, 100), 32);
+        assert_eq!(window(64 << 20, 1000), 500);
+    }
+
+    #[test]
+    fn delivery_counts_against_the_limit() {
+        let mut r = ReadReport::default();
+        r.note_delivery_count(None, Some(3));
+        r.note_delivery_count(Some(1), Some(3));
+        r.note_delivery_count(Some(2), Some(3));
+        r.note_delivery_count(Some(3), Some(3));
+        r.note_delivery_count(Some(7), None);
+        assert_eq!(r.max_delivery_count, Some(7));
+        assert_eq!(r.now_at_limit, 1);
+        assert_eq!(r.pushed_over, 1);
+    }
+}

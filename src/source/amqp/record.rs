@@ -1,0 +1,369 @@
+//! A delivered message -> the one `DeadLetter` record shape. Pure.
+//!
+//! Decisions (documented in the README):
+//! * `id`: the `message_id` property when set; else the Celery task id (`id` header of a
+//!   message that has a `task` header); else `h:` + 16 hex digits of a SHA-256 over the
+//!   message as stored (typed properties and headers, then the body). The headers the
+//!   broker adds at delivery time (`x-delivery-count`, `x-stream-offset`) are left out, so
+//!   two reads give the same ids.
+//! * `created_at`: when the message was dead-lettered: the latest `time` in `x-death` (the
+//!   broker records the FIRST death per queue/reason and never updates it); else the
+//!   `timestamp` property; else none.
+//! * `task`: the Celery `task` header, else the queue the message first died in.
+
+use crate::amqp_codec::{
+    DeathInfo, celery_task_name, parse_deaths, properties_to_json, properties_to_typed_json,
+    reason_text, table_to_json,
+};
+use crate::model::{DeadLetter, RecordId, SourceKind, payload_from_bytes};
+use base64::Engine as _;
+use chrono::{DateTime, Utc};
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable};
+use serde_json::{Value, json};
+use sha2::Digest as _;
+
+/// Headers the broker adds when it delivers a message; not part of the stored message.
+pub const DELIVERY_HEADERS: &[&str] = &["x-delivery-count", "x-stream-offset"];
+
+/// What shapes a record besides the message itself.
+#[derive(Debug, Clone, Default)]
+pub struct RecordOptions {
+    /// Extra headers holding the error text (`--motivo-header`), checked first.
+    pub motivo_headers: Vec<String>,
+}
+
+/// The properties as stored in the queue: delivery-time headers removed.
+pub fn stored_properties(props: &BasicProperties) -> BasicProperties {
+    let Some(headers) = props.headers() else {
+        return props.clone();
+    };
+    if !DELIVERY_HEADERS
+        .iter()
+        .any(|h| headers.inner().contains_key(*h))
+    {
+        return props.clone();
+    }
+    let mut kept = FieldTable::default();
+    for (k, v) in headers.inner() {
+        if !DELIVERY_HEADERS.contains(&k.as_str()) {
+            kept.insert(k.clone(), v.clone());
+        }
+    }
+    if !kept.inner().is_empty() {
+        return props.clone().with_headers(kept);
+    }
+    // The broker made up a header table just for its own header: the stored message had
+    // none. BasicProperties cannot unset a field, so rebuild it without `headers`.
+    let mut typed = properties_to_typed_json(props);
+    if let Some(m) = typed.as_object_mut() {
+        m.remove("headers");
+    }
+    crate::amqp_codec::properties_from_typed_json(&typed).unwrap_or_else(|_| props.clone())
+}
+
+/// The broker's delivery count for a quorum-queue message (absent = never given back).
+pub fn delivery_count(props: &BasicProperties) -> Option<i64> {
+    match props.headers().as_ref()?.inner().get("x-delivery-count")? {
+        AMQPValue::LongLongInt(n) => Some(*n),
+        AMQPValue::LongInt(n) => Some(i64::from(*n)),
+        AMQPValue::LongUInt(n) => Some(i64::from(*n)),
+        AMQPValue::ShortInt(n) => Some(i64::from(*n)),
+        AMQPValue::ShortUInt(n) => Some(i64::from(*n)),
+        AMQPValue::ShortShortInt(n) => Some(i64::from(*n)),
+        AMQPValue::ShortShortUInt(n) => Some(i64::from(*n)),
+        _ => None,
+    }
+}
+
+/// A stream message's offset.
+pub fn stream_offset(props: &BasicProperties) -> Option<i64> {
+    match props.headers().as_ref()?.inner().get("x-stream-offset")? {
+        AMQPValue::LongLongInt(n) => Some(*n),
+        AMQPValue::LongInt(n) => Some(i64::from(*n)),
+        _ => None,
+    }
+}
+
+/// `h:` + 16 hex digits of SHA-256 over the stored message. serde_json writes the typed
+/// JSON deterministically (field tables are sorted maps), so equal messages hash equally.
+pub fn content_id(stored: &BasicProperties, body: &[u8]) -> String {
+    let mut h = sha2::Sha256::new();
+    let props = serde_json::to_vec(&properties_to_typed_json(stored)).expect("JSON serializes");
+    h.update((props.len() as u64).to_be_bytes());
+    h.update(&props);
+    h.update(body);
+    let digest = h.finalize();
+    format!("h:{}", hex::encode(&digest[..8]))
+}
+
+fn text_header(headers: Option<&FieldTable>, name: &str) -> Option<String> {
+    let s = match headers?.inner().get(name)? {
+        AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+        AMQPValue::ShortString(s) => s.to_string(),
+        _ => return None,
+    };
+    let s = s.trim();
+    (!s.is_empty()).then(|| s.to_owned())
+}
+
+/// The stable id: see the module docs.
+pub fn record_id(stored: &BasicProperties, body: &[u8]) -> String {
+    if let Some(m) = stored.message_id().as_ref().map(|m| m.as_str().trim())
+        && !m.is_empty()
+    {
+        return m.to_owned();
+    }
+    let headers = stored.headers().as_ref();
+    if celery_task_name(headers).is_some()
+        && let Some(id) = text_header(headers, "id")
+    {
+        return id;
+    }
+    content_id(stored, body)
+}
+
+/// When the message was dead-lettered: the latest `x-death` time, else `timestamp`.
+fn dead_lettered_at(deaths: &DeathInfo, props: &BasicProperties) -> Option<DateTime<Utc>> {
+    deaths
+        .deaths
+        .iter()
+        .filter_map(|d| d.time)
+        .max()
+        .or_else(|| {
+            props
+                .timestamp()
+                .and_then(|t| i64::try_from(t).ok())
+                .and_then(|t| DateTime::from_timestamp(t, 0))
+        })
+}
+
+/// Only what a `list` sample needs (reason and time), without decoding the rest.
+pub fn reason_and_time(
+    props: &BasicProperties,
+    opts: &RecordOptions,
+) -> (Option<String>, Option<DateTime<Utc>>) {
+    let headers = props.headers().as_ref();
+    let deaths = parse_deaths(headers);
+    (
+        reason_text(headers, &deaths, &opts.motivo_headers),
+        dead_lettered_at(&deaths, props),
+    )
+}
+
+/// Builds the record for one delivered message.
+pub fn from_delivery(
+    queue: &str,
+    exchange: &str,
+    routing_key: &str,
+    props: &BasicProperties,
+    body: &[u8],
+    opts: &RecordOptions,
+) -> DeadLetter {
+    let headers = props.headers().as_ref();
+    let deaths = parse_deaths(headers);
+    let stored = stored_properties(props);
+    let created_at = dead_lettered_at(&deaths, props);
+    let task = celery_task_name(headers).or_else(|| deaths.origin_queue().map(str::to_owned));
+    let body_b64 = base64::engine::general_purpose::STANDARD.encode(body);
+    DeadLetter {
+        source: SourceKind::Queue,
+        location: queue.to_owned(),
+        id: RecordId::Text(record_id(&stored, body)),
+        task,
+        motivo: reason_text(headers, &deaths, &opts.motivo_headers),
+        created_at,
+        replayed: false,
+        payload: payload_from_bytes(body),
+        headers: Some(headers.map(table_to_json).unwrap_or_else(|| json!({}))),
+        death: Some(deaths.to_json()),
+        properties: Some(properties_to_json(props)),
+        raw: Some(json!({
+            "exchange": exchange,
+            "routing_key": routing_key,
+            "properties": properties_to_typed_json(&stored),
+            "body": body_b64,
+        })),
+        payload_text: Some(String::from_utf8_lossy(body).into_owned()),
+    }
+}
+
+/// The origin queue recorded in a record's `death` JSON (what `--task` also matches).
+pub fn origin_queue(death: &Value) -> Option<&str> {
+    death.get("origin_queue").and_then(Value::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lapin::types::{FieldArray, LongString};
+
+    fn ls(s: &str) -> AMQPValue {
+        AMQPValue::LongString(LongString::from(s))
+    }
+
+    fn table(v: Vec<(&str, AMQPValue)>) -> FieldTable {
+        let mut t = FieldTable::default();
+        for (k, x) in v {
+            t.insert(k.into(), x);
+        }
+        t
+    }
+
+    fn death(queue: &str, reason: &str, time: u64, count: i64) -> AMQPValue {
+        AMQPValue::FieldTable(table(vec![
+            ("queue", ls(queue)),
+            ("reason", ls(reason)),
+            ("count", AMQPValue::LongLongInt(count)),
+            ("time", AMQPValue::Timestamp(time)),
+            ("exchange", ls("")),
+            (
+                "routing-keys",
+                AMQPValue::FieldArray(FieldArray::from(vec![ls(queue)])),
+            ),
+        ]))
+    }
+
+    fn dead_props(extra: Vec<(&str, AMQPValue)>) -> BasicProperties {
+        let mut h = table(vec![
+            (
+                "x-death",
+                AMQPValue::FieldArray(FieldArray::from(vec![
+                    death("matriculas.processar", "rejected", 1_700_000_500, 2),
+                    death("matriculas.entrada", "expired", 1_700_000_900, 1),
+                ])),
+            ),
+            ("x-first-death-queue", ls("matriculas.entrada")),
+            ("x-first-death-reason", ls("expired")),
+            ("x-exception-message", ls("KeyError: 'usuario_id'")),
+        ]);
+        for (k, v) in extra {
+            h.insert(k.into(), v);
+        }
+        BasicProperties::default()
+            .with_headers(h)
+            .with_timestamp(1_600_000_000)
+    }
+
+    #[test]
+    fn record_fields_from_a_dead_letter() {
+        let p = dead_props(vec![]);
+        let r = from_delivery(
+            "matriculas.dlq",
+            "matriculas.dlx",
+            "rk",
+            &p,
+            br#"{"matricula_id": 7}"#,
+            &RecordOptions::default(),
+        );
+        assert_eq!(r.source, SourceKind::Queue);
+        assert_eq!(r.location, "matriculas.dlq");
+        assert_eq!(
+            r.motivo.as_deref(),
+            Some("rejected: KeyError: 'usuario_id'")
+        );
+        // No Celery header: the queue it first died in.
+        assert_eq!(r.task.as_deref(), Some("matriculas.entrada"));
+        // The latest death time, not the first entry's (which is older here).
+        assert_eq!(r.created_at.map(|t| t.timestamp()), Some(1_700_000_900));
+        assert_eq!(r.payload, json!({"matricula_id": 7}));
+        assert!(!r.replayed);
+        assert_eq!(
+            r.death.as_ref().and_then(|d| origin_queue(d)),
+            Some("matriculas.entrada")
+        );
+        let raw = r.raw.as_ref().unwrap();
+        assert_eq!(raw["body"], "eyJtYXRyaWN1bGFfaWQiOiA3fQ==");
+        assert_eq!(raw["exchange"], "matriculas.dlx");
+        assert!(matches!(&r.id, RecordId::Text(s) if s.starts_with("h:") && s.len() == 18));
+    }
+
+    #[test]
+    fn ids_are_stable_and_ignore_delivery_headers() {
+        let body = b"\xff\x00binary";
+        let a = from_delivery("q", "", "", &dead_props(vec![]), body, &Default::default());
+        let b = from_delivery(
+            "q",
+            "",
+            "",
+            &dead_props(vec![("x-delivery-count", AMQPValue::LongLongInt(3))]),
+            body,
+            &Default::default(),
+        );
+        assert_eq!(a.id, b.id);
+        // ... but the readable headers show the count, and raw leaves it out.
+        assert_eq!(b.headers.as_ref().unwrap()["x-delivery-count"], 3);
+        assert!(
+            b.raw.as_ref().unwrap()["properties"]["headers"]
+                .get("x-delivery-count")
+                .is_none()
+        );
+        let c = from_delivery(
+            "q",
+            "",
+            "",
+            &dead_props(vec![]),
+            b"other",
+            &Default::default(),
+        );
+        assert_ne!(a.id, c.id);
+        assert_eq!(a.payload, json!({"base64": "/wBiaW5hcnk="}));
+    }
+
+    #[test]
+    fn message_id_then_celery_id() {
+        let p = dead_props(vec![("task", ls("app.tasks.enviar")), ("id", ls("c0ffee"))]);
+        let r = from_delivery("q", "", "", &p, b"[]", &Default::default());
+        assert_eq!(r.id, RecordId::Text("c0ffee".into()));
+        assert_eq!(r.task.as_deref(), Some("app.tasks.enviar"));
+        let p = p.with_message_id("m-1".into());
+        let r = from_delivery("q", "", "", &p, b"[]", &Default::default());
+        assert_eq!(r.id, RecordId::Text("m-1".into()));
+    }
+
+    #[test]
+    fn created_at_falls_back_to_timestamp_then_none() {
+        let p = BasicProperties::default().with_timestamp(1_600_000_000);
+        let r = from_delivery("q", "", "", &p, b"x", &Default::default());
+        assert_eq!(r.created_at.map(|t| t.timestamp()), Some(1_600_000_000));
+        assert_eq!(r.motivo, None);
+        assert_eq!(r.task, None);
+        let r = from_delivery(
+            "q",
+            "",
+            "",
+            &BasicProperties::default(),
+            b"x",
+            &Default::default(),
+        );
+        assert_eq!(r.created_at, None);
+        assert_eq!(r.headers, Some(json!({})));
+    }
+
+    #[test]
+    fn motivo_header_option() {
+        let p = dead_props(vec![("x-app-error", ls("ValueError: cpf"))]);
+        let r = from_delivery(
+            "q",
+            "",
+            "",
+            &p,
+            b"{}",
+            &RecordOptions {
+                motivo_headers: vec!["x-app-error".into()],
+            },
+        );
+        assert_eq!(r.motivo.as_deref(), Some("rejected: ValueError: cpf"));
+    }
+
+    #[test]
+    fn delivery_count_and_offset() {
+        let p = dead_props(vec![("x-delivery-count", AMQPValue::LongLongInt(4))]);
+        assert_eq!(delivery_count(&p), Some(4));
+        assert_eq!(delivery_count(&dead_props(vec![])), None);
+        let p = BasicProperties::default()
+            .with_headers(table(vec![("x-stream-offset", AMQPValue::LongLongInt(9))]));
+        assert_eq!(stream_offset(&p), Some(9));
+        assert!(stored_properties(&p).headers().is_none());
+    }
+}

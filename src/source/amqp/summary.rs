@@ -1,0 +1,340 @@
+//! `list` for RabbitMQ: every DLQ with exact depth, what feeds it, and a bounded sample of
+//! its head for the oldest message and the top reasons. Work runs concurrently so that a
+//! broker with hundreds of DLQs is listed in well under a second.
+
+use super::management::Management;
+use super::reader::{self, ReadSpec};
+use super::record::{self, RecordOptions};
+use super::topology::{self, ApiQueue, QueueFacts, QueueKind, ReadVerdict, Version};
+use super::{Checked, Target, connect, passive_declare_keep};
+use crate::settings::Settings;
+use anyhow::Result;
+use chrono::{DateTime, Utc};
+use lapin::Connection;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use tokio::sync::{Semaphore, mpsc};
+
+/// Queues sampled at the same time (each on its own channel of one connection).
+const CONCURRENCY: usize = 32;
+/// Without `--sample`: at most this many messages read per DLQ ...
+const SAMPLE_PER_QUEUE: u64 = 100;
+/// ... and about this many in all, so that a broker with hundreds of DLQs is still listed
+/// in a fraction of a second ...
+const SAMPLE_TOTAL: u64 = 4000;
+/// ... but never fewer than this per DLQ.
+const SAMPLE_MIN: u64 = 20;
+
+/// Messages sampled per DLQ when `--sample` is not given.
+pub fn default_sample(dlqs: usize) -> u64 {
+    (SAMPLE_TOTAL / (dlqs.max(1) as u64)).clamp(SAMPLE_MIN, SAMPLE_PER_QUEUE)
+}
+
+#[derive(Debug, Clone)]
+pub struct ListOptions {
+    /// Queues named with `-Q` or in the config file: listed even without the API.
+    pub named: Vec<String>,
+    /// Messages read at the head of each DLQ for oldest/top reasons (0: none); `None`:
+    /// `default_sample`.
+    pub sample: Option<u64>,
+    pub motivo_headers: Vec<String>,
+}
+
+/// What a head sample found, or why there is none.
+#[derive(Debug, Clone)]
+pub enum Sample {
+    Read {
+        /// Messages read (the first `read` of the queue).
+        read: u64,
+        /// Reason text -> messages in the sample.
+        reasons: Vec<(String, u64)>,
+        oldest: Option<DateTime<Utc>>,
+    },
+    Skipped(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct QueueSummary {
+    pub name: String,
+    pub kind: QueueKind,
+    /// Exact, from passive declare (for a stream: the API's message count, if known).
+    pub ready: u64,
+    /// From the management API (stats up to 5 s old); `None` without it.
+    pub unacked: Option<u64>,
+    pub consumers: u32,
+    pub fed_by: Vec<String>,
+    pub via: Vec<String>,
+    pub delivery_limit: Option<i64>,
+    /// Found by topology discovery (else only named).
+    pub discovered: bool,
+    pub sample: Sample,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Listing {
+    pub queues: Vec<QueueSummary>,
+    /// What could not be discovered, and other remarks.
+    pub notes: Vec<String>,
+    /// Topology problems (a DLX that does not exist, ...).
+    pub warnings: Vec<String>,
+    /// Named queues that do not exist.
+    pub missing: Vec<String>,
+}
+
+/// Everything the API tells at once, or why it could not.
+struct ApiView {
+    version: Option<Version>,
+    queues: HashMap<String, (ApiQueue, serde_json::Map<String, serde_json::Value>)>,
+    topology: topology::Topology,
+}
+
+async fn api_view(mgmt: &Management, vhost: &str) -> Result<ApiView, super::ApiError> {
+    let (version, queues, bindings, exchanges, policies, ops) = tokio::try_join!(
+        mgmt.version(),
+        mgmt.queues(vhost),
+        mgmt.bindings(vhost),
+        mgmt.exchanges(vhost),
+        mgmt.policies(vhost),
+        mgmt.operator_policies(vhost),
+    )?;
+    let mut warnings = Vec::new();
+    let effective: Vec<_> = queues
+        .iter()
+        .map(|q| topology::effective_policy(q, &policies, &ops, &mut warnings))
+        .collect();
+    let mut topo = topology::discover(&queues, &effective, &bindings, &exchanges);
+    topo.warnings.extend(warnings);
+    Ok(ApiView {
+        version,
+        queues: queues
+            .into_iter()
+            .zip(effective)
+            .map(|(q, p)| (q.name.clone(), (q, p)))
+            .collect(),
+        topology: topo,
+    })
+}
+
+/// Lists every DLQ (and every named queue). Fails only when RabbitMQ itself cannot be
+/// reached; a missing management API is a note.
+pub async fn list(settings: &Settings, opts: &ListOptions) -> Result<Listing> {
+    let target = Target::from_settings(settings)?;
+    let mgmt = target.management(settings)?;
+    // The API and the AMQP connection are independent: ask both at once.
+    let (conn, api) = tokio::join!(connect(&target), api_view(&mgmt, &target.vhost));
+    let conn = Arc::new(conn?);
+    let mut listing = Listing::default();
+    let mut wanted: BTreeMap<String, Place> = BTreeMap::new();
+    let api = match api {
+        Ok(v) => {
+            for d in &v.topology.dlqs {
+                wanted.insert(
+                    d.name.clone(),
+                    Place {
+                        fed_by: d.fed_by.clone(),
+                        via: d.via.clone(),
+                        discovered: true,
+                    },
+                );
+            }
+            listing.warnings.extend(v.topology.warnings.iter().cloned());
+            Some(v)
+        }
+        Err(e) => {
+            listing.notes.push(format!(
+                "{e}; DLQ discovery, queue types, unacked counts, feeding queues and message samples are unavailable{}",
+                if opts.named.is_empty() {
+                    " (name queues with -Q or `queues` in the config file to list them over AMQP)"
+                } else {
+                    "; listing the named queues over AMQP only"
+                }
+            ));
+            None
+        }
+    };
+    for n in &opts.named {
+        wanted.entry(n.clone()).or_default();
+    }
+    let per_queue = opts.sample.unwrap_or_else(|| default_sample(wanted.len()));
+    let sem = Arc::new(Semaphore::new(CONCURRENCY));
+    let api = api.map(Arc::new);
+    let mut tasks = Vec::new();
+    for (name, place) in wanted {
+        let conn = conn.clone();
+        let sem = sem.clone();
+        let api = api.clone();
+        let opts = opts.clone();
+        tasks.push(tokio::spawn(async move {
+            let _permit = sem.acquire().await;
+            summarize(&conn, api.as_deref(), name, place, per_queue, &opts).await
+        }));
+    }
+    for t in tasks {
+        match t
+            .await
+            .map_err(|e| anyhow::anyhow!("listing task failed: {e}"))??
+        {
+            Ok(s) => listing.queues.push(s),
+            Err(missing) => listing.missing.push(missing),
+        }
+    }
+    let _ = conn.close(200, "dlq list done".into()).await;
+    // The biggest DLQs first: that is where an incident is.
+    listing
+        .queues
+        .sort_by(|a, b| b.ready.cmp(&a.ready).then_with(|| a.name.cmp(&b.name)));
+    Ok(listing)
+}
+
+/// Where a queue sits in the dead-letter topology.
+#[derive(Debug, Clone, Default)]
+struct Place {
+    fed_by: Vec<String>,
+    via: Vec<String>,
+    /// Found by discovery (else only named).
+    discovered: bool,
+}
+
+/// One queue's summary; `Err(name)` when it does not exist.
+async fn summarize(
+    conn: &Connection,
+    api: Option<&ApiView>,
+    name: String,
+    place: Place,
+    sample_size: u64,
+    opts: &ListOptions,
+) -> Result<Result<QueueSummary, String>> {
+    let Some((depth, ch)) = passive_declare_keep(conn, &name).await? else {
+        return Ok(Err(name));
+    };
+    // The channel is reused for the sample, or closed.
+    let mut ch = Some(ch);
+    let entry = api.and_then(|a| a.queues.get(&name));
+    let version = api.and_then(|a| a.version);
+    let kind = match (api, entry) {
+        (Some(_), Some((q, _))) => QueueKind::from_api(q.kind.as_deref()),
+        _ => QueueKind::Unknown,
+    };
+    let delivery_limit = match (kind, entry) {
+        (QueueKind::Quorum, Some((q, policy))) => {
+            topology::delivery_limit(&q.arguments, policy, version)
+        }
+        _ => None,
+    };
+    let facts = QueueFacts {
+        kind,
+        delivery_limit,
+        version,
+    };
+    let stream_messages = entry.and_then(|(q, _)| q.messages);
+    let ready = match kind {
+        QueueKind::Stream => stream_messages.unwrap_or(0),
+        _ => u64::from(depth.ready),
+    };
+    let checked = Checked {
+        name: name.clone(),
+        facts: facts.clone(),
+        depth,
+    };
+    let sample = if sample_size == 0 {
+        Sample::Skipped("sampling disabled (--sample 0)".into())
+    } else if ready == 0 && kind != QueueKind::Stream {
+        Sample::Read {
+            read: 0,
+            reasons: Vec::new(),
+            oldest: None,
+        }
+    } else {
+        match topology::read_verdict(&name, &facts) {
+            ReadVerdict::Risky(_) if kind == QueueKind::Unknown => {
+                Sample::Skipped("not sampled: queue type unknown without the management API".into())
+            }
+            ReadVerdict::Risky(_) => Sample::Skipped(format!(
+                "not sampled: reading would add to delivery counts (limit {})",
+                delivery_limit.unwrap_or_default()
+            )),
+            // A partial read would reorder a quorum queue (see `read_all_to_keep_order`).
+            ReadVerdict::Safe if kind == QueueKind::Quorum && ready > sample_size => {
+                Sample::Skipped(format!(
+                    "not sampled: a quorum queue is read whole to keep its order, and it holds more than the sample size {sample_size} (--sample)"
+                ))
+            }
+            ReadVerdict::Safe => sample(conn, ch.take(), &checked, sample_size, opts).await?,
+        }
+    };
+    if let Some(ch) = ch {
+        let _ = ch.close(200, "dlq list done".into()).await;
+    }
+    Ok(Ok(QueueSummary {
+        name,
+        kind,
+        ready,
+        unacked: entry.and_then(|(q, _)| q.messages_unacknowledged),
+        consumers: depth.consumers,
+        fed_by: place.fed_by,
+        via: place.via,
+        delivery_limit,
+        discovered: place.discovered,
+        sample,
+    }))
+}
+
+/// Reads the first `size` messages the same way `inspect` does (and gives them
+/// back), decoding only the reason and the time.
+async fn sample(
+    conn: &Connection,
+    ch: Option<lapin::Channel>,
+    checked: &Checked,
+    size: u64,
+    opts: &ListOptions,
+) -> Result<Sample> {
+    type Item = (Option<String>, Option<DateTime<Utc>>);
+    let spec = ReadSpec::for_checked(checked, Some(size));
+    let (tx, mut rx) = mpsc::channel::<Result<Item>>(64);
+    let record_opts = RecordOptions {
+        motivo_headers: opts.motivo_headers.clone(),
+    };
+    let make = move |_: &str, _: &str, _: &str, p: &lapin::BasicProperties, _: &[u8]| {
+        record::reason_and_time(p, &record_opts)
+    };
+    let collect = async {
+        let mut reasons: HashMap<String, u64> = HashMap::new();
+        let mut oldest: Option<DateTime<Utc>> = None;
+        while let Some(r) = rx.recv().await {
+            let Ok((motivo, at)) = r else { continue };
+            *reasons.entry(motivo.unwrap_or_default()).or_default() += 1;
+            if let Some(t) = at {
+                oldest = Some(oldest.map_or(t, |o| o.min(t)));
+            }
+        }
+        (reasons, oldest)
+    };
+    let read = async {
+        let r = reader::read_queue_on(conn, ch, &spec, &make, &tx).await;
+        drop(tx);
+        r
+    };
+    let (report, (reasons, oldest)) = tokio::join!(read, collect);
+    let report = report?;
+    let mut reasons: Vec<(String, u64)> = reasons.into_iter().collect();
+    reasons.sort();
+    Ok(Sample::Read {
+        read: report.read,
+        reasons,
+        oldest,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_sample_shrinks_with_many_dlqs() {
+        assert_eq!(default_sample(0), 100);
+        assert_eq!(default_sample(10), 100);
+        assert_eq!(default_sample(80), 50);
+        assert_eq!(default_sample(200), 20);
+        assert_eq!(default_sample(5000), 20);
+    }
+}

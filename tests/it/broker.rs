@@ -1,0 +1,445 @@
+//! RabbitMQ test helper: a virtual host of its own per test (so that no `dlq list` of
+//! another test ever reads this test's queues), topology, real dead letters, and
+//! before/after snapshots of a queue. Uses lapin and the management API directly, not dlq.
+
+use crate::common::{Dlq, Run, unique};
+use futures_util::StreamExt;
+use lapin::options::{
+    BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, ConfirmSelectOptions,
+    ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
+};
+use lapin::types::{AMQPValue, FieldTable, LongString};
+use lapin::{
+    BasicProperties, Channel, Confirmation, Connection, ConnectionProperties, ExchangeKind,
+};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+pub const API: &str = "http://127.0.0.1:15672/api";
+const USER: &str = "guest";
+const PASS: &str = "guest";
+
+fn vhost_path(vhost: &str) -> String {
+    percent_encoding::utf8_percent_encode(vhost, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+pub struct Broker {
+    pub vhost: String,
+    pub conn: Connection,
+    pub ch: Channel,
+    http: reqwest::Client,
+}
+
+/// One message as a queue holds it: what must be identical before and after a read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Snap {
+    pub body: Vec<u8>,
+    /// Typed properties (lossless), without the headers the broker adds at delivery.
+    pub props: Value,
+    /// The quorum delivery count at delivery (not part of the stored message).
+    pub delivery_count: Option<i64>,
+}
+
+pub fn ls(s: &str) -> AMQPValue {
+    AMQPValue::LongString(LongString::from(s))
+}
+
+pub fn table(v: Vec<(&str, AMQPValue)>) -> FieldTable {
+    let mut t = FieldTable::default();
+    for (k, x) in v {
+        t.insert(k.into(), x);
+    }
+    t
+}
+
+impl Broker {
+    pub async fn new(prefix: &str) -> Broker {
+        let vhost = unique(&format!("dlq-it-{prefix}"));
+        let http = reqwest::Client::new();
+        let put = |path: String, body: Value| {
+            let http = http.clone();
+            async move {
+                let r = http
+                    .put(format!("{API}/{path}"))
+                    .basic_auth(USER, Some(PASS))
+                    .json(&body)
+                    .send()
+                    .await
+                    .expect("management API reachable");
+                assert!(r.status().is_success(), "PUT {path}: {}", r.status());
+            }
+        };
+        put(format!("vhosts/{}", vhost_path(&vhost)), json!({})).await;
+        put(
+            format!("permissions/{}/{USER}", vhost_path(&vhost)),
+            json!({"configure": ".*", "write": ".*", "read": ".*"}),
+        )
+        .await;
+        let conn = Connection::connect(
+            &format!("amqp://{USER}:{PASS}@127.0.0.1:5672/{}", vhost_path(&vhost)),
+            ConnectionProperties::default(),
+        )
+        .await
+        .expect("connect to RabbitMQ");
+        let ch = conn.create_channel().await.unwrap();
+        ch.confirm_select(ConfirmSelectOptions::default())
+            .await
+            .unwrap();
+        Broker {
+            vhost,
+            conn,
+            ch,
+            http,
+        }
+    }
+
+    pub fn amqp_url(&self) -> String {
+        format!(
+            "amqp://{USER}:{PASS}@127.0.0.1:5672/{}",
+            vhost_path(&self.vhost)
+        )
+    }
+
+    /// The dlq binary pointed at this test's virtual host.
+    pub fn dlq(&self) -> Dlq {
+        Dlq::new().env("DLQ_AMQP_URL", &self.amqp_url())
+    }
+
+    /// Runs dlq on a blocking thread so that this test's own broker connection keeps going.
+    pub async fn run(&self, args: &[&str]) -> Run {
+        self.run_with(args, &[]).await
+    }
+
+    pub async fn run_with(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut d = self.dlq().args(args);
+        for (k, v) in env {
+            d = d.env(k, v);
+        }
+        tokio::task::spawn_blocking(move || d.run()).await.unwrap()
+    }
+
+    pub async fn queue(&self, name: &str, args: FieldTable) {
+        self.ch
+            .queue_declare(name.into(), QueueDeclareOptions::durable(), args)
+            .await
+            .unwrap_or_else(|e| panic!("declare {name}: {e}"));
+    }
+
+    pub async fn exchange(&self, name: &str, kind: ExchangeKind) {
+        self.ch
+            .exchange_declare(
+                name.into(),
+                kind,
+                ExchangeDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+    }
+
+    pub async fn bind(&self, queue: &str, exchange: &str, key: &str) {
+        self.ch
+            .queue_bind(
+                queue.into(),
+                exchange.into(),
+                key.into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// Publishes through the default exchange and waits for a clean confirm.
+    pub async fn publish(&self, queue: &str, body: &[u8], props: BasicProperties) {
+        self.publish_to("", queue, body, props).await
+    }
+
+    pub async fn publish_to(&self, exchange: &str, key: &str, body: &[u8], props: BasicProperties) {
+        let c = self
+            .ch
+            .basic_publish(
+                exchange.into(),
+                key.into(),
+                BasicPublishOptions {
+                    mandatory: true,
+                    ..Default::default()
+                },
+                body,
+                props,
+            )
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+        assert!(
+            matches!(c, Confirmation::Ack(None)),
+            "publish to {key}: {c:?}"
+        );
+    }
+
+    /// Many messages, pipelined, then one wait for all confirms.
+    pub async fn publish_many(&self, queue: &str, bodies: impl Iterator<Item = Vec<u8>>) {
+        let mut pending = Vec::new();
+        for b in bodies {
+            pending.push(
+                self.ch
+                    .basic_publish(
+                        "".into(),
+                        queue.into(),
+                        BasicPublishOptions::default(),
+                        &b,
+                        BasicProperties::default().with_delivery_mode(2),
+                    )
+                    .await
+                    .unwrap(),
+            );
+            if pending.len() >= 5000 {
+                for p in pending.drain(..) {
+                    assert!(matches!(p.await.unwrap(), Confirmation::Ack(_)));
+                }
+            }
+        }
+        for p in pending {
+            assert!(matches!(p.await.unwrap(), Confirmation::Ack(_)));
+        }
+    }
+
+    /// Ready messages, exactly (passive declare).
+    pub async fn depth(&self, queue: &str) -> u32 {
+        let ch = self.conn.create_channel().await.unwrap();
+        let q = ch
+            .queue_declare(
+                queue.into(),
+                QueueDeclareOptions::default().passive(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("passive declare {queue}: {e}"));
+        let _ = ch.close(200, "".into()).await;
+        q.message_count()
+    }
+
+    /// Whether a queue exists (a 404 closes only a throwaway channel).
+    pub async fn exists(&self, queue: &str) -> bool {
+        let ch = self.conn.create_channel().await.unwrap();
+        let r = ch
+            .queue_declare(
+                queue.into(),
+                QueueDeclareOptions::default().passive(),
+                FieldTable::default(),
+            )
+            .await;
+        if r.is_ok() {
+            let _ = ch.close(200, "".into()).await;
+        }
+        r.is_ok()
+    }
+
+    /// Dead lettering is asynchronous: waits until the queue holds exactly `n` ready.
+    pub async fn wait_depth(&self, queue: &str, n: u32) {
+        let start = Instant::now();
+        loop {
+            let d = self.depth(queue).await;
+            if d == n {
+                return;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "{queue} holds {d} ready messages, expected {n}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// What a worker does with messages it cannot process: consumes `n` and rejects them
+    /// without requeue, so the broker dead-letters them.
+    pub async fn reject(&self, queue: &str, n: usize) {
+        let ch = self.conn.create_channel().await.unwrap();
+        let mut c = ch
+            .basic_consume(
+                queue.into(),
+                "worker".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        for _ in 0..n {
+            let d = c.next().await.unwrap().unwrap();
+            assert!(
+                d.acker
+                    .nack(BasicNackOptions {
+                        multiple: false,
+                        requeue: false,
+                    })
+                    .await
+                    .unwrap(),
+                "nack sent"
+            );
+        }
+        ch.close(200, "worker done".into()).await.unwrap();
+    }
+
+    /// Moves `n` messages as a shovel would: same properties and body, confirmed before
+    /// the source is acknowledged.
+    pub async fn shovel(&self, from: &str, to: &str, n: usize) {
+        for _ in 0..n {
+            let m = self
+                .ch
+                .basic_get(from.into(), lapin::options::BasicGetOptions::default())
+                .await
+                .unwrap()
+                .expect("message to shovel");
+            let d = &m.delivery;
+            self.publish(to, &d.data, d.properties.clone()).await;
+            assert!(
+                d.acker
+                    .ack(lapin::options::BasicAckOptions::default())
+                    .await
+                    .unwrap()
+            );
+        }
+    }
+
+    /// Reads every ready message (without the tool under test) and gives them all back
+    /// by closing the channel.
+    pub async fn snapshot(&self, queue: &str) -> Vec<Snap> {
+        let n = self.depth(queue).await as usize;
+        let ch = self.conn.create_channel().await.unwrap();
+        let mut c = ch
+            .basic_consume(
+                queue.into(),
+                "snapshot".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        let mut out = Vec::with_capacity(n);
+        while out.len() < n {
+            let d = tokio::time::timeout(Duration::from_secs(20), c.next())
+                .await
+                .expect("snapshot delivery")
+                .unwrap()
+                .unwrap();
+            let mut props = dlq::amqp_codec::properties_to_typed_json(&d.properties);
+            let mut delivery_count = None;
+            if let Some(h) = props.get_mut("headers").and_then(Value::as_object_mut) {
+                if let Some(v) = h.shift_remove("x-delivery-count") {
+                    delivery_count = v[1].as_i64();
+                }
+                if h.is_empty() {
+                    props.as_object_mut().unwrap().remove("headers");
+                }
+            }
+            out.push(Snap {
+                body: d.data,
+                props,
+                delivery_count,
+            });
+        }
+        ch.close(200, "snapshot done".into()).await.unwrap();
+        out
+    }
+
+    /// Reads a stream from its first offset (streams never change when read).
+    pub async fn stream_bodies(&self, queue: &str, n: usize) -> Vec<Vec<u8>> {
+        let ch = self.conn.create_channel().await.unwrap();
+        ch.basic_qos(1000, Default::default()).await.unwrap();
+        let mut c = ch
+            .basic_consume(
+                queue.into(),
+                "stream-snapshot".into(),
+                BasicConsumeOptions::default(),
+                table(vec![("x-stream-offset", ls("first"))]),
+            )
+            .await
+            .unwrap();
+        let mut out = Vec::new();
+        while out.len() < n {
+            let d = tokio::time::timeout(Duration::from_secs(20), c.next())
+                .await
+                .expect("stream delivery")
+                .unwrap()
+                .unwrap();
+            out.push(d.data);
+        }
+        ch.close(200, "".into()).await.unwrap();
+        out
+    }
+
+    pub async fn policy(&self, name: &str, pattern: &str, definition: Value) {
+        let r = self
+            .http
+            .put(format!("{API}/policies/{}/{name}", vhost_path(&self.vhost)))
+            .basic_auth(USER, Some(PASS))
+            .json(&json!({"pattern": pattern, "definition": definition, "apply-to": "queues"}))
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success(), "policy: {}", r.status());
+    }
+
+    /// Deletes the virtual host and everything in it.
+    pub async fn delete(self) {
+        let _ = self.conn.close(200, "test done".into()).await;
+        delete_vhost(&self.http, &self.vhost).await;
+    }
+}
+
+async fn delete_vhost(http: &reqwest::Client, vhost: &str) {
+    let _ = http
+        .delete(format!("{API}/vhosts/{}", vhost_path(vhost)))
+        .basic_auth(USER, Some(PASS))
+        .send()
+        .await;
+}
+
+/// A failed assertion must not leak a virtual host: delete it on unwind too.
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let vhost = self.vhost.clone();
+            let _ = std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(delete_vhost(&reqwest::Client::new(), &vhost))
+            })
+            .join();
+        }
+    }
+}
+
+/// An empty virtual host shared by tests that must not see any queue (table tests' `list`).
+pub async fn empty_vhost_url() -> String {
+    static URL: tokio::sync::OnceCell<String> = tokio::sync::OnceCell::const_new();
+    URL.get_or_init(|| async {
+        let vhost = "dlq-it-empty";
+        let http = reqwest::Client::new();
+        for (path, body) in [
+            (format!("vhosts/{vhost}"), json!({})),
+            (
+                format!("permissions/{vhost}/{USER}"),
+                json!({"configure": ".*", "write": ".*", "read": ".*"}),
+            ),
+        ] {
+            let r = http
+                .put(format!("{API}/{path}"))
+                .basic_auth(USER, Some(PASS))
+                .json(&body)
+                .send()
+                .await
+                .expect("management API reachable");
+            assert!(r.status().is_success(), "PUT {path}: {}", r.status());
+        }
+        format!("amqp://{USER}:{PASS}@127.0.0.1:5672/{vhost}")
+    })
+    .await
+    .clone()
+}

@@ -1,0 +1,996 @@
+//! RabbitMQ DLQs read end to end: real dead letters (a worker rejecting without requeue,
+//! per-message TTL expiry, max-length overflow), decoded records, every selection flag,
+//! and the queue identical afterwards (same messages, order, bodies and headers).
+
+use crate::broker::{Broker, Snap, ls, table};
+use base64::Engine as _;
+use lapin::types::{AMQPValue, FieldArray, FieldTable};
+use lapin::{BasicProperties, ExchangeKind};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn unb64(s: &Value) -> Vec<u8> {
+    base64::engine::general_purpose::STANDARD
+        .decode(s.as_str().expect("base64 text"))
+        .unwrap()
+}
+
+fn ids(recs: &[Value]) -> Vec<String> {
+    recs.iter()
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn count(run: crate::common::Run) -> u64 {
+    run.ok().trim().parse().unwrap()
+}
+
+/// Quorum delivery counts are the broker's, not the message's: compare the rest.
+fn without_counts(s: &[Snap]) -> Vec<(Vec<u8>, Value)> {
+    s.iter()
+        .map(|m| (m.body.clone(), m.props.clone()))
+        .collect()
+}
+
+const TRACEBACK: &str = "Traceback (most recent call last):\n  File \"tasks.py\", line 12, in processar\n    usuario = payload['usuario_id']\nKeyError: 'usuario_id'\n";
+const CELERY_ID: &str = "5f0c2a7e-6b1d-4c1e-9a56-0d6f1b7c9e01";
+
+/// The seed topology: matriculas.processar / .expira / .limite dead-letter through the
+/// fanout matriculas.dlx into matriculas.dlq. Returns the DLQ name and the bodies in the
+/// order they were dead-lettered.
+async fn seed(b: &Broker) -> (String, Vec<Vec<u8>>) {
+    let dlx = "matriculas.dlx";
+    let dlq = "matriculas.dlq";
+    b.exchange(dlx, ExchangeKind::Fanout).await;
+    b.queue(dlq, FieldTable::default()).await;
+    b.bind(dlq, dlx, "").await;
+    let dl = |extra: Vec<(&str, AMQPValue)>| {
+        let mut t = table(vec![("x-dead-letter-exchange", ls(dlx))]);
+        for (k, v) in extra {
+            t.insert(k.into(), v);
+        }
+        t
+    };
+    b.queue("matriculas.processar", dl(vec![])).await;
+    b.queue("matriculas.expira", dl(vec![])).await;
+    b.queue(
+        "matriculas.limite",
+        dl(vec![("x-max-length", AMQPValue::LongLongInt(1))]),
+    )
+    .await;
+
+    let binary: Vec<u8> = vec![0xff, 0x00, 0xfe, b'a', 0x1b];
+    let bodies: Vec<Vec<u8>> = vec![
+        br#"{"matricula_id": 1, "aluno": "Ana"}"#.to_vec(),
+        br#"[[42], {"curso": "rust"}, {"callbacks": null}]"#.to_vec(),
+        b"plain text body: aluno 3".to_vec(),
+        binary.clone(),
+        br#"{"matricula_id": 5, "cpf": "000.000.000-00"}"#.to_vec(),
+        br#"{"matricula_id": 10}"#.to_vec(),
+        br#"{"matricula_id": 20, "first": true}"#.to_vec(),
+    ];
+    let p = BasicProperties::default;
+    // 1. A worker rejects what it cannot process.
+    let sent = [
+        p().with_message_id("m-1".into())
+            .with_content_type("application/json".into())
+            .with_headers(table(vec![
+                ("x-exception-message", ls("KeyError: 'usuario_id'")),
+                ("x-exception-stacktrace", ls(TRACEBACK)),
+            ])),
+        p().with_content_type("application/json".into())
+            .with_headers(table(vec![
+                ("task", ls("matriculas.tasks.processar")),
+                ("id", ls(CELERY_ID)),
+            ])),
+        p().with_headers(table(vec![
+            ("MT-Fault-Message", ls("Timeout waiting for SMTP")),
+            ("MT-Fault-ExceptionType", ls("System.TimeoutException")),
+        ])),
+        p().with_headers(table(vec![
+            (
+                "NServiceBus.ExceptionInfo.Message",
+                ls("Object reference not set"),
+            ),
+            (
+                "NServiceBus.ExceptionInfo.ExceptionType",
+                ls("System.NullReferenceException"),
+            ),
+            (
+                "bin-str",
+                AMQPValue::LongString(vec![b'o', b'k', 0xff].into()),
+            ),
+            ("bytes", AMQPValue::ByteArray(vec![1, 2, 3].into())),
+            ("ts", AMQPValue::Timestamp(1_700_000_000)),
+            (
+                "nested",
+                AMQPValue::FieldTable(table(vec![
+                    ("n", AMQPValue::LongLongInt(5)),
+                    ("s", ls("x")),
+                ])),
+            ),
+            (
+                "arr",
+                AMQPValue::FieldArray(FieldArray::from(vec![ls("a"), AMQPValue::Boolean(true)])),
+            ),
+        ])),
+        p().with_headers(table(vec![("x-app-error", ls("ValueError: CPF inválido"))])),
+    ];
+    for (body, props) in bodies.iter().zip(sent) {
+        b.publish("matriculas.processar", body, props).await;
+    }
+    b.reject("matriculas.processar", 5).await;
+    b.wait_depth(dlq, 5).await;
+    // 2. A message whose per-message TTL runs out.
+    b.publish(
+        "matriculas.expira",
+        &bodies[5],
+        p().with_expiration("1".into()),
+    )
+    .await;
+    b.wait_depth(dlq, 6).await;
+    // 3. A queue overflowing its max-length pushes out its oldest message.
+    b.publish("matriculas.limite", &bodies[6], p()).await;
+    b.publish("matriculas.limite", b"survivor", p()).await;
+    b.wait_depth(dlq, 7).await;
+    (dlq.to_owned(), bodies)
+}
+
+#[tokio::test]
+async fn classic_dlq_decoded_and_left_unchanged() {
+    let b = Broker::new("classic").await;
+    let (dlq, bodies) = seed(&b).await;
+    let before = b.snapshot(&dlq).await;
+    assert_eq!(before.len(), 7);
+
+    let recs = b
+        .run(&["inspect", "-Q", &dlq, "--limit", "100", "-o", "json"])
+        .await
+        .json();
+    let recs = recs.as_array().unwrap();
+    assert_eq!(recs.len(), 7);
+    // Queue order, every byte of every body.
+    for (r, body) in recs.iter().zip(&bodies) {
+        assert_eq!(r["source"], "queue");
+        assert_eq!(r["location"], dlq.as_str());
+        assert_eq!(r["replayed"], false);
+        assert_eq!(&unb64(&r["raw"]["body"]), body);
+        assert_eq!(r["raw"]["exchange"], "matriculas.dlx");
+    }
+    let now = chrono::Utc::now();
+
+    // A Spring-style rejection with a Python traceback: message_id is the id.
+    let r = &recs[0];
+    assert_eq!(r["id"], "m-1");
+    assert_eq!(r["motivo"], "rejected: KeyError: 'usuario_id'");
+    assert_eq!(r["task"], "matriculas.processar");
+    assert_eq!(r["payload"], json!({"matricula_id": 1, "aluno": "Ana"}));
+    assert_eq!(r["properties"]["message_id"], "m-1");
+    assert_eq!(r["properties"]["content_type"], "application/json");
+    assert_eq!(r["headers"]["x-exception-stacktrace"], TRACEBACK);
+    let d = &r["death"]["deaths"][0];
+    assert_eq!(d["queue"], "matriculas.processar");
+    assert_eq!(d["reason"], "rejected");
+    assert_eq!(d["count"], 1);
+    assert_eq!(d["exchange"], "");
+    assert_eq!(d["routing_keys"], json!(["matriculas.processar"]));
+    assert_eq!(r["death"]["first_death_queue"], "matriculas.processar");
+    assert_eq!(r["death"]["first_death_reason"], "rejected");
+    assert_eq!(r["created_at"], d["time"]);
+    let died: chrono::DateTime<chrono::Utc> = d["time"].as_str().unwrap().parse().unwrap();
+    assert!((now - died).num_seconds().abs() < 120, "{died}");
+
+    // Celery: task from the header, id from the task id.
+    let r = &recs[1];
+    assert_eq!(r["id"], CELERY_ID);
+    assert_eq!(r["task"], "matriculas.tasks.processar");
+    assert_eq!(r["motivo"], "rejected");
+    assert_eq!(r["payload"][1]["curso"], "rust");
+
+    // Text body: not JSON, so base64 in JSON; MassTransit fault headers.
+    let r = &recs[2];
+    assert_eq!(r["payload"], json!({"base64": b64(&bodies[2])}));
+    assert_eq!(
+        r["motivo"],
+        "rejected: System.TimeoutException: Timeout waiting for SMTP"
+    );
+    assert!(r["id"].as_str().unwrap().starts_with("h:"));
+
+    // Binary body and every odd header type, decoded without loss.
+    let r = &recs[3];
+    assert_eq!(r["payload"], json!({"base64": b64(&bodies[3])}));
+    assert_eq!(
+        r["motivo"],
+        "rejected: System.NullReferenceException: Object reference not set"
+    );
+    let h = &r["headers"];
+    assert_eq!(h["bin-str"], json!({"base64": b64(&[b'o', b'k', 0xff])}));
+    assert_eq!(h["bytes"], json!({"base64": b64(&[1, 2, 3])}));
+    assert_eq!(h["ts"], "2023-11-14T22:13:20Z");
+    assert_eq!(h["nested"], json!({"n": 5, "s": "x"}));
+    assert_eq!(h["arr"], json!(["a", true]));
+    let typed = &r["raw"]["properties"]["headers"];
+    assert_eq!(
+        typed["bin-str"],
+        json!(["S", {"base64": b64(&[b'o', b'k', 0xff])}])
+    );
+    assert_eq!(typed["ts"], json!(["T", 1_700_000_000u64]));
+
+    // An unknown header is not a reason until named with --motivo-header.
+    assert_eq!(recs[4]["motivo"], "rejected");
+
+    // Per-message TTL expiry: the original expiration is in the history.
+    let r = &recs[5];
+    assert_eq!(r["motivo"], "expired");
+    assert_eq!(r["task"], "matriculas.expira");
+    assert_eq!(r["death"]["deaths"][0]["original_expiration"], "1");
+    assert!(r["properties"].get("expiration").is_none());
+
+    // Max-length overflow.
+    assert_eq!(recs[6]["motivo"], "maxlen");
+    assert_eq!(recs[6]["task"], "matriculas.limite");
+
+    // Ids are stable across reads and select exactly one message.
+    let again = b
+        .run(&["filter", "-Q", &dlq, "-o", "ndjson"])
+        .await
+        .ndjson();
+    assert_eq!(ids(&again), ids(recs));
+    let bin_id = recs[3]["id"].as_str().unwrap();
+    let one = b
+        .run(&["inspect", "-Q", &dlq, "--id", bin_id, "-o", "json"])
+        .await
+        .json();
+    assert_eq!(one.as_array().unwrap().len(), 1);
+    assert_eq!(one[0]["payload"], recs[3]["payload"]);
+
+    // --motivo-header adds a header to look in.
+    let r = b
+        .run(&[
+            "inspect",
+            "-Q",
+            &dlq,
+            "--motivo-header",
+            "x-app-error",
+            "--motivo",
+            "CPF",
+            "-o",
+            "json",
+        ])
+        .await
+        .json();
+    assert_eq!(r.as_array().unwrap().len(), 1);
+    assert_eq!(r[0]["motivo"], "rejected: ValueError: CPF inválido");
+
+    // People see text as text and binary escaped, never raw control bytes.
+    let full = b
+        .run(&["inspect", "-Q", &dlq, "--full", "--limit", "4"])
+        .await
+        .ok();
+    assert!(full.contains("plain text body: aluno 3"), "{full}");
+    assert!(full.contains("(binary, 5 bytes"), "{full}");
+    assert!(full.contains(r"\xff\x00\xfea\x1b"), "{full}");
+    assert!(!full.contains('\u{1b}'), "raw escape byte on the terminal");
+    assert!(
+        full.contains("rejected in matriculas.processar ×1"),
+        "{full}"
+    );
+
+    // Group by reason, count, the human table.
+    let groups = b
+        .run(&["filter", "-Q", &dlq, "--group-by", "motivo", "-o", "json"])
+        .await
+        .json();
+    let total: u64 = groups
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["count"].as_u64().unwrap())
+        .sum();
+    assert_eq!(total, 7);
+    assert_eq!(count(b.run(&["filter", "-Q", &dlq, "--count"]).await), 7);
+    let text = b.run(&["inspect", "-Q", &dlq]).await.ok();
+    assert!(text.contains("m-1") && text.contains("maxlen"), "{text}");
+
+    // Nothing changed: same messages, same order, same bytes and headers.
+    let after = b.snapshot(&dlq).await;
+    assert_eq!(after, before);
+    assert_eq!(b.depth(&dlq).await, 7);
+    b.delete().await;
+}
+
+/// A dead letter as a producer would leave it, with a chosen death time: published
+/// straight into the DLQ (RabbitMQ keeps a client's x-death as it is).
+fn crafted(
+    queue: &str,
+    reason: &str,
+    time: &str,
+    extra: Vec<(&str, AMQPValue)>,
+) -> BasicProperties {
+    let t = chrono::DateTime::parse_from_rfc3339(time)
+        .unwrap()
+        .timestamp() as u64;
+    let mut h = table(vec![
+        (
+            "x-death",
+            AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::FieldTable(table(vec![
+                ("queue", ls(queue)),
+                ("reason", ls(reason)),
+                ("count", AMQPValue::LongLongInt(1)),
+                ("time", AMQPValue::Timestamp(t)),
+                ("exchange", ls("")),
+                (
+                    "routing-keys",
+                    AMQPValue::FieldArray(FieldArray::from(vec![ls(queue)])),
+                ),
+            ]))])),
+        ),
+        ("x-first-death-queue", ls(queue)),
+        ("x-first-death-reason", ls(reason)),
+    ]);
+    for (k, v) in extra {
+        h.insert(k.into(), v);
+    }
+    BasicProperties::default().with_headers(h)
+}
+
+#[tokio::test]
+async fn every_selection_flag_on_a_queue() {
+    let b = Broker::new("select").await;
+    let q = "pagamentos.dlq";
+    b.queue(q, FieldTable::default()).await;
+    let msgs = [
+        (
+            "pagamentos",
+            "rejected",
+            "2026-11-01T10:00:00Z",
+            Some("IntegrityError: null value in column \"moeda\""),
+            None,
+            r#"{"pedido_id": 1}"#,
+        ),
+        (
+            "pagamentos",
+            "rejected",
+            "2026-11-10T10:00:00Z",
+            Some("integrityerror lower"),
+            None,
+            r#"{"pedido_id": 2}"#,
+        ),
+        (
+            "emails",
+            "expired",
+            "2026-11-20T10:00:00Z",
+            None,
+            Some("app.tasks.enviar_email"),
+            r#"[3, "aluno@example.com"]"#,
+        ),
+        (
+            "emails",
+            "rejected",
+            "2026-11-25T10:00:00Z",
+            Some("TimeoutError: SMTP"),
+            Some("app.tasks.enviar_email"),
+            "texto puro aluno@example.com",
+        ),
+    ];
+    for (i, (origin, reason, time, err, task, body)) in msgs.iter().enumerate() {
+        let mut extra = Vec::new();
+        if let Some(e) = err {
+            extra.push(("x-exception-message", ls(e)));
+        }
+        if let Some(t) = task {
+            extra.push(("task", ls(t)));
+        }
+        let props =
+            crafted(origin, reason, time, extra).with_message_id(format!("p{i}").as_str().into());
+        b.publish(q, body.as_bytes(), props).await;
+    }
+    let before = b.snapshot(q).await;
+    let sel = |args: &[&str]| {
+        let mut a = vec!["filter", "-Q", q, "-o", "ndjson"];
+        a.extend_from_slice(args);
+        a.into_iter().map(str::to_owned).collect::<Vec<_>>()
+    };
+    let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
+        (vec![], vec!["p0", "p1", "p2", "p3"]),
+        (vec!["--motivo", "IntegrityError"], vec!["p0"]),
+        (vec!["--motivo", "IntegrityError", "-i"], vec!["p0", "p1"]),
+        (vec!["--motivo", "expired"], vec!["p2"]),
+        // The regex looks at payload text, also when it is not JSON.
+        (vec!["-e", r"aluno@example\.com"], vec!["p2", "p3"]),
+        (vec!["-e", "^texto"], vec!["p3"]),
+        // --task: the Celery task header, or the queue the message first died in.
+        (vec!["--task", "app.tasks.enviar_email"], vec!["p2", "p3"]),
+        (vec!["--task", "pagamentos"], vec!["p0", "p1"]),
+        (vec!["--task", "emails"], vec!["p2", "p3"]),
+        (
+            vec!["--task", "pagamentos", "--task", "emails"],
+            vec!["p0", "p1", "p2", "p3"],
+        ),
+        (vec!["--since", "2026-11-10"], vec!["p1", "p2", "p3"]),
+        (vec!["--until", "2026-11-20T10:00:00Z"], vec!["p0", "p1"]),
+        (
+            vec!["--since", "2026-11-05", "--until", "2026-11-21"],
+            vec!["p1", "p2"],
+        ),
+        (
+            vec!["--older-than", "2026-11-15T00:00:00Z"],
+            vec!["p0", "p1"],
+        ),
+        (
+            vec![
+                "--where",
+                r#".headers["x-exception-message"] | test("SMTP")"#,
+            ],
+            vec!["p3"],
+        ),
+        (
+            vec!["--where", ".death.deaths[0].reason == \"rejected\""],
+            vec!["p0", "p1", "p3"],
+        ),
+        (vec!["--id", "p2", "--id", "p0"], vec!["p0", "p2"]),
+        (vec!["--limit", "2"], vec!["p0", "p1"]),
+        (vec!["--motivo", "rejected", "--limit", "1"], vec!["p0"]),
+        (vec!["--only-replayed"], vec![]),
+        (vec!["--include-replayed"], vec!["p0", "p1", "p2", "p3"]),
+    ];
+    for (args, want) in cases {
+        let a = sel(&args);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let got = b.run(&a).await.ndjson();
+        assert_eq!(ids(&got), want, "dlq {}", a.join(" "));
+    }
+    // Everything in the dead-letter time is "older than 1h" (2026-11 is in the past).
+    assert_eq!(
+        count(
+            b.run(&["filter", "-Q", q, "--count", "--older-than", "1h"])
+                .await
+        ),
+        4
+    );
+    let days = b
+        .run(&["filter", "-Q", q, "--group-by", "day", "-o", "json"])
+        .await
+        .json();
+    assert_eq!(days[0]["day"], "2026-11-01");
+    assert_eq!(days.as_array().unwrap().len(), 4);
+    let tasks = b
+        .run(&["filter", "-Q", q, "--group-by", "task", "-o", "json"])
+        .await
+        .json();
+    assert_eq!(tasks[0]["task"], "app.tasks.enviar_email");
+    assert_eq!(tasks[0]["count"], 2);
+    assert_eq!(tasks[1]["task"], "pagamentos");
+    // A jq error on some records: they are not selected, and dlq says so.
+    let run = b
+        .run(&[
+            "filter",
+            "-Q",
+            q,
+            "--count",
+            "--where",
+            ".payload.pedido_id > 1",
+        ])
+        .await;
+    assert_eq!(run.ok().trim(), "1");
+    assert!(
+        run.stderr().contains("could not be evaluated on 1"),
+        "{}",
+        run.stderr()
+    );
+
+    assert_eq!(b.snapshot(q).await, before);
+    b.delete().await;
+}
+
+#[tokio::test]
+async fn quorum_dlq_read_in_windows_keeps_order_and_content() {
+    let b = Broker::new("quorum").await;
+    let dlx = "q.dlx";
+    let dlq = "q.dlq";
+    let src = "q.src";
+    b.exchange(dlx, ExchangeKind::Fanout).await;
+    b.queue(dlq, table(vec![("x-queue-type", ls("quorum"))]))
+        .await;
+    b.bind(dlq, dlx, "").await;
+    b.queue(src, table(vec![("x-dead-letter-exchange", ls(dlx))]))
+        .await;
+    let n = 30;
+    for i in 0..n {
+        let props = BasicProperties::default().with_headers(table(vec![(
+            "x-exception-message",
+            ls(&format!("boom {i}")),
+        )]));
+        b.publish(src, format!("{{\"n\": {i}}}").as_bytes(), props)
+            .await;
+    }
+    b.reject(src, n).await;
+    b.wait_depth(dlq, n as u32).await;
+    let before = b.snapshot(dlq).await;
+    assert!(before.iter().all(|m| m.delivery_count.is_none()));
+
+    // Windows of 7: five consumers one after the other on one channel.
+    let env = [("DLQ_READ_WINDOW", "7")];
+    let recs = b
+        .run_with(&["filter", "-Q", dlq, "-o", "ndjson"], &env)
+        .await
+        .ndjson();
+    let seen: Vec<i64> = recs
+        .iter()
+        .map(|r| r["payload"]["n"].as_i64().unwrap())
+        .collect();
+    assert_eq!(seen, (0..n as i64).collect::<Vec<_>>());
+    // The delivery count is shown: the snapshot above gave every message back once.
+    assert!(
+        recs.iter().all(|r| r["headers"]["x-delivery-count"] == 1),
+        "{:?}",
+        recs[0]["headers"]
+    );
+    assert_eq!(recs[3]["motivo"], "rejected: boom 3");
+
+    // More dead letters arrive behind the ones already read (and given back) once.
+    for i in n..n + 5 {
+        b.publish(
+            src,
+            format!("{{\"n\": {i}}}").as_bytes(),
+            BasicProperties::default(),
+        )
+        .await;
+    }
+    b.reject(src, 5).await;
+    b.wait_depth(dlq, n as u32 + 5).await;
+    // Stopping early (--limit) gives everything back too, in order: a quorum queue is
+    // held whole before the give-back, or its first windows would move to the back.
+    for _ in 0..2 {
+        let head = b
+            .run_with(&["inspect", "-Q", dlq, "--limit", "3", "-o", "json"], &env)
+            .await
+            .json();
+        assert_eq!(head.as_array().unwrap().len(), 3);
+        assert_eq!(head[2]["payload"]["n"], 2);
+    }
+
+    let after = b.snapshot(dlq).await;
+    let order: Vec<i64> = after
+        .iter()
+        .map(|m| {
+            serde_json::from_slice::<Value>(&m.body).unwrap()["n"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(order, (0..n as i64 + 5).collect::<Vec<_>>());
+    assert_eq!(without_counts(&after[..n]), without_counts(&before));
+    // On RabbitMQ before 4.3 every give-back counts: snapshot, filter, inspect (the first
+    // 3 + what the window had already delivered), the final snapshot's own delivery.
+    assert!(
+        after[..n]
+            .iter()
+            .all(|m| m.delivery_count.unwrap_or(0) >= 2)
+    );
+    assert_eq!(b.depth(dlq).await, n as u32 + 5);
+    b.delete().await;
+}
+
+#[tokio::test]
+async fn quorum_delivery_limit_refused_unless_forced() {
+    let b = Broker::new("qlimit").await;
+    let q = "lim.dlq";
+    b.queue(
+        q,
+        table(vec![
+            ("x-queue-type", ls("quorum")),
+            ("x-delivery-limit", AMQPValue::LongLongInt(1)),
+        ]),
+    )
+    .await;
+    for i in 0..3 {
+        b.publish(q, format!("m{i}").as_bytes(), BasicProperties::default())
+            .await;
+    }
+    let err = b
+        .run(&["inspect", "-Q", q])
+        .await
+        .fails(2, "delivery limit 1");
+    assert!(
+        err.contains("--force") && err.contains("Nothing was read"),
+        "{err}"
+    );
+    let list = b.run(&["list", "-Q", q, "-o", "json"]).await.json();
+    let row = &list[0];
+    assert_eq!(row["pending"], 3);
+    assert_eq!(row["details"]["delivery_limit"], 1);
+    assert!(
+        row["details"]["sample"]["skipped"]
+            .as_str()
+            .unwrap()
+            .contains("delivery")
+    );
+
+    // --force reads; the first read leaves every message at the limit, and says so.
+    let run = b.run(&["inspect", "-Q", q, "--force", "-o", "json"]).await;
+    let recs = run.json();
+    assert_eq!(recs.as_array().unwrap().len(), 3);
+    // Never given back before: no count header yet, so dlq's refusal above read nothing.
+    assert!(
+        recs[0]["headers"].get("x-delivery-count").is_none(),
+        "{}",
+        recs[0]
+    );
+    assert!(
+        run.stderr()
+            .contains("3 message(s) of \"lim.dlq\" are now at the delivery limit 1"),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(b.depth(q).await, 3);
+    // A second forced read pushes them over: the broker drops them (no DLX here), and
+    // dlq tells instead of pretending nothing happened.
+    let run = b.run(&["filter", "-Q", q, "--force", "--count"]).await;
+    assert_eq!(run.ok().trim(), "3");
+    assert!(
+        run.stderr()
+            .contains("pushed them over the delivery limit 1"),
+        "{}",
+        run.stderr()
+    );
+    b.wait_depth(q, 0).await;
+
+    // A limit set by a policy (freshly created: the API has no stats for it yet) counts too.
+    let q2 = "pol.dlq";
+    b.policy("limit-dlqs", "^pol\\.", json!({"delivery-limit": 50}))
+        .await;
+    b.queue(q2, table(vec![("x-queue-type", ls("quorum"))]))
+        .await;
+    b.publish(q2, b"x", BasicProperties::default()).await;
+    b.run(&["filter", "-Q", q2, "--count"])
+        .await
+        .fails(2, "delivery limit 50");
+    b.delete().await;
+}
+
+#[tokio::test]
+async fn long_classic_dlq_past_65535_in_order() {
+    let b = Broker::new("long").await;
+    let q = "long.dlq";
+    b.queue(q, FieldTable::default()).await;
+    let n: usize = 70_000;
+    b.publish_many(q, (0..n).map(|i| i.to_string().into_bytes()))
+        .await;
+    b.wait_depth(q, n as u32).await;
+
+    let t = Instant::now();
+    assert_eq!(
+        count(b.run(&["filter", "-Q", q, "--count"]).await),
+        n as u64
+    );
+    eprintln!("filter --count of {n} messages: {:?}", t.elapsed());
+    // Every message, once, in queue order: one channel holds all 70,000 unacknowledged.
+    let recs = b.run(&["filter", "-Q", q, "-o", "ndjson"]).await.ndjson();
+    assert_eq!(recs.len(), n);
+    for (i, r) in recs.iter().enumerate() {
+        assert_eq!(r["payload"], json!(i), "position {i}");
+    }
+    let after = b.snapshot(q).await;
+    assert_eq!(after.len(), n);
+    for (i, m) in after.iter().enumerate() {
+        assert_eq!(m.body, i.to_string().into_bytes(), "position {i}");
+    }
+    b.delete().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn growing_dlq_read_ends() {
+    let b = std::sync::Arc::new(Broker::new("growing").await);
+    let q = "grow.dlq";
+    b.queue(q, FieldTable::default()).await;
+    b.publish_many(q, (0..2000).map(|i| format!("{i}").into_bytes()))
+        .await;
+    b.wait_depth(q, 2000).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producer = {
+        let (b, stop) = (b.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut i = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                b.publish(
+                    q,
+                    format!("late {i}").as_bytes(),
+                    BasicProperties::default(),
+                )
+                .await;
+                i += 1;
+            }
+        })
+    };
+    let t = Instant::now();
+    let n = count(b.run(&["filter", "-Q", q, "--count"]).await);
+    assert!(n >= 2000, "{n}");
+    assert!(t.elapsed() < Duration::from_secs(60));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    producer.await.unwrap();
+    std::sync::Arc::try_unwrap(b).ok().unwrap().delete().await;
+}
+
+#[tokio::test]
+async fn stream_dlq_is_read_by_offset() {
+    let b = Broker::new("stream").await;
+    let dlx = "s.dlx";
+    let dlq = "s.dlq";
+    let staging = "s.staging";
+    let src = "s.src";
+    b.exchange(dlx, ExchangeKind::Fanout).await;
+    b.queue(dlq, table(vec![("x-queue-type", ls("stream"))]))
+        .await;
+    b.queue(staging, FieldTable::default()).await;
+    b.bind(dlq, dlx, "").await;
+    b.bind(staging, dlx, "").await;
+    b.queue(src, table(vec![("x-dead-letter-exchange", ls(dlx))]))
+        .await;
+    for i in 0..5 {
+        let props = BasicProperties::default()
+            .with_headers(table(vec![("error", ls(&format!("falhou {i}")))]));
+        b.publish(src, format!("{{\"i\": {i}}}").as_bytes(), props)
+            .await;
+    }
+    b.reject(src, 5).await;
+    b.wait_depth(staging, 5).await;
+    // RabbitMQ 3.10 does not dead-letter into streams (newer brokers do): move the real
+    // dead letters into the stream the way a shovel would.
+    b.shovel(staging, dlq, 5).await;
+    let before = b.stream_bodies(dlq, 5).await;
+    let recs = b.run(&["filter", "-Q", dlq, "-o", "ndjson"]).await.ndjson();
+    assert_eq!(recs.len(), 5);
+    for (i, r) in recs.iter().enumerate() {
+        assert_eq!(r["payload"]["i"], i);
+        assert_eq!(r["motivo"], format!("rejected: falhou {i}"));
+        assert_eq!(r["task"], src);
+        assert_eq!(r["headers"]["x-stream-offset"], i);
+        assert!(
+            r["raw"]["properties"]["headers"]
+                .get("x-stream-offset")
+                .is_none()
+        );
+    }
+    let again = b.run(&["filter", "-Q", dlq, "-o", "ndjson"]).await.ndjson();
+    assert_eq!(ids(&again), ids(&recs));
+    assert_eq!(
+        count(
+            b.run(&["filter", "-Q", dlq, "--count", "--motivo", "falhou 3"])
+                .await
+        ),
+        1
+    );
+    // --limit stops early; the stream is untouched either way.
+    let head = b
+        .run(&["inspect", "-Q", dlq, "--limit", "2", "-o", "json"])
+        .await
+        .json();
+    assert_eq!(head.as_array().unwrap().len(), 2);
+    let list = b.run(&["list", "-o", "json"]).await.json();
+    let row = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["location"] == dlq)
+        .expect("stream DLQ listed");
+    assert_eq!(row["details"]["type"], "stream");
+    assert_eq!(row["details"]["fed_by"], json!([src]));
+    assert_eq!(b.stream_bodies(dlq, 5).await, before);
+    b.delete().await;
+}
+
+#[tokio::test]
+async fn missing_queue_is_a_usage_error_and_nothing_is_created() {
+    let b = Broker::new("missing").await;
+    for cmd in [vec!["inspect"], vec!["filter", "--count"]] {
+        let mut args = cmd.clone();
+        args.extend(["-Q", "no.such.dlq"]);
+        let err = b
+            .run(&args)
+            .await
+            .fails(2, "queue \"no.such.dlq\" does not exist");
+        assert!(err.contains("nothing was created"), "{err}");
+    }
+    let run = b.run(&["list", "-Q", "no.such.dlq"]).await;
+    run.fails(2, "\"no.such.dlq\" does not exist");
+    assert!(!b.exists("no.such.dlq").await);
+    b.delete().await;
+}
+
+#[tokio::test]
+async fn management_api_down() {
+    let b = Broker::new("noapi").await;
+    let (dlq, _) = seed(&b).await;
+    let before = b.snapshot(&dlq).await;
+    let down = ["--management-url", "http://127.0.0.1:1"];
+    let mut args = down.to_vec();
+    args.extend(["list", "-Q", &dlq, "-o", "json"]);
+    let run = b.run(&args).await;
+    let rows = run.json();
+    assert!(
+        run.stderr().contains("is not reachable"),
+        "{}",
+        run.stderr()
+    );
+    assert!(run.stderr().contains("DLQ discovery"), "{}", run.stderr());
+    assert_eq!(rows[0]["location"], dlq.as_str());
+    assert_eq!(rows[0]["pending"], 7);
+    assert_eq!(rows[0]["details"]["type"], "unknown");
+    // Without the API the queue type is unknown: no read unless --force.
+    let mut args = down.to_vec();
+    args.extend(["inspect", "-Q", &dlq]);
+    b.run(&args).await.fails(2, "without the management API");
+    let mut args = down.to_vec();
+    args.extend(["filter", "-Q", &dlq, "--count", "--force"]);
+    assert_eq!(count(b.run(&args).await), 7);
+    assert_eq!(b.snapshot(&dlq).await, before);
+    b.delete().await;
+}
+
+#[tokio::test]
+async fn connection_errors_are_clear_and_hide_the_password() {
+    let b = Broker::new("conn").await;
+    let secret = "Wr0ng-Pa55-q9";
+    let run = crate::common::Dlq::new()
+        .args(&[
+            "--amqp-url",
+            &format!("amqp://guest:{secret}@127.0.0.1:5672/%2f"),
+            "inspect",
+            "-Q",
+            "x",
+        ])
+        .run();
+    let err = run.fails(1, "refused the login");
+    assert!(
+        !err.contains(secret) && !run.stdout().contains(secret),
+        "{err}"
+    );
+    assert!(err.contains("guest:***@127.0.0.1"), "{err}");
+    crate::common::Dlq::new()
+        .args(&[
+            "--amqp-url",
+            &format!("amqp://u:{secret}@127.0.0.1:1/%2f"),
+            "list",
+            "-Q",
+            "x",
+        ])
+        .run()
+        .fails(
+            1,
+            "cannot connect to RabbitMQ at amqp://u:***@127.0.0.1:1/%2f",
+        );
+    b.dlq()
+        .args(&["--vhost", "no-such-vhost-dlq-it", "inspect", "-Q", "x"])
+        .run()
+        .fails(2, "virtual host \"no-such-vhost-dlq-it\" does not exist");
+    b.delete().await;
+}
+
+#[tokio::test]
+async fn list_discovers_the_dead_letter_topology() {
+    let b = Broker::new("topo").await;
+    b.exchange("dlx.direct", ExchangeKind::Direct).await;
+    b.exchange("dlx.fan", ExchangeKind::Fanout).await;
+    b.exchange("dlx.q", ExchangeKind::Fanout).await;
+    b.queue("pag.dlq", FieldTable::default()).await;
+    b.queue("other.dlq", FieldTable::default()).await;
+    b.queue("fan.dlq", FieldTable::default()).await;
+    b.queue(
+        "lim.dlq",
+        table(vec![
+            ("x-queue-type", ls("quorum")),
+            ("x-delivery-limit", AMQPValue::LongLongInt(2)),
+        ]),
+    )
+    .await;
+    b.bind("pag.dlq", "dlx.direct", "pag").await;
+    b.bind("other.dlq", "dlx.direct", "other").await;
+    b.bind("fan.dlq", "dlx.fan", "").await;
+    b.bind("lim.dlq", "dlx.q", "").await;
+    b.queue(
+        "q.a",
+        table(vec![
+            ("x-dead-letter-exchange", ls("dlx.direct")),
+            ("x-dead-letter-routing-key", ls("pag")),
+        ]),
+    )
+    .await;
+    // Dead-lettering configured by a policy, created just now (no API stats yet).
+    b.policy(
+        "dl-b",
+        "^q\\.b$",
+        json!({"dead-letter-exchange": "dlx.fan"}),
+    )
+    .await;
+    b.queue("q.b", FieldTable::default()).await;
+    b.queue(
+        "q.c",
+        table(vec![("x-dead-letter-exchange", ls("missing.ex"))]),
+    )
+    .await;
+    b.queue("q.d", table(vec![("x-dead-letter-exchange", ls("dlx.q"))]))
+        .await;
+    for i in 0..5 {
+        let props = BasicProperties::default().with_headers(table(vec![(
+            "x-exception-message",
+            ls(&format!("ValueError: {i}")),
+        )]));
+        b.publish("q.a", b"{}", props).await;
+    }
+    b.reject("q.a", 5).await;
+    for _ in 0..3 {
+        b.publish("q.b", b"{}", BasicProperties::default()).await;
+    }
+    b.reject("q.b", 3).await;
+    b.publish("q.d", b"{}", BasicProperties::default()).await;
+    b.reject("q.d", 1).await;
+    b.wait_depth("pag.dlq", 5).await;
+    b.wait_depth("fan.dlq", 3).await;
+    b.wait_depth("lim.dlq", 1).await;
+    let before = b.snapshot("pag.dlq").await;
+
+    let run = b.run(&["list", "--sample", "2", "-o", "json"]).await;
+    let rows = run.json();
+    let rows = rows.as_array().unwrap();
+    let names: Vec<&str> = rows
+        .iter()
+        .map(|r| r["location"].as_str().unwrap())
+        .collect();
+    // Biggest first; other.dlq is bound to the DLX, but not with the dead-letter routing key.
+    assert_eq!(names, vec!["pag.dlq", "fan.dlq", "lim.dlq"]);
+    let pag = &rows[0];
+    assert_eq!(pag["source"], "queue");
+    assert_eq!(pag["pending"], 5);
+    assert_eq!(pag["total"], 5);
+    assert_eq!(pag["details"]["fed_by"], json!(["q.a"]));
+    assert_eq!(
+        pag["details"]["dead_letter_exchanges"],
+        json!(["dlx.direct"])
+    );
+    assert_eq!(pag["details"]["type"], "classic");
+    assert_eq!(
+        pag["details"]["sample"],
+        json!({"read": 2, "of": 5, "complete": false})
+    );
+    assert_eq!(pag["top_reasons"][0]["count"], 2);
+    assert_eq!(
+        pag["top_reasons"][0]["fingerprint"],
+        "rejected: ValueError: <n>"
+    );
+    assert!(pag["oldest"].is_string());
+    assert_eq!(rows[1]["details"]["fed_by"], json!(["q.b"]));
+    assert_eq!(rows[1]["top_reasons"][0]["fingerprint"], "rejected");
+    assert_eq!(rows[1]["top_reasons"][0]["count"], 2);
+    assert_eq!(rows[1]["details"]["sample"]["complete"], false);
+    let lim = &rows[2];
+    assert_eq!(lim["details"]["type"], "quorum");
+    assert_eq!(lim["details"]["delivery_limit"], 2);
+    assert!(lim["details"]["sample"]["skipped"].is_string());
+    assert!(
+        run.stderr()
+            .contains("q.c dead-letters to exchange \"missing.ex\", which does not exist"),
+        "{}",
+        run.stderr()
+    );
+
+    // The human table: counts, feeders, the sample label.
+    let text = b.run(&["list", "--sample", "2"]).await.ok();
+    for needle in [
+        "pag.dlq",
+        "fed by q.a",
+        "(first 2 of 5)",
+        "classic, ",
+        "0 consumers",
+        "delivery limit 2",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing in\n{text}");
+    }
+    // Sampling is a read like any other: nothing changed.
+    assert_eq!(b.snapshot("pag.dlq").await, before);
+    b.delete().await;
+}
