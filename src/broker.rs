@@ -5,12 +5,9 @@
 use crate::redact;
 use anyhow::{Context, Result, anyhow};
 use futures_util::FutureExt;
-use lapin::options::{
-    BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions, QueueDeclareOptions,
-};
-use lapin::protocol::{AMQPErrorKind, AMQPSoftError};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, ExchangeKind};
+use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
 use lapin::{Confirmation, PublisherConfirm};
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -20,21 +17,11 @@ use tokio::sync::{mpsc, oneshot};
 /// (queue replays keep the original message id).
 pub const PUBLISH_ID_HEADER: &str = "dlq-publish-id";
 
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
-
-/// Connects; errors name the broker with the password masked.
-pub async fn connect(amqp_url: &str) -> Result<Connection> {
-    let shown = redact::url(amqp_url);
-    // Named per process so an operator (or a test) can find this run's connection.
-    let name = format!("dlq-{}", std::process::id());
-    let props = ConnectionProperties::default().with_connection_name(name.as_str().into());
-    match tokio::time::timeout(CONNECT_TIMEOUT, Connection::connect(amqp_url, props)).await {
-        Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(anyhow!(redact::scrub(&e.to_string())))
-            .with_context(|| format!("cannot connect to RabbitMQ at {shown}")),
-        Err(_) => Err(anyhow!("no answer in {}s", CONNECT_TIMEOUT.as_secs()))
-            .with_context(|| format!("cannot connect to RabbitMQ at {shown}")),
-    }
+/// Connects to the broker the settings name (one place builds the URI: see
+/// `source::amqp::Target`); errors never show the password.
+pub async fn connect(settings: &crate::settings::Settings) -> Result<Connection> {
+    let target = crate::source::amqp::Target::from_settings(settings)?;
+    crate::source::amqp::connect(&target).await
 }
 
 /// Scrubs a lapin error for display.
@@ -43,38 +30,7 @@ pub fn scrubbed(e: lapin::Error) -> anyhow::Error {
 }
 
 fn is_not_found(e: &lapin::Error) -> bool {
-    matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if matches!(p.kind(), AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND)))
-}
-
-/// Live counts of a queue, from a passive declare (ready messages only).
-#[derive(Debug, Clone, Copy)]
-pub struct QueueState {
-    pub messages: u32,
-    pub consumers: u32,
-}
-
-/// Passive declare on a throwaway channel (a 404 closes the channel): `None` when the queue
-/// does not exist. Never creates anything.
-pub async fn queue_state(conn: &Connection, name: &str) -> Result<Option<QueueState>> {
-    let ch = conn.create_channel().await.map_err(scrubbed)?;
-    let opts = QueueDeclareOptions {
-        passive: true,
-        ..Default::default()
-    };
-    match ch
-        .queue_declare(name.into(), opts, FieldTable::default())
-        .await
-    {
-        Ok(q) => {
-            let _ = ch.close(200, "done".into()).await;
-            Ok(Some(QueueState {
-                messages: q.message_count(),
-                consumers: q.consumer_count(),
-            }))
-        }
-        Err(e) if is_not_found(&e) => Ok(None),
-        Err(e) => Err(scrubbed(e)).with_context(|| format!("checking queue {name:?}")),
-    }
+    crate::source::amqp::is_not_found(e)
 }
 
 /// Passive exchange declare: false when it does not exist. The default exchange always exists.

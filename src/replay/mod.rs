@@ -54,7 +54,7 @@ impl Target {
         printer: &Printer,
     ) -> Result<Option<String>> {
         match self {
-            Target::Queue(q) => match broker::queue_state(conn, q).await? {
+            Target::Queue(q) => match crate::source::amqp::passive_declare(conn, q).await? {
                 None => Err(usage(format!(
                     "target queue {q:?} does not exist: nothing was replayed (declare it, start its workers, or pass --to-queue)"
                 ))),
@@ -66,7 +66,7 @@ impl Target {
                     }
                     Ok(Some(format!(
                         "queue {q:?}: {} message(s) ready, {} consumer(s)",
-                        s.messages, s.consumers
+                        s.ready, s.consumers
                     )))
                 }
             },

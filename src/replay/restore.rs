@@ -110,7 +110,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
     let target = opts
         .target
         .unwrap_or_else(|| Target::Queue(crate::commands::replay::DEFAULT_CELERY_QUEUE.into()));
-    let conn = broker::connect(&settings.amqp_url).await?;
+    let conn = broker::connect(settings).await?;
     let note = target.check(&conn, printer).await?;
 
     // Plan pass.

@@ -70,7 +70,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     };
 
     // The broker comes first: an unknown target refuses the replay before any planning output.
-    let conn = broker::connect(&settings.amqp_url).await?;
+    let conn = broker::connect(settings).await?;
     let target_note = opts.target.check(&conn, printer).await?;
 
     let mut dry = opts.dry_run.then(|| {

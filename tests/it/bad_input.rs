@@ -119,7 +119,7 @@ async fn thirty_bad_inputs_change_nothing() {
                 "--yes",
             ],
             1,
-            "cannot connect to RabbitMQ",
+            "refused the login",
         ),
         case(
             &[
@@ -130,8 +130,8 @@ async fn thirty_bad_inputs_change_nothing() {
                 q,
                 "--yes",
             ],
-            1,
-            "cannot connect to RabbitMQ",
+            2,
+            "virtual host \"no-such-vhost\" does not exist",
         ),
         // Table names are identifiers, validated and quoted.
         case(

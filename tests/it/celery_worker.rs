@@ -148,16 +148,29 @@ impl Drop for CeleryWorker {
 }
 
 pub async fn connection() -> lapin::Connection {
-    dlq::broker::connect(AMQP_URL)
+    lapin::Connection::connect(AMQP_URL, lapin::ConnectionProperties::default())
         .await
         .expect("connect to RabbitMQ")
 }
 
-pub async fn queue_state(name: &str) -> Option<dlq::broker::QueueState> {
+/// Ready messages and consumers of a queue on the default vhost; `None` when it does not exist.
+pub async fn queue_state(name: &str) -> Option<QueueState> {
     let c = connection().await;
-    let s = dlq::broker::queue_state(&c, name).await.unwrap();
+    let s = dlq::source::amqp::passive_declare(&c, name)
+        .await
+        .unwrap()
+        .map(|d| QueueState {
+            messages: d.ready,
+            consumers: d.consumers,
+        });
     let _ = c.close(200, "bye".into()).await;
     s
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct QueueState {
+    pub messages: u32,
+    pub consumers: u32,
 }
 
 pub async fn declare_queue(name: &str) {

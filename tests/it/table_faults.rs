@@ -135,7 +135,11 @@ async fn close_broker_connection(pid: u32) {
             .as_array()
             .unwrap()
             .iter()
-            .filter(|c| c["client_properties"]["connection_name"] == format!("dlq-{pid}").as_str())
+            .filter(|c| {
+                c["client_properties"]["connection_name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with(&format!("dlq-{pid} ")))
+            })
             .map(|c| c["name"].as_str().unwrap().to_string())
             .collect();
         if !ours.is_empty() {

@@ -129,8 +129,9 @@ impl Target {
 
 /// Opens the connection; errors say what went wrong without the password.
 pub async fn connect(t: &Target) -> Result<Connection> {
-    let props = ConnectionProperties::default()
-        .with_connection_name(concat!("dlq ", env!("CARGO_PKG_VERSION")).into());
+    // Named per process so an operator (or a test) can find this run's connection.
+    let name = format!("dlq-{} v{}", std::process::id(), env!("CARGO_PKG_VERSION"));
+    let props = ConnectionProperties::default().with_connection_name(name.as_str().into());
     let attempt = Connection::connect_uri(t.uri.clone(), props);
     match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
         Err(_) => Err(anyhow!(
