@@ -126,13 +126,24 @@ impl Publisher {
     /// Publishes and resolves once the broker has settled this message. An error means the
     /// outcome is unknown (connection lost): treat the message as not moved.
     pub async fn publish(&self, msg: Outgoing) -> Result<Outcome> {
+        self.submit(msg).await?.await
+    }
+
+    /// Queues a publish in call order (so messages reach the broker in the order submitted)
+    /// and returns a future of its outcome.
+    pub async fn submit(
+        &self,
+        msg: Outgoing,
+    ) -> Result<impl std::future::Future<Output = Result<Outcome>> + use<>> {
         let (reply, rx) = oneshot::channel();
         self.tx
             .send(Request { msg, reply })
             .await
             .map_err(|_| anyhow!("the publisher stopped (broker connection lost?)"))?;
-        rx.await
-            .map_err(|_| anyhow!("the publisher stopped (broker connection lost?)"))?
+        Ok(async move {
+            rx.await
+                .map_err(|_| anyhow!("the publisher stopped (broker connection lost?)"))?
+        })
     }
 }
 

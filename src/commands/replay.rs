@@ -74,6 +74,32 @@ pub async fn run(
             };
             replay::table::run(settings, printer, opts).await
         }
-        SourceChoice::Queues(_) => Err(usage("replaying queues (-Q) is not available yet")),
+        SourceChoice::Queues(q) => {
+            let canary_wait = crate::when::parse_duration(&a.canary_wait)
+                .map_err(|e| usage(format!("--canary-wait: {e}")))?;
+            if a.canary == Some(0) {
+                return Err(usage("--canary must be at least 1"));
+            }
+            if a.max_replays == 0 {
+                return Err(usage("--max-replays must be at least 1"));
+            }
+            let opts = replay::queue::Options {
+                queues: q.names,
+                record: crate::source::amqp::record::RecordOptions {
+                    motivo_headers: q.motivo_headers,
+                },
+                force: q.force,
+                selection,
+                target: explicit_target,
+                dry_run: a.safety.dry_run,
+                yes: a.safety.yes,
+                rate: a.rate,
+                window: a.window,
+                max_replays: a.max_replays,
+                canary: a.canary,
+                canary_wait: canary_wait.to_std().unwrap_or_default(),
+            };
+            replay::queue::run(settings, printer, opts).await
+        }
     }
 }

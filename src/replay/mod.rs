@@ -1,5 +1,6 @@
 //! Replays: table rows re-dispatched as Celery tasks; queue messages moved back.
 
+pub mod queue;
 pub mod requeue;
 pub mod restore;
 pub mod table;

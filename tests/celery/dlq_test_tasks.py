@@ -21,6 +21,21 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
 )
 
+# A worker queue that dead-letters (what Celery itself cannot configure as a DLQ): the test
+# names the queue and its dead-letter exchange.
+if os.environ.get("DLQ_TEST_DLX"):
+    from kombu import Exchange, Queue
+
+    _name = os.environ["DLQ_TEST_QUEUE"]
+    app.conf.task_queues = [
+        Queue(
+            _name,
+            Exchange(_name, type="direct"),
+            routing_key=_name,
+            queue_arguments={"x-dead-letter-exchange": os.environ["DLQ_TEST_DLX"]},
+        )
+    ]
+
 
 def _tag(value):
     """JSON-friendly view that keeps the Python type visible."""
@@ -77,5 +92,7 @@ def agendar_aula(self, *args, **kwargs):
 def rejeitar(self, *args, **kwargs):
     """Records, then dead-letters itself (queue with x-dead-letter-exchange)."""
     _record(self, args, kwargs)
-    if os.environ.get("DLQ_TEST_REJECT", "1") == "1":
+    # Rejects while the flag file exists: the test removes it once "the bug is fixed".
+    flag = os.environ.get("DLQ_TEST_REJECT_FILE")
+    if flag and os.path.exists(flag):
         raise Reject("rejected by test", requeue=False)

@@ -5,6 +5,7 @@ mod celery_worker;
 mod common;
 mod generated;
 mod queue_read;
+mod queue_replay;
 mod secrets;
 mod table_archive;
 mod table_errors;

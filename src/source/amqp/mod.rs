@@ -11,6 +11,7 @@ pub mod management;
 pub mod reader;
 pub mod record;
 pub mod summary;
+pub mod take;
 pub mod topology;
 
 use crate::error::usage;

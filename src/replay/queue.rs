@@ -1,0 +1,614 @@
+//! Queue replay: move selected dead letters back where they died.
+//!
+//! 1. Plan: read every DLQ without changing it, select, and remember WHICH messages were
+//!    selected (a 64-bit hash of queue + record id, so memory stays small for a million).
+//! 2. After confirmation, take the messages present at the start, in order; a message is
+//!    moved only if it was in the plan and still matches. Each is published (default
+//!    exchange -> the queue it first died in, or `--to-queue`/`--to-exchange`) with
+//!    `mandatory` and a confirm, and its DLQ copy is acknowledged only after a clean confirm
+//!    without a return. Everything else is given back in place when the run ends.
+//! 3. At most `--window` publishes are unconfirmed at once: if dlq dies, those may exist
+//!    both in the destination and (given back) in the DLQ: the duplicate window.
+
+use super::requeue::{self, Refusal, Stamp};
+use super::{Target, print_plan_groups, print_report};
+use crate::broker::{Outcome, Outgoing, Publisher};
+use crate::error::{Exit, usage};
+use crate::model::{DeadLetter, RecordId};
+use crate::output::{Printer, ellipsize};
+use crate::report::Report;
+use crate::select::Selection;
+use crate::settings::Settings;
+use crate::source::amqp::reader::{self, ReadSpec};
+use crate::source::amqp::record::{self, RecordOptions};
+use crate::source::amqp::take::Taker;
+use crate::source::amqp::topology::QueueKind;
+use crate::source::amqp::{self, Checked};
+use crate::{fingerprint, redact};
+use anyhow::Result;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use lapin::options::BasicAckOptions;
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+pub struct Options {
+    pub queues: Vec<String>,
+    pub record: RecordOptions,
+    pub force: bool,
+    pub selection: Selection,
+    /// `None`: each message goes back to the queue it first died in.
+    pub target: Option<Target>,
+    pub dry_run: bool,
+    pub yes: bool,
+    pub rate: Option<f64>,
+    pub window: usize,
+    pub max_replays: u32,
+    pub canary: Option<u64>,
+    pub canary_wait: Duration,
+}
+
+/// One message as the plan sees it.
+struct Planned {
+    rec: DeadLetter,
+    dest: Result<(String, String), Refusal>,
+    view: Option<Value>,
+}
+
+/// What the plan pass found, per run.
+#[derive(Default)]
+struct Plan {
+    /// hash(queue, id) -> how many selected messages carry it.
+    selected: HashMap<u64, u32>,
+    count: u64,
+    groups: BTreeMap<(String, String), u64>,
+    refused: Vec<(RecordId, String)>,
+    destinations: BTreeSet<String>,
+}
+
+fn key(queue: &str, id: &RecordId) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    queue.hash(&mut h);
+    id.to_string().hash(&mut h);
+    h.finish()
+}
+
+/// Where a message goes: the explicit target, else the default exchange to its origin queue.
+fn destination(
+    target: &Option<Target>,
+    origin: Option<&str>,
+    from: &str,
+) -> Result<(String, String), Refusal> {
+    match target {
+        Some(t) => Ok(t.route()),
+        None => {
+            let q = origin.filter(|q| !q.is_empty()).ok_or(Refusal::NoOrigin)?;
+            if q == from {
+                return Err(Refusal::NoOrigin);
+            }
+            Ok((String::new(), q.to_string()))
+        }
+    }
+}
+
+fn describe_dest((exchange, rk): &(String, String)) -> String {
+    if exchange.is_empty() {
+        format!("queue {rk}")
+    } else {
+        format!("exchange {exchange} / {rk}")
+    }
+}
+
+pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
+    let target_conn = amqp::Target::from_settings(settings)?;
+    let conn = amqp::connect(&target_conn).await?;
+    let checked = amqp::check_queues(
+        &conn,
+        &target_conn,
+        settings,
+        printer,
+        &opts.queues,
+        opts.force,
+    )
+    .await?;
+    for q in &checked {
+        if q.facts.kind == QueueKind::Stream {
+            return Err(usage(format!(
+                "{:?} is a stream: a stream keeps every message, so dlq cannot move messages out of it",
+                q.name
+            )));
+        }
+    }
+    let replay_id = uuid::Uuid::new_v4().to_string();
+    let stamp_for = |from: &str| Stamp {
+        replay_id: replay_id.clone(),
+        at: chrono::Utc::now(),
+        from_queue: from.to_string(),
+        user: target_conn.user().to_string(),
+        max_replays: opts.max_replays,
+    };
+
+    // 1. Plan (a read: the DLQs stay as they are).
+    let mut plan = Plan::default();
+    let mut dry = opts
+        .dry_run
+        .then(|| printer.values(&["id", "from", "to", "replays", "body"], dry_run_line));
+    let mut jq_errors = 0u64;
+    for q in &checked {
+        let (tx, mut rx) = mpsc::channel::<Result<Planned>>(256);
+        let spec = ReadSpec::for_checked(q, None);
+        let record_opts = opts.record.clone();
+        let target = opts.target.clone();
+        let stamp = stamp_for(&q.name);
+        let dry_run = opts.dry_run;
+        let make =
+            move |queue: &str, ex: &str, rk: &str, p: &lapin::BasicProperties, body: &[u8]| {
+                let rec = record::from_delivery(queue, ex, rk, p, body, &record_opts);
+                let stored = record::stored_properties(p);
+                let origin = rec
+                    .death
+                    .as_ref()
+                    .and_then(record::origin_queue)
+                    .map(str::to_string);
+                let dest = destination(&target, origin.as_deref(), queue).and_then(|d| {
+                    requeue::prepare(&stored, &stamp, "dry-run").map(|props| (d, props))
+                });
+                let view = match (&dest, dry_run) {
+                    (Ok((d, props)), true) => Some(json!({
+                        "id": rec.id,
+                        "from": queue,
+                        "exchange": d.0,
+                        "routing_key": d.1,
+                        "properties": crate::amqp_codec::properties_to_json(props),
+                        "headers": props.headers().as_ref().map(crate::amqp_codec::table_to_json),
+                        "payload": rec.payload,
+                    })),
+                    _ => None,
+                };
+                Planned {
+                    rec,
+                    dest: dest.map(|(d, _)| d),
+                    view,
+                }
+            };
+        let conn_ref = &conn;
+        let read = async move {
+            let r = reader::read_queue(conn_ref, &spec, &make, &tx).await;
+            drop(tx);
+            r
+        };
+        let collect = async {
+            while let Some(item) = rx.recv().await {
+                let p = item?;
+                if opts
+                    .selection
+                    .limit
+                    .is_some_and(|l| plan.count + plan.refused.len() as u64 >= l)
+                {
+                    continue; // keep draining so the read finishes
+                }
+                match opts.selection.matches(&p.rec) {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(_) => {
+                        jq_errors += 1;
+                        continue;
+                    }
+                }
+                match p.dest {
+                    Err(why) => plan.refused.push((p.rec.id.clone(), why.to_string())),
+                    Ok(d) => {
+                        *plan.selected.entry(key(&q.name, &p.rec.id)).or_default() += 1;
+                        plan.count += 1;
+                        if d.0.is_empty() {
+                            plan.destinations.insert(d.1.clone());
+                        }
+                        let fp = fingerprint::fingerprint(p.rec.motivo.as_deref().unwrap_or(""));
+                        *plan.groups.entry((describe_dest(&d), fp)).or_default() += 1;
+                        if let (Some(out), Some(v)) = (dry.as_mut(), p.view) {
+                            out.write(v)?;
+                        }
+                    }
+                }
+            }
+            Ok::<_, anyhow::Error>(())
+        };
+        let (read, collected) = tokio::join!(read, collect);
+        collected?;
+        let report = read?;
+        for w in report.warnings(q) {
+            printer.warn(w);
+        }
+    }
+    if let Some(out) = dry {
+        out.finish()?;
+    }
+    if jq_errors > 0 {
+        printer.warn(format!(
+            "--where could not be evaluated on {jq_errors} message(s), which were not selected"
+        ));
+    }
+
+    // Destinations must exist before anything moves.
+    let mut missing = Vec::new();
+    for d in &plan.destinations {
+        if amqp::passive_declare(&conn, d).await?.is_none() {
+            missing.push(d.clone());
+        }
+    }
+    if !missing.is_empty() {
+        return Err(usage(format!(
+            "destination queue(s) {} do not exist: nothing was moved (declare them or pass --to-queue)",
+            missing.join(", ")
+        )));
+    }
+    let target_note = match &opts.target {
+        Some(t) => t.check(&conn, printer).await?,
+        None => None,
+    };
+
+    let names: Vec<&str> = checked.iter().map(|q| q.name.as_str()).collect();
+    let to = match &opts.target {
+        Some(t) => t.describe(),
+        None => "back to the queue each message first died in (default exchange)".into(),
+    };
+    printer.info(format!(
+        "Plan: move {} message(s) from {} ({}) {to} on {}",
+        plan.count,
+        names.join(", "),
+        opts.selection.describe(),
+        redact::url(&settings.amqp_url)
+    ));
+    print_plan_groups(printer, &plan.groups);
+    if let Some(n) = target_note {
+        printer.info(n);
+    }
+    for (id, why) in plan.refused.iter().take(10) {
+        printer.warn(format!("stays in the DLQ: id {id}: {why}"));
+    }
+    if plan.count == 0 && plan.refused.is_empty() {
+        printer.info("nothing to replay");
+        return Ok(Exit::Ok);
+    }
+    if opts.dry_run {
+        printer.info("dry run: nothing was moved");
+        return Ok(if plan.refused.is_empty() {
+            Exit::Ok
+        } else {
+            Exit::Partial
+        });
+    }
+    if plan.count > 0
+        && !printer
+            .confirm(&format!("Move {} message(s)?", plan.count), opts.yes)
+            .await?
+    {
+        printer.info("nothing done");
+        return Ok(Exit::Ok);
+    }
+
+    // 2. Move.
+    let mut report = Report::new("replay");
+    for (id, why) in std::mem::take(&mut plan.refused) {
+        report.fail(id, why);
+    }
+    let publisher = Publisher::start(&conn, opts.window.max(1), opts.rate).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let signals = super::stop_on_signal(stop.clone());
+    let bar = printer.progress(Some(plan.count), "replaying");
+    let mut mover = Mover {
+        conn: &conn,
+        publisher: &publisher,
+        opts: &opts,
+        report: &mut report,
+        bar: &bar,
+        stop: &stop,
+        selected: plan.selected,
+    };
+    let mut canary_ok = true;
+    if let Some(n) = opts.canary {
+        let moved = mover.pass(&checked, &stamp_for, Some(n)).await?;
+        if mover.report.stopped.is_none() && moved > 0 {
+            printer.info(format!(
+                "canary: {moved} message(s) replayed; watching for {}s whether they die again",
+                opts.canary_wait.as_secs()
+            ));
+            tokio::time::sleep(opts.canary_wait).await;
+            let died = died_again(&conn, &checked, &replay_id).await?;
+            if died > 0 {
+                canary_ok = false;
+                mover.report.stopped = Some(format!(
+                    "canary failed: {died} of {moved} replayed message(s) died again and are back in the DLQ; the rest were not replayed"
+                ));
+            } else {
+                printer.info("canary: none died again; replaying the rest");
+            }
+        }
+    }
+    if canary_ok && mover.report.stopped.is_none() {
+        mover.pass(&checked, &stamp_for, None).await?;
+    }
+    bar.finish_and_clear();
+    signals.abort();
+    drop(publisher);
+    let _ = conn.close(200, "dlq replay done".into()).await;
+    print_report(printer, &report, "replayed");
+    if report.stopped.is_some() && canary_ok {
+        printer.warn(format!(
+            "messages not reported as replayed are still in the DLQ; run the same command again to finish (at most {} may now be both in their destination and in the DLQ)",
+            opts.window
+        ));
+    }
+    Ok(report.exit())
+}
+
+/// State of the move phase.
+struct Mover<'a> {
+    conn: &'a lapin::Connection,
+    publisher: &'a Publisher,
+    opts: &'a Options,
+    report: &'a mut Report,
+    bar: &'a indicatif::ProgressBar,
+    stop: &'a AtomicBool,
+    selected: HashMap<u64, u32>,
+}
+
+type InFlight = std::pin::Pin<
+    Box<dyn std::future::Future<Output = (lapin::Acker, RecordId, Result<Outcome>)> + Send>,
+>;
+
+impl Mover<'_> {
+    /// Takes the messages present now from every DLQ and moves the planned ones (at most
+    /// `limit`). Returns how many were moved.
+    async fn pass(
+        &mut self,
+        checked: &[Checked],
+        stamp_for: &dyn Fn(&str) -> Stamp,
+        limit: Option<u64>,
+    ) -> Result<u64> {
+        let mut moved = 0u64;
+        for q in checked {
+            if self.report.stopped.is_some() || limit.is_some_and(|l| moved >= l) {
+                break;
+            }
+            let Some(depth) = amqp::passive_declare(self.conn, &q.name).await? else {
+                self.report.stopped =
+                    Some(format!("queue {:?} disappeared during the replay", q.name));
+                break;
+            };
+            let mut now = q.clone();
+            now.depth = depth;
+            let spec = ReadSpec::for_checked(&now, None);
+            let mut taker = Taker::open(self.conn, &spec).await?;
+            let stamp = stamp_for(&q.name);
+            let mut inflight: FuturesUnordered<InFlight> = FuturesUnordered::new();
+            let mut acked = 0u64;
+            loop {
+                // Settle what is done; keep at most `window` publishes in flight.
+                while let Some(Some(done)) = if inflight.len() >= self.opts.window.max(1) {
+                    Some(inflight.next().await)
+                } else {
+                    inflight.now_or_never_some()
+                } {
+                    if self.settle(done).await {
+                        acked += 1;
+                        moved += 1;
+                    }
+                }
+                if self.report.stopped.is_some() {
+                    break;
+                }
+                if self.stop.load(Ordering::SeqCst) {
+                    self.report.stopped = Some("interrupted".into());
+                    break;
+                }
+                if limit.is_some_and(|l| moved + inflight.len() as u64 >= l) {
+                    break;
+                }
+                let d = match taker.next().await {
+                    Ok(Some(d)) => d,
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.report.stopped = Some(format!("reading {:?}: {e:#}", q.name));
+                        break;
+                    }
+                };
+                let rec = record::from_delivery(
+                    &q.name,
+                    d.exchange.as_str(),
+                    d.routing_key.as_str(),
+                    &d.properties,
+                    &d.data,
+                    &self.opts.record,
+                );
+                let k = key(&q.name, &rec.id);
+                // Only what the plan selected, and only as many times as it was selected.
+                let Some(left) = self.selected.get_mut(&k).filter(|n| **n > 0) else {
+                    continue;
+                };
+                if !matches!(self.opts.selection.matches(&rec), Ok(true)) {
+                    continue;
+                }
+                let stored = record::stored_properties(&d.properties);
+                let origin = rec.death.as_ref().and_then(record::origin_queue);
+                let route = match destination(&self.opts.target, origin, &q.name) {
+                    Ok(r) => r,
+                    Err(why) => {
+                        self.report.fail(rec.id, why.to_string());
+                        continue;
+                    }
+                };
+                let publish_id = uuid::Uuid::new_v4().to_string();
+                let props = match requeue::prepare(&stored, &stamp, &publish_id) {
+                    Ok(p) => p,
+                    Err(why) => {
+                        self.report.fail(rec.id, why.to_string());
+                        continue;
+                    }
+                };
+                *left -= 1;
+                let acker = d.acker;
+                let id = rec.id;
+                // Submitted here, in queue order; only the outcome is awaited later.
+                let submitted = self
+                    .publisher
+                    .submit(Outgoing {
+                        exchange: route.0,
+                        routing_key: route.1,
+                        body: d.data,
+                        properties: props,
+                    })
+                    .await;
+                inflight.push(Box::pin(async move {
+                    let out = match submitted {
+                        Ok(outcome) => outcome.await,
+                        Err(e) => Err(e),
+                    };
+                    (acker, id, out)
+                }));
+            }
+            while let Some(done) = inflight.next().await {
+                if self.settle(done).await {
+                    acked += 1;
+                    moved += 1;
+                }
+            }
+            let held = taker.taken.saturating_sub(acked);
+            taker.release(self.conn, held).await;
+        }
+        Ok(moved)
+    }
+
+    /// Records one publish outcome; acknowledges the DLQ copy after a clean confirm.
+    /// Returns true when the message moved.
+    async fn settle(
+        &mut self,
+        (acker, id, out): (lapin::Acker, RecordId, Result<Outcome>),
+    ) -> bool {
+        self.bar.inc(1);
+        match out {
+            Ok(Outcome::Confirmed) => match acker.ack(BasicAckOptions::default()).await {
+                Ok(true) => {
+                    self.report.success();
+                    true
+                }
+                other => {
+                    let why = match other {
+                        Err(e) => redact::scrub(&e.to_string()),
+                        _ => "nothing was sent".into(),
+                    };
+                    self.report.fail(
+                        id,
+                        format!("published, but its DLQ copy could not be acknowledged ({why}): it is in both places"),
+                    );
+                    self.report
+                        .stopped
+                        .get_or_insert_with(|| "lost the channel to the DLQ".into());
+                    false
+                }
+            },
+            Ok(Outcome::Returned { code, text }) => {
+                self.report.fail(
+                    id,
+                    format!(
+                        "returned by the broker as unroutable ({code} {text}); left in the DLQ"
+                    ),
+                );
+                false
+            }
+            Ok(Outcome::Nacked) => {
+                self.report.fail(
+                    id,
+                    "nacked by the broker (destination full or unavailable); left in the DLQ",
+                );
+                false
+            }
+            Err(e) => {
+                self.report.fail(
+                    id,
+                    "outcome unknown: the broker connection was lost; left in the DLQ",
+                );
+                self.report
+                    .stopped
+                    .get_or_insert_with(|| format!("broker: {e:#}"));
+                false
+            }
+        }
+    }
+}
+
+/// Polls a stream once without waiting: `Some(item)` if one was ready.
+trait NowOrNever {
+    fn now_or_never_some(&mut self) -> Option<Option<<Self as futures_util::Stream>::Item>>
+    where
+        Self: futures_util::Stream + Unpin;
+}
+
+impl<S: futures_util::Stream + Unpin> NowOrNever for S {
+    fn now_or_never_some(&mut self) -> Option<Option<S::Item>> {
+        use futures_util::FutureExt;
+        match self.next().now_or_never() {
+            Some(Some(item)) => Some(Some(item)),
+            _ => None,
+        }
+    }
+}
+
+/// How many messages stamped with this run's id are in the DLQs now (a read).
+async fn died_again(conn: &lapin::Connection, checked: &[Checked], replay_id: &str) -> Result<u64> {
+    let mut n = 0;
+    for q in checked {
+        let Some(depth) = amqp::passive_declare(conn, &q.name).await? else {
+            continue;
+        };
+        let mut now = q.clone();
+        now.depth = depth;
+        let spec = ReadSpec::for_checked(&now, None);
+        let (tx, mut rx) = mpsc::channel(256);
+        let id = replay_id.to_string();
+        let make = move |_: &str, _: &str, _: &str, p: &lapin::BasicProperties, _: &[u8]| {
+            let h = p.headers().clone().unwrap_or_default();
+            matches!(h.inner().get(requeue::REPLAY_ID), Some(lapin::types::AMQPValue::LongString(s)) if s.as_bytes() == id.as_bytes())
+        };
+        let read = async {
+            let r = reader::read_queue(conn, &spec, &make, &tx).await;
+            drop(tx);
+            r
+        };
+        let count = async {
+            let mut c = 0u64;
+            while let Some(Ok(hit)) = rx.recv().await {
+                c += u64::from(hit);
+            }
+            c
+        };
+        let (r, c) = tokio::join!(read, count);
+        r?;
+        n += c;
+    }
+    Ok(n)
+}
+
+fn dry_run_line(v: &Value) -> Vec<String> {
+    let to = if v["exchange"].as_str().unwrap_or("").is_empty() {
+        v["routing_key"].as_str().unwrap_or("").to_string()
+    } else {
+        format!(
+            "{}/{}",
+            v["exchange"].as_str().unwrap_or(""),
+            v["routing_key"].as_str().unwrap_or("")
+        )
+    };
+    vec![
+        crate::output::plain(&v["id"]),
+        v["from"].as_str().unwrap_or("").to_string(),
+        to,
+        v["headers"][requeue::REPLAY_COUNT].to_string(),
+        ellipsize(&v["payload"].to_string(), 60),
+    ]
+}

@@ -1,0 +1,192 @@
+//! Taking messages from a classic or quorum queue, in queue order, each one held
+//! unacknowledged with the handle that acknowledges it. Replay and archive use it to remove
+//! exactly the messages they moved or archived; everything else goes back in place when the
+//! taker is released (channel close), as a read does (see `reader`).
+//!
+//! Consumers follow one another on one channel, each with a window of credit, as in the
+//! reader. Acknowledging a message mid-window gives its consumer more credit, so a consumer
+//! is cancelled once it has delivered its window and then drained to its end: what it still
+//! delivers before `cancel-ok` comes in order, before the next consumer starts.
+
+use super::reader::ReadSpec;
+use anyhow::{Result, anyhow, bail};
+use futures_util::StreamExt;
+use lapin::message::Delivery;
+use lapin::options::{
+    BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions,
+};
+use lapin::types::FieldTable;
+use lapin::{Channel, Connection, Consumer};
+use std::time::Duration;
+
+const FIRST_WINDOW: u64 = 200;
+const MAX_WINDOW: u64 = 5_000;
+/// Bytes of bodies a window may hold in the client.
+const WINDOW_BYTES: u64 = 32 << 20;
+const IDLE: Duration = Duration::from_secs(1);
+const STALL_LIMIT: Duration = Duration::from_secs(30);
+
+struct Current {
+    consumer: Consumer,
+    got: u64,
+    batch: u64,
+    cancelled: bool,
+}
+
+pub struct Taker {
+    ch: Channel,
+    queue: String,
+    want: u64,
+    /// Messages handed out so far.
+    pub taken: u64,
+    bytes: u64,
+    consumers: u32,
+    current: Option<Current>,
+    /// Fewer messages than counted at the start were there to take.
+    pub ended_short: bool,
+}
+
+impl Taker {
+    /// Prepares to take at most the ready messages counted in `spec` (so a growing queue
+    /// still ends: later arrivals are left for the next run).
+    pub async fn open(conn: &Connection, spec: &ReadSpec) -> Result<Taker> {
+        let ch = conn.create_channel().await?;
+        Ok(Taker {
+            ch,
+            queue: spec.queue.clone(),
+            want: spec.max.map_or(spec.ready, |m| m.min(spec.ready)),
+            taken: 0,
+            bytes: 0,
+            consumers: 0,
+            current: None,
+            ended_short: false,
+        })
+    }
+
+    fn window(&self) -> u64 {
+        if self.taken == 0 {
+            return FIRST_WINDOW;
+        }
+        let avg = (self.bytes / self.taken).max(256);
+        (WINDOW_BYTES / avg).clamp(16, MAX_WINDOW)
+    }
+
+    /// The next message in queue order, or `None` once the counted messages were taken.
+    /// Acknowledge it with `delivery.acker`; anything not acknowledged goes back on release.
+    pub async fn next(&mut self) -> Result<Option<Delivery>> {
+        let q = self.queue.clone();
+        loop {
+            if self.current.is_none() {
+                if self.taken >= self.want {
+                    return Ok(None);
+                }
+                let batch = self
+                    .window()
+                    .min(self.want - self.taken)
+                    .min(u64::from(u16::MAX));
+                self.ch
+                    .basic_qos(batch as u16, BasicQosOptions { global: false })
+                    .await?;
+                let consumer = self
+                    .ch
+                    .basic_consume(
+                        q.as_str().into(),
+                        format!("dlq-take-{}", self.consumers).as_str().into(),
+                        BasicConsumeOptions::default(),
+                        FieldTable::default(),
+                    )
+                    .await?;
+                self.consumers += 1;
+                self.current = Some(Current {
+                    consumer,
+                    got: 0,
+                    batch,
+                    cancelled: false,
+                });
+            }
+            let cur = self.current.as_mut().expect("set above");
+            if cur.got >= cur.batch && !cur.cancelled {
+                self.ch
+                    .basic_cancel(cur.consumer.tag(), BasicCancelOptions::default())
+                    .await?;
+                cur.cancelled = true;
+            }
+            let mut stalled = Duration::ZERO;
+            let next = loop {
+                match tokio::time::timeout(IDLE, cur.consumer.next()).await {
+                    Ok(n) => break n,
+                    Err(_) if cur.cancelled => continue,
+                    Err(_) => {
+                        let depth = self
+                            .ch
+                            .queue_declare(
+                                q.as_str().into(),
+                                QueueDeclareOptions::default().passive(),
+                                FieldTable::default(),
+                            )
+                            .await?;
+                        if depth.message_count() == 0 {
+                            // The rest went elsewhere (another consumer, a TTL on the DLQ).
+                            self.ended_short = true;
+                            self.want = self.taken;
+                            break None;
+                        }
+                        stalled += IDLE;
+                        if stalled >= STALL_LIMIT {
+                            bail!(
+                                "RabbitMQ delivered nothing from {q:?} for {} s although {} message(s) are ready",
+                                STALL_LIMIT.as_secs(),
+                                depth.message_count()
+                            );
+                        }
+                    }
+                }
+            };
+            match next {
+                None if self.ended_short || cur.cancelled => {
+                    self.current = None;
+                    if self.ended_short {
+                        return Ok(None);
+                    }
+                }
+                None => {
+                    bail!("the broker cancelled dlq's consumer on {q:?} (was the queue deleted?)")
+                }
+                Some(Err(e)) => return Err(anyhow!(e)),
+                Some(Ok(d)) => {
+                    cur.got += 1;
+                    if self.taken >= self.want {
+                        // Beyond the count taken at the start: held, given back on release.
+                        continue;
+                    }
+                    self.taken += 1;
+                    self.bytes += d.data.len() as u64;
+                    return Ok(Some(d));
+                }
+            }
+        }
+    }
+
+    /// Gives back everything not acknowledged (channel close: original positions) and waits
+    /// briefly until `held` messages are ready again (a quorum queue requeues asynchronously).
+    pub async fn release(self, conn: &Connection, held: u64) {
+        let _ = self
+            .ch
+            .close(
+                200,
+                "dlq: done, every message not moved is given back".into(),
+            )
+            .await;
+        if held == 0 {
+            return;
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while tokio::time::Instant::now() < deadline {
+            match super::passive_declare(conn, &self.queue).await {
+                Ok(Some(d)) if u64::from(d.ready) >= held => return,
+                Ok(Some(_)) => tokio::time::sleep(Duration::from_millis(10)).await,
+                _ => return,
+            }
+        }
+    }
+}
