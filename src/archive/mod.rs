@@ -9,6 +9,7 @@
 //! {"dlq_archive_end":{"count":340,"sha256":"<hex>"}}
 //! ```
 
+pub mod queue;
 pub mod table;
 
 use crate::error::usage;

@@ -2,7 +2,7 @@
 
 use crate::archive;
 use crate::cli::ArchiveArgs;
-use crate::error::{Exit, usage};
+use crate::error::Exit;
 use crate::output::Printer;
 use crate::select::Selection;
 use crate::settings::Settings;
@@ -27,6 +27,20 @@ pub async fn run(
             };
             archive::table::run(settings, printer, opts).await
         }
-        SourceChoice::Queues(_) => Err(usage("archiving queues (-Q) is not available yet")),
+        SourceChoice::Queues(q) => {
+            let opts = archive::queue::Options {
+                queues: q.names,
+                record: crate::source::amqp::record::RecordOptions {
+                    motivo_headers: q.motivo_headers,
+                },
+                force: q.force,
+                selection,
+                to: a.to.clone(),
+                delete: a.delete,
+                dry_run: a.safety.dry_run,
+                yes: a.safety.yes,
+            };
+            archive::queue::run(settings, printer, opts).await
+        }
     }
 }

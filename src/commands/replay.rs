@@ -55,6 +55,7 @@ pub async fn run(
             yes: a.safety.yes,
             rate: a.rate,
             window: a.window,
+            max_replays: a.max_replays,
         };
         return replay::restore::run(settings, printer, opts).await;
     }

@@ -2,62 +2,129 @@
 //!
 //! The archive's checksum is verified before anything else. Archived table rows become Celery
 //! tasks again exactly as a table replay builds them (same validation, confirms, provenance
-//! headers). Progress is kept in `<archive>.journal`: each record number is appended right
-//! after its confirm, so a re-run resumes and does not publish a record twice (duplicates
-//! are limited to the publishes in flight when a run dies: at most `--window`).
+//! headers); archived queue messages are rebuilt from their exact bytes and typed
+//! properties and go where a queue replay sends them (the queue they first died in, or
+//! `--to-queue`), with the same header handling and loop guard. Progress is kept in
+//! `<archive>.journal`: each record number is appended right after its confirm, so a re-run
+//! resumes (duplicates are limited to the publishes in flight when a run dies: `--window`).
 
+use super::requeue::{self, Stamp};
 use super::{Target, print_plan_groups, print_report};
 use crate::archive::{self, Journal};
 use crate::broker::{self, Outcome, Outgoing, Publisher};
 use crate::celery::{self, ReplayOrigin};
 use crate::error::{Exit, usage};
-use crate::model::{DeadLetter, SourceKind};
+use crate::model::{DeadLetter, RecordId, SourceKind};
 use crate::output::Printer;
 use crate::report::Report;
 use crate::select::Selection;
 use crate::settings::Settings;
 use crate::{fingerprint, redact};
 use anyhow::Result;
+use base64::Engine as _;
 use futures_util::StreamExt;
-use std::collections::{BTreeMap, HashSet};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;
 
 pub struct Options<'a> {
     pub file: &'a Path,
     pub selection: Selection,
-    /// Explicit target; archived table rows default to the Celery queue.
+    /// Explicit target; table rows default to the Celery queue, queue messages to their origin.
     pub target: Option<Target>,
     pub dry_run: bool,
     pub yes: bool,
     pub rate: Option<f64>,
     pub window: usize,
+    pub max_replays: u32,
 }
 
-/// The stored args text of an archived row (exact), else its payload re-serialized.
-fn args_text(rec: &DeadLetter) -> Option<String> {
-    if let Some(t) = rec
-        .raw
-        .as_ref()
-        .and_then(|r| r.get("args"))
-        .and_then(|a| a.as_str())
-    {
-        return Some(t.to_string());
+/// What every archived record becomes before it is published.
+struct Context<'a> {
+    kind: SourceKind,
+    target: &'a Option<Target>,
+    replay_id: String,
+    user: String,
+    max_replays: u32,
+}
+
+impl Context<'_> {
+    /// The message to publish for one archived record, or why it cannot be replayed.
+    fn prepare(&self, rec: &DeadLetter) -> Result<Outgoing, String> {
+        match self.kind {
+            SourceKind::Table => {
+                let origin = ReplayOrigin {
+                    table: rec.location.clone(),
+                    row_id: rec.id.to_string(),
+                    replay_id: self.replay_id.clone(),
+                    host: super::hostname(),
+                };
+                // The stored args text when archived (exact), else the payload re-serialized.
+                let args = rec
+                    .raw
+                    .as_ref()
+                    .and_then(|r| r.get("args"))
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .or_else(|| (!rec.payload.is_null()).then(|| rec.payload.to_string()));
+                let msg =
+                    celery::build(rec.task.as_deref().unwrap_or(""), args.as_deref(), &origin)
+                        .map_err(|e| e.to_string())?;
+                let (exchange, routing_key) = self
+                    .target
+                    .clone()
+                    .unwrap_or_else(|| {
+                        Target::Queue(crate::commands::replay::DEFAULT_CELERY_QUEUE.into())
+                    })
+                    .route();
+                Ok(Outgoing {
+                    exchange,
+                    routing_key,
+                    body: msg.body,
+                    properties: msg.properties,
+                })
+            }
+            SourceKind::Queue => {
+                let raw = rec
+                    .raw
+                    .as_ref()
+                    .ok_or("the archived message has no raw copy")?;
+                let props = crate::amqp_codec::properties_from_typed_json(&raw["properties"])
+                    .map_err(|e| format!("archived properties: {e}"))?;
+                let body = base64::engine::general_purpose::STANDARD
+                    .decode(raw["body"].as_str().unwrap_or(""))
+                    .map_err(|e| format!("archived body: {e}"))?;
+                let (exchange, routing_key) = match self.target {
+                    Some(t) => t.route(),
+                    None => {
+                        let origin = rec
+                            .death
+                            .as_ref()
+                            .and_then(crate::source::amqp::record::origin_queue)
+                            .filter(|q| !q.is_empty())
+                            .ok_or_else(|| requeue::Refusal::NoOrigin.to_string())?;
+                        (String::new(), origin.to_string())
+                    }
+                };
+                let stamp = Stamp {
+                    replay_id: self.replay_id.clone(),
+                    at: chrono::Utc::now(),
+                    from_queue: rec.location.clone(),
+                    user: self.user.clone(),
+                    max_replays: self.max_replays,
+                };
+                let properties =
+                    requeue::prepare(&props, &stamp, &uuid::Uuid::new_v4().to_string())
+                        .map_err(|e| e.to_string())?;
+                Ok(Outgoing {
+                    exchange,
+                    routing_key,
+                    body,
+                    properties,
+                })
+            }
+        }
     }
-    (!rec.payload.is_null()).then(|| rec.payload.to_string())
-}
-
-fn build(rec: &DeadLetter, replay_id: &str) -> Result<celery::TaskMessage, celery::InvalidTask> {
-    let origin = ReplayOrigin {
-        table: rec.location.clone(),
-        row_id: rec.id.to_string(),
-        replay_id: replay_id.to_string(),
-        host: super::hostname(),
-    };
-    celery::build(
-        rec.task.as_deref().unwrap_or(""),
-        args_text(rec).as_deref(),
-        &origin,
-    )
 }
 
 /// The archived records this run would act on: selected, not yet restored, in file order.
@@ -83,6 +150,31 @@ fn selected<'s>(
     }))
 }
 
+fn dry_view(rec: &DeadLetter, m: &Outgoing) -> Value {
+    json!({
+        "id": rec.id,
+        "task": rec.task,
+        "exchange": m.exchange,
+        "routing_key": m.routing_key,
+        "properties": crate::amqp_codec::properties_to_json(&m.properties),
+        "headers": m.properties.headers().as_ref().map(crate::amqp_codec::table_to_json),
+        "body": serde_json::from_slice::<Value>(&m.body).unwrap_or_else(|_| crate::model::payload_from_bytes(&m.body)),
+    })
+}
+
+fn dry_line(v: &Value) -> Vec<String> {
+    vec![
+        crate::output::plain(&v["id"]),
+        crate::output::plain(&v["task"]),
+        format!(
+            "{}/{}",
+            v["exchange"].as_str().unwrap_or(""),
+            v["routing_key"].as_str().unwrap_or("")
+        ),
+        crate::output::ellipsize(&v["body"].to_string(), 80),
+    ]
+}
+
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> Result<Exit> {
     let (header, trailer) = archive::verify(opts.file)?;
     printer.info(format!(
@@ -94,12 +186,16 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
         header.created_at,
         header.host
     ));
-    if header.source != SourceKind::Table.as_str() {
-        return Err(usage(format!(
-            "archive {} holds queue messages: restoring them needs queue replay support",
-            opts.file.display()
-        )));
-    }
+    let kind = match header.source.as_str() {
+        "table" => SourceKind::Table,
+        "queue" => SourceKind::Queue,
+        other => {
+            return Err(usage(format!(
+                "archive {}: unknown source {other:?}",
+                opts.file.display()
+            )));
+        }
+    };
     let journal = Journal::open(opts.file)?;
     if journal.done_count() > 0 {
         printer.info(format!(
@@ -107,50 +203,80 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
             journal.done_count()
         ));
     }
-    let target = opts
-        .target
-        .unwrap_or_else(|| Target::Queue(crate::commands::replay::DEFAULT_CELERY_QUEUE.into()));
+    let amqp_target = crate::source::amqp::Target::from_settings(settings)?;
     let conn = broker::connect(settings).await?;
-    let note = target.check(&conn, printer).await?;
+    let ctx = Context {
+        kind,
+        target: &opts.target,
+        replay_id: uuid::Uuid::new_v4().to_string(),
+        user: amqp_target.user().to_string(),
+        max_replays: opts.max_replays,
+    };
 
     // Plan pass.
-    let replay_id = uuid::Uuid::new_v4().to_string();
     let mut groups: BTreeMap<(String, String), u64> = BTreeMap::new();
-    let mut invalid: Vec<(crate::model::RecordId, String)> = Vec::new();
+    let mut invalid: Vec<(RecordId, String)> = Vec::new();
+    let mut destinations: BTreeSet<String> = BTreeSet::new();
     let mut planned: u64 = 0;
-    let mut dry = opts.dry_run.then(|| {
-        printer.values(
-            &["row", "task", "exchange/routing key", "body"],
-            super::table::dry_run_line,
-        )
-    });
+    let mut dry = opts
+        .dry_run
+        .then(|| printer.values(&["id", "task", "exchange/routing key", "body"], dry_line));
     let done = journal.done().clone();
     for r in selected(opts.file, &opts.selection, &done)? {
         let (_, rec) = r?;
-        *groups
-            .entry((
-                rec.task.clone().unwrap_or_default(),
-                fingerprint::fingerprint(rec.motivo.as_deref().unwrap_or("")),
-            ))
-            .or_default() += 1;
-        match build(&rec, &replay_id) {
-            Ok(msg) => {
+        match ctx.prepare(&rec) {
+            Ok(m) => {
                 planned += 1;
+                if m.exchange.is_empty() {
+                    destinations.insert(m.routing_key.clone());
+                }
+                let label = if kind == SourceKind::Table {
+                    rec.task.clone().unwrap_or_default()
+                } else {
+                    m.routing_key.clone()
+                };
+                *groups
+                    .entry((
+                        label,
+                        fingerprint::fingerprint(rec.motivo.as_deref().unwrap_or("")),
+                    ))
+                    .or_default() += 1;
                 if let Some(out) = dry.as_mut() {
-                    out.write(super::table::dry_run_view(&rec, &msg, &target))?;
+                    out.write(dry_view(&rec, &m))?;
                 }
             }
-            Err(e) => invalid.push((rec.id.clone(), e.to_string())),
+            Err(why) => invalid.push((rec.id.clone(), why)),
         }
     }
     if let Some(out) = dry {
         out.finish()?;
     }
+    // Destinations exist before anything is sent.
+    let note = match &opts.target {
+        Some(t) => t.check(&conn, printer).await?,
+        None => {
+            let mut missing = Vec::new();
+            for d in &destinations {
+                if crate::source::amqp::passive_declare(&conn, d)
+                    .await?
+                    .is_none()
+                {
+                    missing.push(d.clone());
+                }
+            }
+            if !missing.is_empty() {
+                return Err(usage(format!(
+                    "destination queue(s) {} do not exist: nothing was replayed (declare them or pass --to-queue)",
+                    missing.join(", ")
+                )));
+            }
+            None
+        }
+    };
     printer.info(format!(
-        "Plan: re-dispatch {} archived row(s) ({}) as Celery tasks {} on {}",
+        "Plan: replay {} archived record(s) ({}) on {}",
         planned + invalid.len() as u64,
         opts.selection.describe(),
-        target.describe(),
         redact::url(&settings.amqp_url)
     ));
     print_plan_groups(printer, &groups);
@@ -173,7 +299,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
         });
     }
     if !printer
-        .confirm(&format!("Re-dispatch {planned} archived row(s)?"), opts.yes)
+        .confirm(&format!("Replay {planned} archived record(s)?"), opts.yes)
         .await?
     {
         printer.info("nothing done");
@@ -185,40 +311,33 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
         report.fail(id, why);
     }
     let publisher = Publisher::start(&conn, opts.window.max(1), opts.rate).await?;
-    let (exchange, routing_key) = target.route();
     let bar = printer.progress(Some(planned), "replaying");
     let mut journal = journal;
-    // Records are read lazily and published with up to `window` confirms outstanding; a
-    // signal stops reading new ones.
+    // Records are read lazily and published in file order with up to `window` confirms
+    // outstanding; a signal stops reading new ones.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let signals = super::stop_on_signal(stop.clone());
     let stop_reading = stop.clone();
     let source = selected(opts.file, &opts.selection, &done)?
-        .take_while(move |_| !stop_reading.load(std::sync::atomic::Ordering::SeqCst));
+        .take_while(move |_| !stop_reading.load(std::sync::atomic::Ordering::SeqCst))
+        .filter_map(|r| match r {
+            Err(e) => Some(Err(e)),
+            Ok((n, rec)) => ctx.prepare(&rec).ok().map(|m| Ok((n, rec.id, m))),
+        });
     let outcomes = futures_util::stream::iter(source)
-        .filter_map(|r| {
-            let rid = replay_id.clone();
+        .then(|r| {
+            let publisher = publisher.clone();
             async move {
-                match r {
-                    Err(e) => Some(Err(e)),
-                    Ok((n, rec)) => build(&rec, &rid).ok().map(|m| Ok((n, rec.id, m))),
-                }
+                let (n, id, m) = r?;
+                // Submitted in file order; the outcome is awaited by `buffered` below.
+                let outcome = publisher.submit(m).await?;
+                Ok::<_, anyhow::Error>((n, id, outcome))
             }
         })
-        .map(|r| {
-            let publisher = publisher.clone();
-            let (exchange, routing_key) = (exchange.clone(), routing_key.clone());
-            async move {
-                let (n, id, msg) = r?;
-                let outcome = publisher
-                    .publish(Outgoing {
-                        exchange,
-                        routing_key,
-                        body: msg.body,
-                        properties: msg.properties,
-                    })
-                    .await;
-                Ok::<_, anyhow::Error>((n, id, outcome))
+        .map(|r| async move {
+            match r {
+                Ok((n, id, outcome)) => Ok((n, id, outcome.await)),
+                Err(e) => Err(e),
             }
         })
         .buffered(opts.window.max(1));

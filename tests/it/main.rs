@@ -4,6 +4,7 @@ mod broker;
 mod celery_worker;
 mod common;
 mod generated;
+mod queue_archive;
 mod queue_read;
 mod queue_replay;
 mod secrets;

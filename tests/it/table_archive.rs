@@ -297,3 +297,43 @@ async fn overlapping_archive_runs_are_locked_out() {
     assert!(!dir.path().join("second.ndjson").exists());
     db.drop().await;
 }
+
+/// A disk that fills up mid-archive: the command fails and no row is deleted.
+#[tokio::test]
+async fn full_disk_deletes_nothing() {
+    let db = big_table(5_000).await;
+    let mnt = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=64k",
+            "tmpfs",
+            mnt.path().to_str().unwrap(),
+        ])
+        .status()
+        .expect("mount is available");
+    assert!(status.success(), "mounting a small tmpfs needs root");
+    let file = mnt.path().join("a.ndjson");
+    let run = db.dlq(&[
+        "archive",
+        "--older-than",
+        "30d",
+        "--to",
+        file.to_str().unwrap(),
+        "--delete",
+        "--yes",
+    ]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    assert!(run.stderr().contains("No space left"), "{}", run.stderr());
+    assert_eq!(count(&db).await, 5_000, "nothing deleted");
+    assert!(
+        std::fs::read_dir(mnt.path()).unwrap().next().is_none(),
+        "no partial file left"
+    );
+    let _ = std::process::Command::new("umount")
+        .arg(mnt.path())
+        .status();
+    db.drop().await;
+}

@@ -167,6 +167,16 @@ impl Taker {
         }
     }
 
+    /// Acknowledges (removes) one taken message by its delivery tag: lighter to keep than
+    /// its acker when a whole archive must be on disk before anything is removed.
+    pub async fn ack(&self, delivery_tag: u64) -> Result<()> {
+        let sent = self
+            .ch
+            .basic_ack(delivery_tag, lapin::options::BasicAckOptions::default())
+            .await;
+        sent.map_err(|e| anyhow!("acknowledging a message of {:?}: {e}", self.queue))
+    }
+
     /// Gives back everything not acknowledged (channel close: original positions) and waits
     /// briefly until `held` messages are ready again (a quorum queue requeues asynchronously).
     pub async fn release(self, conn: &Connection, held: u64) {

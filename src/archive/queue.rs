@@ -1,0 +1,270 @@
+//! Archiving dead-letter queues.
+//!
+//! Without `--delete` the DLQs are only read (they stay as they are). With `--delete`, the
+//! messages present at the start are taken in order and held unacknowledged while the
+//! selected ones are written; once the archive is complete, flushed, fsynced and in place,
+//! exactly those are acknowledged, and everything else is given back in its place. A crash
+//! or a full disk before that point removes nothing: the broker requeues what was held.
+//! An exclusive lock queue per DLQ keeps two archive runs from overlapping.
+
+use super::ArchiveWriter;
+use crate::error::{Exit, usage};
+use crate::output::Printer;
+use crate::select::{Selected, Selection};
+use crate::settings::Settings;
+use crate::source::amqp::reader::ReadSpec;
+use crate::source::amqp::record::{self, RecordOptions};
+use crate::source::amqp::take::Taker;
+use crate::source::amqp::topology::QueueKind;
+use crate::source::amqp::{self, StreamOptions};
+use anyhow::{Result, anyhow};
+use lapin::options::QueueDeclareOptions;
+use lapin::types::FieldTable;
+use std::path::PathBuf;
+
+pub struct Options {
+    pub queues: Vec<String>,
+    pub record: RecordOptions,
+    pub force: bool,
+    pub selection: Selection,
+    pub to: PathBuf,
+    pub delete: bool,
+    pub dry_run: bool,
+    pub yes: bool,
+}
+
+/// The name of the exclusive queue that marks "an archive of `queue` is running".
+fn lock_name(queue: &str) -> String {
+    format!("dlq.archive-lock.{queue}")
+}
+
+/// Exclusive queues belong to one connection: a second declare fails, and the broker
+/// removes the queue when the connection ends, even after kill -9.
+async fn lock(conn: &lapin::Connection, queue: &str) -> Result<lapin::Channel> {
+    let ch = conn.create_channel().await?;
+    let opts = QueueDeclareOptions {
+        exclusive: true,
+        auto_delete: true,
+        ..Default::default()
+    };
+    match ch
+        .queue_declare(
+            lock_name(queue).as_str().into(),
+            opts,
+            FieldTable::default(),
+        )
+        .await
+    {
+        Ok(_) => Ok(ch),
+        Err(e)
+            if e.to_string().contains("RESOURCE_LOCKED")
+                || e.to_string().contains("resource_locked") =>
+        {
+            Err(anyhow!(
+                "another dlq archive run holds the lock on queue {queue:?} (try again when it is done)"
+            ))
+        }
+        Err(e) => Err(anyhow!("cannot take the archive lock for {queue:?}: {e}")),
+    }
+}
+
+pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
+    if opts.delete && opts.to.as_os_str() == "-" {
+        return Err(usage(
+            "--delete needs an archive file: stdout cannot be fsynced before deleting",
+        ));
+    }
+    let target = amqp::Target::from_settings(settings)?;
+    let conn = amqp::connect(&target).await?;
+    let checked =
+        amqp::check_queues(&conn, &target, settings, printer, &opts.queues, opts.force).await?;
+    if opts.delete
+        && let Some(s) = checked.iter().find(|q| q.facts.kind == QueueKind::Stream)
+    {
+        return Err(usage(format!(
+            "{:?} is a stream: a stream keeps every message, so --delete cannot remove any",
+            s.name
+        )));
+    }
+    let mut locks = Vec::new();
+    for q in &checked {
+        locks.push(lock(&conn, &q.name).await?);
+    }
+    let names: Vec<String> = checked.iter().map(|q| q.name.clone()).collect();
+    let destination = if opts.to.as_os_str() == "-" {
+        "stdout".to_string()
+    } else {
+        opts.to.display().to_string()
+    };
+    let stream_opts = StreamOptions {
+        names: names.clone(),
+        record: opts.record.clone(),
+        force: opts.force,
+    };
+
+    if opts.dry_run || (opts.delete && !opts.yes) {
+        let mut selected = Selected::new(
+            amqp::open_stream(settings, &stream_opts, &opts.selection).await?,
+            &opts.selection,
+        );
+        let mut n = 0u64;
+        while let Some(r) = selected.next().await {
+            r?;
+            n += 1;
+        }
+        drop(selected);
+        crate::source::settle().await;
+        let verb = if opts.delete {
+            "archive and then delete"
+        } else {
+            "archive"
+        };
+        printer.info(format!(
+            "Plan: {verb} {n} message(s) of {} ({}) -> {destination}",
+            names.join(", "),
+            opts.selection.describe()
+        ));
+        if opts.dry_run {
+            printer.info("dry run: nothing was written or deleted");
+            return Ok(Exit::Ok);
+        }
+        if n == 0 {
+            printer.info("nothing to archive");
+            return Ok(Exit::Ok);
+        }
+        if !printer
+            .confirm(&format!("Archive and delete {n} message(s)?"), opts.yes)
+            .await?
+        {
+            printer.info("nothing done");
+            return Ok(Exit::Ok);
+        }
+    }
+
+    let header = super::header("queue", &names.join(","), &opts.selection.describe());
+    let mut writer = ArchiveWriter::create(&opts.to, &header)?;
+    let bar = printer.progress(None, "archiving");
+    if !opts.delete {
+        let mut selected = Selected::new(
+            amqp::open_stream(settings, &stream_opts, &opts.selection).await?,
+            &opts.selection,
+        );
+        while let Some(rec) = selected.next().await {
+            writer.write(&rec?)?;
+            bar.inc(1);
+        }
+        drop(selected);
+        crate::source::settle().await;
+        let trailer = writer.finish()?;
+        bar.finish_and_clear();
+        printer.info(format!(
+            "archive: {} message(s) of {} -> {destination} (sha256 {})",
+            trailer.count,
+            names.join(", "),
+            &trailer.sha256[..16]
+        ));
+        return Ok(Exit::Ok);
+    }
+
+    // --delete: take, write, fsync, then acknowledge exactly what was written.
+    let mut taken: Vec<(Taker, Vec<u64>)> = Vec::new();
+    let mut written = 0u64;
+    let mut jq_errors = 0u64;
+    let result: Result<()> = async {
+        for q in &checked {
+            let mut taker = Taker::open(&conn, &ReadSpec::for_checked(q, None)).await?;
+            let mut tags = Vec::new();
+            let outcome: Result<()> = async {
+                while let Some(d) = taker.next().await? {
+                    if opts.selection.limit.is_some_and(|l| written >= l) {
+                        continue; // hold the rest until the release puts it back
+                    }
+                    let rec = record::from_delivery(
+                        &q.name,
+                        d.exchange.as_str(),
+                        d.routing_key.as_str(),
+                        &d.properties,
+                        &d.data,
+                        &opts.record,
+                    );
+                    match opts.selection.matches(&rec) {
+                        Ok(true) => {}
+                        Ok(false) => continue,
+                        Err(_) => {
+                            jq_errors += 1;
+                            continue;
+                        }
+                    }
+                    writer.write(&rec)?;
+                    tags.push(d.delivery_tag);
+                    written += 1;
+                    bar.inc(1);
+                }
+                Ok(())
+            }
+            .await;
+            taken.push((taker, tags));
+            outcome?;
+        }
+        Ok(())
+    }
+    .await;
+    let finished = match result {
+        Ok(()) => writer.finish(),
+        Err(e) => {
+            writer.abort();
+            Err(e)
+        }
+    };
+    let trailer = match finished {
+        Ok(t) => t,
+        Err(e) => {
+            // Nothing is acknowledged: every taken message goes back in place.
+            for (taker, tags) in taken {
+                let held = taker.taken;
+                drop(tags);
+                taker.release(&conn, held).await;
+            }
+            return Err(e.context("nothing was deleted from the queues"));
+        }
+    };
+    let mut deleted = 0u64;
+    let mut ack_error = None;
+    for (taker, tags) in taken {
+        for tag in &tags {
+            match taker.ack(*tag).await {
+                Ok(()) => deleted += 1,
+                Err(e) => {
+                    ack_error.get_or_insert(e);
+                    break;
+                }
+            }
+        }
+        let held = taker.taken.saturating_sub(tags.len() as u64);
+        taker.release(&conn, held).await;
+    }
+    drop(locks);
+    let _ = conn.close(200, "dlq archive done".into()).await;
+    bar.finish_and_clear();
+    if jq_errors > 0 {
+        printer.warn(format!(
+            "--where could not be evaluated on {jq_errors} message(s), which were not archived"
+        ));
+    }
+    let line = format!(
+        "archive: {} message(s) of {} -> {destination} (sha256 {}), {deleted} deleted",
+        trailer.count,
+        names.join(", "),
+        &trailer.sha256[..16]
+    );
+    if let Some(e) = ack_error {
+        // The archive is complete; the messages not acknowledged are still in the DLQ too.
+        printer.warn(line);
+        return Err(e.context(format!(
+            "the archive is complete, but only {deleted} of {} archived message(s) were removed from the queue; the rest are both archived and still queued",
+            trailer.count
+        )));
+    }
+    printer.info(line);
+    Ok(Exit::Ok)
+}

@@ -1,0 +1,344 @@
+//! Archiving dead-letter queues and restoring from the archive, against a real broker.
+
+use crate::broker::{Broker, Snap, ls, table};
+use lapin::types::{AMQPValue, DecimalValue, FieldArray, FieldTable, LongString};
+use lapin::{BasicProperties, ExchangeKind};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const DLX: &str = "matriculas.dlx";
+const DLQ: &str = "matriculas.dlq";
+const MAIN: &str = "matriculas.processar";
+
+async fn topology(b: &Broker) {
+    b.exchange(DLX, ExchangeKind::Fanout).await;
+    b.queue(DLQ, FieldTable::default()).await;
+    b.bind(DLQ, DLX, "").await;
+    b.queue(MAIN, table(vec![("x-dead-letter-exchange", ls(DLX))]))
+        .await;
+}
+
+/// Every AMQP header type a producer can send (the broker cannot carry NaN/inf floats).
+fn every_header_type(i: usize) -> FieldTable {
+    table(vec![
+        ("bool", AMQPValue::Boolean(i.is_multiple_of(2))),
+        ("i8", AMQPValue::ShortShortInt(-5)),
+        ("u8", AMQPValue::ShortShortUInt(250)),
+        ("i16", AMQPValue::ShortInt(-30_000)),
+        ("u16", AMQPValue::ShortUInt(60_000)),
+        ("i32", AMQPValue::LongInt(-2_000_000_000)),
+        ("u32", AMQPValue::LongUInt(4_000_000_000)),
+        ("i64", AMQPValue::LongLongInt(i64::MIN + i as i64)),
+        ("f32", AMQPValue::Float(1.5)),
+        ("f64", AMQPValue::Double(-0.1)),
+        (
+            "decimal",
+            AMQPValue::DecimalValue(DecimalValue {
+                scale: 2,
+                value: 12345,
+            }),
+        ),
+        ("text", ls("ação ✓")),
+        (
+            "not-utf8",
+            AMQPValue::LongString(LongString::from(vec![0xff, 0xfe, 0x00, b'z'])),
+        ),
+        ("timestamp", AMQPValue::Timestamp(1_700_000_000)),
+        ("bytes", AMQPValue::ByteArray(vec![0u8, 1, 2, 255].into())),
+        (
+            "array",
+            AMQPValue::FieldArray(FieldArray::from(vec![
+                AMQPValue::LongInt(1),
+                ls("two"),
+                AMQPValue::Void,
+            ])),
+        ),
+        (
+            "nested",
+            AMQPValue::FieldTable(table(vec![(
+                "deep",
+                AMQPValue::FieldTable(table(vec![("x", AMQPValue::Boolean(true))])),
+            )])),
+        ),
+        ("void", AMQPValue::Void),
+        ("x-exception-message", ls(&format!("KeyError: {i}"))),
+    ])
+}
+
+/// `n` real dead letters: binary and JSON bodies, every header type, rich properties.
+async fn dead_letters(b: &Broker, n: usize) {
+    for i in 0..n {
+        let body = if i.is_multiple_of(2) {
+            vec![0u8, 0xff, i as u8, 0x80, b'\n']
+        } else {
+            format!(r#"{{"i": {i}}}"#).into_bytes()
+        };
+        let props = BasicProperties::default()
+            .with_message_id(format!("m-{i}").as_str().into())
+            .with_content_type("application/octet-stream".into())
+            .with_delivery_mode(2)
+            .with_priority(7)
+            .with_correlation_id("corr".into())
+            .with_reply_to("replies".into())
+            .with_timestamp(1_700_000_123)
+            .with_type("kind".into())
+            .with_app_id("svc".into())
+            .with_headers(every_header_type(i));
+        b.publish(MAIN, &body, props).await;
+    }
+    b.reject(MAIN, n).await;
+    b.wait_depth(DLQ, n as u32).await;
+}
+
+fn headers(s: &Snap) -> &serde_json::Map<String, Value> {
+    s.props["headers"].as_object().unwrap()
+}
+
+#[tokio::test]
+async fn archive_delete_restore_round_trip_is_exact() {
+    let b = Broker::new("qarch").await;
+    topology(&b).await;
+    dead_letters(&b, 8).await;
+    let before = b.snapshot(DLQ).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("dlq.ndjson.gz");
+    let f = file.to_str().unwrap();
+
+    // Without --delete the queue is untouched.
+    let plain = dir.path().join("copy.ndjson");
+    b.run(&["archive", "-Q", DLQ, "--to", plain.to_str().unwrap()])
+        .await
+        .ok();
+    assert_eq!(b.snapshot(DLQ).await, before);
+
+    let run = b
+        .run(&["archive", "-Q", DLQ, "--to", f, "--delete", "--yes"])
+        .await;
+    run.ok();
+    assert!(
+        run.stderr().contains("8 message(s)") && run.stderr().contains("8 deleted"),
+        "{}",
+        run.stderr()
+    );
+    b.wait_depth(DLQ, 0).await;
+
+    let restore = b.run(&["replay", "--from-file", f, "--yes"]).await;
+    restore.ok();
+    assert!(
+        restore.stderr().contains("8 replayed"),
+        "{}",
+        restore.stderr()
+    );
+    b.wait_depth(MAIN, 8).await;
+    let back = b.snapshot(MAIN).await;
+    for (r, o) in back.iter().zip(&before) {
+        assert_eq!(r.body, o.body, "body bytes");
+        for p in [
+            "message_id",
+            "content_type",
+            "delivery_mode",
+            "priority",
+            "correlation_id",
+            "reply_to",
+            "timestamp",
+            "type",
+            "app_id",
+        ] {
+            assert_eq!(r.props[p], o.props[p], "{p}");
+        }
+        let (rh, oh) = (headers(r), headers(o));
+        // Every header as it was, with its AMQP type, except the documented history move.
+        for (k, v) in oh {
+            if k.starts_with("x-death") || k.starts_with("x-first-death") {
+                assert_eq!(&rh["dlq-x-death"][1][k], v, "{k} kept in dlq-x-death");
+            } else {
+                assert_eq!(&rh[k], v, "{k}");
+            }
+        }
+        assert_eq!(rh["dlq-replay-count"], json!(["l", 1]));
+    }
+    // Restoring again does nothing (journal).
+    let again = b.run(&["replay", "--from-file", f, "--yes"]).await;
+    again.ok();
+    assert!(
+        again.stderr().contains("already restored"),
+        "{}",
+        again.stderr()
+    );
+    assert_eq!(b.depth(MAIN).await, 8);
+    b.delete().await;
+}
+
+#[tokio::test]
+async fn selective_archive_delete_leaves_the_rest_in_order() {
+    let b = Broker::new("qarch-sel").await;
+    topology(&b).await;
+    dead_letters(&b, 10).await;
+    let before = b.snapshot(DLQ).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("odd.ndjson");
+    // Odd messages have JSON bodies.
+    b.run(&[
+        "archive",
+        "-Q",
+        DLQ,
+        "--where",
+        ".payload.i? != null",
+        "--to",
+        file.to_str().unwrap(),
+        "--delete",
+        "--yes",
+    ])
+    .await
+    .ok();
+    b.wait_depth(DLQ, 5).await;
+    let left = b.snapshot(DLQ).await;
+    let expected: Vec<Snap> = before.iter().step_by(2).cloned().collect();
+    assert_eq!(left, expected);
+    let lines = std::fs::read_to_string(&file).unwrap().lines().count();
+    assert_eq!(lines, 5 + 2);
+    b.delete().await;
+}
+
+async fn big_dlq(b: &Broker, n: usize) {
+    b.queue(DLQ, FieldTable::default()).await;
+    b.publish_many(
+        DLQ,
+        (0..n).map(|i| format!(r#"{{"i": {i}, "pad": "{}"}}"#, "x".repeat(200)).into_bytes()),
+    )
+    .await;
+    b.wait_depth(DLQ, n as u32).await;
+}
+
+fn spawn_archive(b: &Broker, file: &std::path::Path) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_dlq"))
+        .env(
+            "XDG_CONFIG_HOME",
+            std::env::temp_dir().join("dlq-tests-no-config"),
+        )
+        .env("DLQ_AMQP_URL", b.amqp_url())
+        .args([
+            "archive",
+            "-Q",
+            DLQ,
+            "--to",
+            file.to_str().unwrap(),
+            "--delete",
+            "--yes",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_for_growth(p: &std::path::Path, bytes: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while std::fs::metadata(p).map(|m| m.len()).unwrap_or(0) < bytes {
+        assert!(
+            Instant::now() < deadline,
+            "{} never reached {bytes} bytes",
+            p.display()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[tokio::test]
+async fn killed_archive_removes_nothing_and_overlapping_runs_are_locked_out() {
+    let b = Broker::new("qarch-kill").await;
+    let n = 20_000;
+    big_dlq(&b, n).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a.ndjson");
+    let mut child = spawn_archive(&b, &file);
+    wait_for_growth(&dir.path().join("a.ndjson.partial"), 100_000);
+    // A second run while the first holds the queue: refused at once.
+    let second = b
+        .run(&[
+            "archive",
+            "-Q",
+            DLQ,
+            "--to",
+            dir.path().join("b.ndjson").to_str().unwrap(),
+            "--delete",
+            "--yes",
+        ])
+        .await;
+    second.fails(1, "holds the lock");
+    // kill -9 in the middle of writing: the broker requeues everything it held.
+    child.kill().unwrap();
+    child.wait().unwrap();
+    b.wait_depth(DLQ, n as u32).await;
+    assert!(!file.exists());
+    let snap = b.snapshot(DLQ).await;
+    let order: Vec<i64> = snap
+        .iter()
+        .map(|s| {
+            serde_json::from_slice::<Value>(&s.body).unwrap()["i"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(
+        order,
+        (0..n as i64).collect::<Vec<_>>(),
+        "all back, in order"
+    );
+    // The lock went with the killed process; a new run completes.
+    let out = spawn_archive(&b, &file).wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    b.wait_depth(DLQ, 0).await;
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap().lines().count(),
+        n + 2
+    );
+    b.delete().await;
+}
+
+/// A disk that fills up: the archive fails and nothing is removed from the queue.
+#[tokio::test]
+async fn full_disk_removes_nothing() {
+    let b = Broker::new("qarch-full").await;
+    big_dlq(&b, 2_000).await;
+    let mnt = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("mount")
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            "size=64k",
+            "tmpfs",
+            mnt.path().to_str().unwrap(),
+        ])
+        .status()
+        .expect("mount is available");
+    assert!(status.success(), "mounting a small tmpfs needs root");
+    let file = mnt.path().join("a.ndjson");
+    let run = b
+        .run(&[
+            "archive",
+            "-Q",
+            DLQ,
+            "--to",
+            file.to_str().unwrap(),
+            "--delete",
+            "--yes",
+        ])
+        .await;
+    run.fails(1, "nothing was deleted");
+    b.wait_depth(DLQ, 2_000).await;
+    assert!(!file.exists());
+    assert!(
+        std::fs::read_dir(mnt.path()).unwrap().next().is_none(),
+        "no partial file left"
+    );
+    let _ = std::process::Command::new("umount")
+        .arg(mnt.path())
+        .status();
+    b.delete().await;
+}
