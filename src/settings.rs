@@ -153,7 +153,7 @@ impl DatabaseUrl {
             // error: check it here like --amqp-ca-file. A value that is PEM itself is inline.
             for (key, value) in parsed.query_pairs() {
                 if matches!(&*key, "sslrootcert" | "ssl-root-cert" | "ssl-ca" | "sslca")
-                    && !value.starts_with("-----BEGIN")
+                    && !value.trim().starts_with("-----BEGIN")
                 {
                     tls::load_ca_file(Path::new(&*value), &format!("{key} in the database URL"))?;
                 }
