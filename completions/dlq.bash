@@ -71,7 +71,7 @@ _dlq() {
 
     case "${cmd}" in
         dlq)
-            opts="-o -q -v -h -V --config --profile --database-url --table --amqp-url --management-url --vhost --output --quiet --verbose --color --no-progress --help --version list inspect filter replay archive init completions help"
+            opts="-o -q -v -h -V --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --output --quiet --verbose --color --no-progress --help --version list inspect filter replay archive init completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -101,6 +101,18 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --amqp-ca-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --vhost)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -125,7 +137,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__archive)
-            opts="-Q -i -e -y -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --dry-run --yes --to --delete --config --profile --database-url --table --amqp-url --management-url --vhost --output --quiet --verbose --color --no-progress --help --version"
+            opts="-Q -i -e -y -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --dry-run --yes --to --delete --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --output --quiet --verbose --color --no-progress --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -211,6 +223,18 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --amqp-ca-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --vhost)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -235,7 +259,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__completions)
-            opts="-o -q -v -h -V --config --profile --database-url --table --amqp-url --management-url --vhost --output --quiet --verbose --color --no-progress --help --version bash elvish fish powershell zsh"
+            opts="-o -q -v -h -V --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --output --quiet --verbose --color --no-progress --help --version bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -265,6 +289,18 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --amqp-ca-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --vhost)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -289,7 +325,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__filter)
-            opts="-Q -i -e -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --group-by --count --config --profile --database-url --table --amqp-url --management-url --vhost --output --quiet --verbose --color --no-progress --help --version"
+            opts="-Q -i -e -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --group-by --count --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --output --quiet --verbose --color --no-progress --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -372,6 +408,18 @@ _dlq() {
                     return 0
                     ;;
                 --management-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-ca-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-key)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -525,7 +573,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__init)
-            opts="-o -q -v -h -V --dry-run --config --profile --database-url --table --amqp-url --management-url --vhost --output --quiet --verbose --color --no-progress --help --version"
+            opts="-o -q -v -h -V --dry-run --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --output --quiet --verbose --color --no-progress --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -555,6 +603,18 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --amqp-ca-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --vhost)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -579,7 +639,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__inspect)
-            opts="-Q -i -e -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --full --config --profile --database-url --table --amqp-url --management-url --vhost --output --quiet --verbose --color --no-progress --help --version"
+            opts="-Q -i -e -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --full --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --output --quiet --verbose --color --no-progress --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -661,6 +721,18 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --amqp-ca-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --vhost)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -685,7 +757,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__list)
-            opts="-Q -o -q -v -h -V --queue --top --sample --motivo-header --config --profile --database-url --table --amqp-url --management-url --vhost --output --quiet --verbose --color --no-progress --help --version"
+            opts="-Q -o -q -v -h -V --queue --top --sample --motivo-header --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --output --quiet --verbose --color --no-progress --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -735,6 +807,18 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --amqp-ca-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --vhost)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -759,7 +843,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__replay)
-            opts="-Q -i -e -y -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --dry-run --yes --to-queue --to-exchange --routing-key --rate --window --from-file --max-replays --canary --canary-wait --config --profile --database-url --table --amqp-url --management-url --vhost --output --quiet --verbose --color --no-progress --help --version"
+            opts="-Q -i -e -y -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --dry-run --yes --to-queue --to-exchange --routing-key --rate --window --from-file --max-replays --canary --canary-wait --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --output --quiet --verbose --color --no-progress --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -874,6 +958,18 @@ _dlq() {
                     return 0
                     ;;
                 --management-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-ca-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-key)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

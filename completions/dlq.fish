@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_dlq_global_optspecs
-    string join \n config= profile= database-url= table= amqp-url= management-url= vhost= o/output= q/quiet v/verbose color= no-progress h/help V/version
+    string join \n config= profile= database-url= table= amqp-url= management-url= amqp-ca-file= amqp-client-cert= amqp-client-key= vhost= o/output= q/quiet v/verbose color= no-progress h/help V/version
 end
 
 function __fish_dlq_needs_command
@@ -30,6 +30,9 @@ complete -c dlq -n "__fish_dlq_needs_command" -l database-url -d 'Database holdi
 complete -c dlq -n "__fish_dlq_needs_command" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
 complete -c dlq -n "__fish_dlq_needs_command" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
 complete -c dlq -n "__fish_dlq_needs_command" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_needs_command" -l amqp-ca-file -d 'CA certificates (PEM) to trust for amqps:// and an https management API, on top of the system\'s [env: DLQ_AMQP_CA_FILE]' -r -F
+complete -c dlq -n "__fish_dlq_needs_command" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
+complete -c dlq -n "__fish_dlq_needs_command" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
 complete -c dlq -n "__fish_dlq_needs_command" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_needs_command" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
@@ -61,6 +64,9 @@ complete -c dlq -n "__fish_dlq_using_subcommand list" -l database-url -d 'Databa
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l amqp-ca-file -d 'CA certificates (PEM) to trust for amqps:// and an https management API, on top of the system\'s [env: DLQ_AMQP_CA_FILE]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand list" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
@@ -91,6 +97,9 @@ complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l database-url -d 'Dat
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l amqp-ca-file -d 'CA certificates (PEM) to trust for amqps:// and an https management API, on top of the system\'s [env: DLQ_AMQP_CA_FILE]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
@@ -129,6 +138,9 @@ complete -c dlq -n "__fish_dlq_using_subcommand filter" -l database-url -d 'Data
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l amqp-ca-file -d 'CA certificates (PEM) to trust for amqps:// and an https management API, on top of the system\'s [env: DLQ_AMQP_CA_FILE]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
@@ -173,6 +185,9 @@ complete -c dlq -n "__fish_dlq_using_subcommand replay" -l database-url -d 'Data
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l amqp-ca-file -d 'CA certificates (PEM) to trust for amqps:// and an https management API, on top of the system\'s [env: DLQ_AMQP_CA_FILE]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
@@ -210,6 +225,9 @@ complete -c dlq -n "__fish_dlq_using_subcommand archive" -l database-url -d 'Dat
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l amqp-ca-file -d 'CA certificates (PEM) to trust for amqps:// and an https management API, on top of the system\'s [env: DLQ_AMQP_CA_FILE]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
@@ -236,6 +254,9 @@ complete -c dlq -n "__fish_dlq_using_subcommand init" -l database-url -d 'Databa
 complete -c dlq -n "__fish_dlq_using_subcommand init" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand init" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand init" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand init" -l amqp-ca-file -d 'CA certificates (PEM) to trust for amqps:// and an https management API, on top of the system\'s [env: DLQ_AMQP_CA_FILE]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand init" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand init" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand init" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand init" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
@@ -256,6 +277,9 @@ complete -c dlq -n "__fish_dlq_using_subcommand completions" -l database-url -d 
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -l amqp-ca-file -d 'CA certificates (PEM) to trust for amqps:// and an https management API, on top of the system\'s [env: DLQ_AMQP_CA_FILE]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''

@@ -12,7 +12,8 @@ Exit codes:
   3  partial: some selected items could not be processed while the rest were
 
 Environment: DLQ_DATABASE_URL (then DATABASE_URL), DLQ_TABLE, DLQ_AMQP_URL (then AMQP_URL),
-DLQ_MANAGEMENT_URL, DLQ_VHOST, DLQ_PROFILE, DLQ_CONFIG, NO_COLOR.
+DLQ_MANAGEMENT_URL, DLQ_AMQP_CA_FILE, DLQ_AMQP_CLIENT_CERT, DLQ_AMQP_CLIENT_KEY, DLQ_VHOST,
+DLQ_PROFILE, DLQ_CONFIG, NO_COLOR.
 Config file: $XDG_CONFIG_HOME/dlq/config.toml (precedence: flag > env > config > default).";
 
 #[derive(Debug, Parser)]
@@ -51,6 +52,16 @@ pub struct GlobalArgs {
     /// RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]
     #[arg(long, global = true, value_name = "URL")]
     pub management_url: Option<String>,
+    /// CA certificates (PEM) to trust for amqps:// and an https management API, on top of the
+    /// system's [env: DLQ_AMQP_CA_FILE]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub amqp_ca_file: Option<PathBuf>,
+    /// Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub amqp_client_cert: Option<PathBuf>,
+    /// Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub amqp_client_key: Option<PathBuf>,
     /// RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]
     #[arg(long, global = true, value_name = "VHOST")]
     pub vhost: Option<String>,

@@ -18,6 +18,7 @@ pub mod report;
 pub mod select;
 pub mod settings;
 pub mod source;
+pub mod tls;
 pub mod when;
 
 use error::Exit;

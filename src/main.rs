@@ -10,6 +10,7 @@ fn main() -> ExitCode {
         );
     }));
     let cli = dlq::cli::Cli::parse();
+    dlq::tls::install_crypto_provider();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

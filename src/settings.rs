@@ -7,6 +7,7 @@ use crate::jq::JqFilter;
 use crate::model::RecordId;
 use crate::redact;
 use crate::select::{ReplayedFilter, Selection};
+use crate::tls;
 use crate::when;
 use anyhow::{Context, Result};
 use chrono::{DateTime, Utc};
@@ -47,6 +48,9 @@ pub struct ConfigSection {
     pub table: Option<String>,
     pub amqp_url: Option<String>,
     pub management_url: Option<String>,
+    pub amqp_ca_file: Option<PathBuf>,
+    pub amqp_client_cert: Option<PathBuf>,
+    pub amqp_client_key: Option<PathBuf>,
     pub vhost: Option<String>,
     pub output: Option<OutputFormat>,
     pub color: Option<ColorChoice>,
@@ -145,6 +149,15 @@ impl DatabaseUrl {
             if parsed.host_str().is_none_or(str::is_empty) {
                 return Err(format!("invalid database URL {shown}: missing host"));
             }
+            // sqlx reads the CA file only when it connects, and then fails with a bare I/O
+            // error: check it here like --amqp-ca-file. A value that is PEM itself is inline.
+            for (key, value) in parsed.query_pairs() {
+                if matches!(&*key, "sslrootcert" | "ssl-root-cert" | "ssl-ca" | "sslca")
+                    && !value.trim().starts_with("-----BEGIN")
+                {
+                    tls::load_ca_file(Path::new(&*value), &format!("{key} in the database URL"))?;
+                }
+            }
         } else if rest.trim_start_matches('/').is_empty() {
             return Err(format!(
                 "invalid database URL {shown}: missing file path (sqlite://path/to/db.sqlite)"
@@ -163,6 +176,8 @@ pub struct Settings {
     /// False when `amqp_url` is the built-in default (nobody asked for RabbitMQ).
     pub amqp_url_explicit: bool,
     pub management_url: Option<String>,
+    /// TLS material for RabbitMQ, AMQP and management API alike.
+    pub amqp_tls: AmqpTls,
     pub vhost: Option<String>,
     /// Queues named in the config file.
     pub config_queues: Vec<String>,
@@ -174,6 +189,14 @@ pub struct Settings {
     pub terminal: Terminal,
     /// Diagnostics found while loading (e.g. a world-readable config file).
     pub warnings: Vec<String>,
+}
+
+/// Extra CA and client certificate for RabbitMQ, read and checked at start-up. Without a CA
+/// file, amqps:// and https:// trust the system's roots only.
+#[derive(Debug, Clone, Default)]
+pub struct AmqpTls {
+    pub ca: Option<tls::CaFile>,
+    pub client: Option<tls::ClientIdentity>,
 }
 
 type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -314,6 +337,41 @@ impl Settings {
         if let Some(m) = &management_url {
             validate_http_url(m).map_err(usage)?;
         }
+        let path =
+            |flag: &Option<PathBuf>, var: &str, key: fn(&ConfigSection) -> &Option<PathBuf>| {
+                flag.clone()
+                    .or_else(|| non_empty(env(var)).map(PathBuf::from))
+                    .or_else(|| key(&profile).clone())
+                    .or_else(|| key(base).clone())
+            };
+        let ca_file = path(&g.amqp_ca_file, "DLQ_AMQP_CA_FILE", |c| &c.amqp_ca_file);
+        let client_cert = path(&g.amqp_client_cert, "DLQ_AMQP_CLIENT_CERT", |c| {
+            &c.amqp_client_cert
+        });
+        let client_key = path(&g.amqp_client_key, "DLQ_AMQP_CLIENT_KEY", |c| {
+            &c.amqp_client_key
+        });
+        let amqp_tls = AmqpTls {
+            ca: ca_file
+                .as_deref()
+                .map(|p| tls::load_ca_file(p, "--amqp-ca-file"))
+                .transpose()
+                .map_err(usage)?,
+            client: match (client_cert, client_key) {
+                (Some(c), Some(k)) => Some(tls::load_client_identity(&c, &k).map_err(usage)?),
+                (None, None) => None,
+                (Some(_), None) => {
+                    return Err(usage(
+                        "--amqp-client-cert needs --amqp-client-key (the certificate's private key)",
+                    ));
+                }
+                (None, Some(_)) => {
+                    return Err(usage(
+                        "--amqp-client-key needs --amqp-client-cert (the certificate it belongs to)",
+                    ));
+                }
+            },
+        };
         let table_raw =
             pick!(g.table, ["DLQ_TABLE"], table).unwrap_or_else(|| DEFAULT_TABLE.to_string());
         let table = TableName::parse(&table_raw).map_err(usage)?;
@@ -346,6 +404,7 @@ impl Settings {
             amqp_url,
             amqp_url_explicit,
             management_url,
+            amqp_tls,
             vhost,
             config_queues,
             output,

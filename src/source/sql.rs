@@ -185,7 +185,7 @@ pub async fn connect_sized(db: &DatabaseUrl, create: bool, max: u32) -> Result<P
                     .acquire_timeout(acquire)
                     .connect_with(opts)
                     .await
-                    .map_err(scrubbed)
+                    .map_err(|e| connect_failed(e, db.dialect))
                     .with_context(ctx)?,
             )
         }
@@ -198,7 +198,7 @@ pub async fn connect_sized(db: &DatabaseUrl, create: bool, max: u32) -> Result<P
                     .acquire_timeout(acquire)
                     .connect_with(opts)
                     .await
-                    .map_err(scrubbed)
+                    .map_err(|e| connect_failed(e, db.dialect))
                     .with_context(ctx)?,
             )
         }
@@ -213,12 +213,58 @@ pub async fn connect_sized(db: &DatabaseUrl, create: bool, max: u32) -> Result<P
                     .acquire_timeout(acquire)
                     .connect_with(opts)
                     .await
-                    .map_err(scrubbed)
+                    .map_err(|e| connect_failed(e, db.dialect))
                     .with_context(ctx)?,
             )
         }
     };
     Ok(pool)
+}
+
+/// A failed connection, with what to do when TLS is the reason.
+fn connect_failed(e: sqlx::Error, dialect: Dialect) -> anyhow::Error {
+    use crate::tls::Problem;
+    let ca = match dialect {
+        Dialect::MySql => "ssl-ca",
+        _ => "sslrootcert",
+    };
+    let problem = crate::tls::find_rustls_error(&e).map(crate::tls::classify);
+    let msg = match problem {
+        Some(Problem::Untrusted) => format!(
+            "the database server's TLS certificate is not trusted: no CA of the system's store (or of {ca}) signed it. Add {ca}=/path/to/ca.pem to the URL"
+        ),
+        Some(Problem::WrongName {
+            expected,
+            presented,
+        }) => format!(
+            "the database server's TLS certificate is not valid for host {expected:?} (it names {presented}): use a host name the certificate names, or {} to check the CA only",
+            match dialect {
+                Dialect::MySql => "ssl-mode=VERIFY_CA",
+                _ => "sslmode=verify-ca",
+            }
+        ),
+        Some(Problem::Rejected(why)) => {
+            format!("the database server's TLS certificate was rejected: {why}")
+        }
+        Some(Problem::ClientCertificate(alert)) => format!(
+            "the database server refused the TLS client certificate (TLS alert {alert}): check sslcert/sslkey in the URL"
+        ),
+        Some(Problem::Alert(alert)) => format!(
+            "the database server ended the TLS handshake (TLS alert {alert}): see its log for why"
+        ),
+        _ => match &e {
+            // sqlx's words for a plain server under a TLS-requiring mode.
+            sqlx::Error::Tls(t) if t.to_string().contains("does not support TLS") => format!(
+                "{e}: the URL requires TLS ({}), and this server does not offer it",
+                match dialect {
+                    Dialect::MySql => "ssl-mode REQUIRED, VERIFY_CA or VERIFY_IDENTITY",
+                    _ => "sslmode require, verify-ca or verify-full",
+                }
+            ),
+            _ => e.to_string(),
+        },
+    };
+    anyhow!(redact::scrub(&msg))
 }
 
 /// Database errors can echo connection parameters: scrub them before they travel.

@@ -252,6 +252,11 @@ impl Dlq {
             "DLQ_PROFILE",
             "DLQ_CONFIG",
             "DLQ_MANAGEMENT_URL",
+            "DLQ_AMQP_CA_FILE",
+            "DLQ_AMQP_CLIENT_CERT",
+            "DLQ_AMQP_CLIENT_KEY",
+            "PGSSLMODE",
+            "PGSSLROOTCERT",
             "NO_COLOR",
             "DLQ_FORCE_TTY",
         ] {

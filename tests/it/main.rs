@@ -13,6 +13,7 @@ mod table_errors;
 mod table_faults;
 mod table_read;
 mod table_replay;
+mod tls;
 
 /// Generates one test per database for an `async fn(Dialect)`.
 #[macro_export]

@@ -3,6 +3,8 @@
 
 use super::topology::{ApiBinding, ApiExchange, ApiPolicy, ApiQueue, Version};
 use crate::redact;
+use crate::settings::AmqpTls;
+use crate::tls;
 use serde::de::DeserializeOwned;
 use std::time::Duration;
 
@@ -23,6 +25,8 @@ pub struct Management {
     password: String,
     /// For messages: the URL with the password masked.
     pub shown: String,
+    /// For messages about certificates.
+    tls_files: AmqpTls,
 }
 
 /// Why the API could not answer.
@@ -68,6 +72,7 @@ impl Management {
         tls: bool,
         amqp_user: &str,
         amqp_password: &str,
+        tls_files: &AmqpTls,
     ) -> Result<Management, String> {
         let mut base = match explicit {
             Some(u) => url::Url::parse(u)
@@ -106,10 +111,34 @@ impl Management {
             let p = format!("{}/", base.path());
             base.set_path(&p);
         }
-        let client = reqwest::Client::builder()
+        let mut builder = reqwest::Client::builder()
             .timeout(TIMEOUT)
             .connect_timeout(CONNECT_TIMEOUT)
-            .user_agent(concat!("dlq/", env!("CARGO_PKG_VERSION")))
+            .user_agent(concat!("dlq/", env!("CARGO_PKG_VERSION")));
+        // The broker's API sits behind the same CA as its AMQP port: trust the CA file here
+        // too, on top of the system's roots (the same platform verifier as lapin's).
+        if let Some(ca) = &tls_files.ca {
+            let certs = ca
+                .certs
+                .iter()
+                .map(|c| reqwest::Certificate::from_der(c))
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| format!("CA file {}: {e}", ca.path.display()))?;
+            builder = builder.tls_certs_merge(certs);
+        }
+        if let Some(id) = &tls_files.client {
+            let mut pem = id.cert_pem.clone();
+            pem.push(b'\n');
+            pem.extend_from_slice(&id.key_pem);
+            let identity = reqwest::Identity::from_pem(&pem).map_err(|_| {
+                format!(
+                    "client certificate {} cannot be used for the management API",
+                    id.cert_path.display()
+                )
+            })?;
+            builder = builder.identity(identity);
+        }
+        let client = builder
             .build()
             .map_err(|e| format!("cannot set up an HTTP client: {e}"))?;
         let shown = base.to_string();
@@ -119,6 +148,7 @@ impl Management {
             user,
             password,
             shown,
+            tls_files: tls_files.clone(),
         })
     }
 
@@ -150,7 +180,12 @@ impl Management {
             .await
             .map_err(|e| ApiError::Unreachable {
                 url: shown.clone(),
-                reason: redact::scrub(&error_chain(&e)),
+                reason: redact::scrub(&match tls::find_rustls_error(&e).map(tls::classify) {
+                    Some(p) if !matches!(p, tls::Problem::Other(_)) => {
+                        super::explain_tls(&p, &self.tls_files, "management https://")
+                    }
+                    _ => error_chain(&e),
+                }),
             })?;
         let status = resp.status().as_u16();
         match status {
@@ -253,13 +288,22 @@ mod tests {
 
     #[test]
     fn default_url_and_credentials() {
-        let m = Management::new(None, "mq.internal", false, "app", "s3cret").unwrap();
+        let m = Management::new(
+            None,
+            "mq.internal",
+            false,
+            "app",
+            "s3cret",
+            &AmqpTls::default(),
+        )
+        .unwrap();
         assert_eq!(m.shown, "http://mq.internal:15672/");
         assert_eq!(m.user, "app");
         assert_eq!(m.password, "s3cret");
-        let m = Management::new(None, "mq.internal", true, "app", "pw").unwrap();
+        let m =
+            Management::new(None, "mq.internal", true, "app", "pw", &AmqpTls::default()).unwrap();
         assert_eq!(m.shown, "https://mq.internal:15671/");
-        let m = Management::new(None, "::1", false, "a", "b").unwrap();
+        let m = Management::new(None, "::1", false, "a", "b", &AmqpTls::default()).unwrap();
         assert_eq!(m.shown, "http://[::1]:15672/");
     }
 
@@ -271,12 +315,21 @@ mod tests {
             false,
             "app",
             "s3cret",
+            &AmqpTls::default(),
         )
         .unwrap();
         assert_eq!(m.user, "ops");
         assert_eq!(m.password, "p@ss");
         assert_eq!(m.shown, "https://mgmt.example/rabbit/");
-        let m = Management::new(Some("http://mgmt:15672"), "mq", false, "app", "pw").unwrap();
+        let m = Management::new(
+            Some("http://mgmt:15672"),
+            "mq",
+            false,
+            "app",
+            "pw",
+            &AmqpTls::default(),
+        )
+        .unwrap();
         assert_eq!(m.user, "app");
         assert_eq!(m.shown, "http://mgmt:15672/");
     }

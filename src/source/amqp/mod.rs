@@ -19,9 +19,11 @@ use crate::model::DeadLetter;
 use crate::output::Printer;
 use crate::redact;
 use crate::select::Selection;
-use crate::settings::Settings;
+use crate::settings::{AmqpTls, Settings};
+use crate::tls::{self, Problem};
 use anyhow::{Result, anyhow};
 use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
+use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
 use lapin::uri::{AMQPAuthority, AMQPQueryString, AMQPScheme, AMQPUri, AMQPUserInfo};
 use lapin::{Connection, ConnectionProperties};
 use management::{ApiError, Management};
@@ -41,6 +43,8 @@ pub struct Target {
     pub vhost: String,
     /// The AMQP URL with the password masked, for messages.
     pub shown: String,
+    /// Extra CA and client certificate for amqps:// (and an https management API).
+    pub tls_files: AmqpTls,
 }
 
 impl Target {
@@ -104,7 +108,12 @@ impl Target {
             vhost: vhost.clone(),
             query,
         };
-        Ok(Target { uri, vhost, shown })
+        Ok(Target {
+            uri,
+            vhost,
+            shown,
+            tls_files: settings.amqp_tls.clone(),
+        })
     }
 
     pub fn user(&self) -> &str {
@@ -123,8 +132,25 @@ impl Target {
             self.tls(),
             self.user(),
             &self.uri.authority.userinfo.password,
+            &self.tls_files,
         )
         .map_err(usage)
+    }
+
+    /// lapin's TLS settings: the system's roots (rustls platform verifier) plus the CA file,
+    /// and the client certificate when one is configured.
+    fn tls_config(&self) -> OwnedTLSConfig {
+        OwnedTLSConfig {
+            identity: self
+                .tls_files
+                .client
+                .as_ref()
+                .map(|c| OwnedIdentity::PKCS8 {
+                    pem: c.cert_pem.clone(),
+                    key: c.key_pem.clone(),
+                }),
+            cert_chain: self.tls_files.ca.as_ref().map(|ca| ca.pem.clone()),
+        }
     }
 }
 
@@ -133,7 +159,10 @@ pub async fn connect(t: &Target) -> Result<Connection> {
     // Named per process so an operator (or a test) can find this run's connection.
     let name = format!("dlq-{} v{}", std::process::id(), env!("CARGO_PKG_VERSION"));
     let props = ConnectionProperties::default().with_connection_name(name.as_str().into());
-    let attempt = Connection::connect_uri(t.uri.clone(), props);
+    let runtime = lapin::runtime::default_runtime()
+        .map_err(|e| anyhow!("cannot connect to RabbitMQ at {}: {e}", t.shown))?;
+    let attempt =
+        Connection::connect_uri_with_config(t.uri.clone(), props, t.tls_config(), runtime);
     match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
         Err(_) => Err(anyhow!(
             "cannot connect to RabbitMQ at {}: no answer within {} s",
@@ -147,6 +176,14 @@ pub async fn connect(t: &Target) -> Result<Connection> {
 
 fn connect_error(e: &lapin::Error, t: &Target) -> anyhow::Error {
     let shown = &t.shown;
+    if let Some(problem) = tls::find_rustls_error(e).map(tls::classify)
+        && !matches!(problem, Problem::Other(_))
+    {
+        return anyhow!(
+            "cannot connect to RabbitMQ at {shown}: {}",
+            redact::scrub(&explain_tls(&problem, &t.tls_files, "amqps://"))
+        );
+    }
     match e.kind() {
         lapin::ErrorKind::ProtocolError(amqp) => {
             let msg = redact::scrub(amqp.get_message().as_str());
@@ -196,6 +233,37 @@ fn connect_error(e: &lapin::Error, t: &Target) -> anyhow::Error {
             "cannot connect to RabbitMQ at {shown}: {}",
             redact::scrub(&e.to_string())
         ),
+    }
+}
+
+/// A certificate problem with RabbitMQ, and what to do about it. `what` names the URL kind
+/// whose host the certificate must name (`amqps://`, `management https://`).
+pub fn explain_tls(problem: &Problem, files: &AmqpTls, what: &str) -> String {
+    match problem {
+        Problem::Untrusted => match &files.ca {
+            None => "the server's TLS certificate is not trusted: no CA of the system's store signed it. Pass the CA certificate that did (PEM) with --amqp-ca-file PATH (env DLQ_AMQP_CA_FILE, config amqp_ca_file)".to_owned(),
+            Some(ca) => format!(
+                "the server's TLS certificate is not trusted: neither a CA of the system's store nor one in {} (--amqp-ca-file) signed it",
+                ca.path.display()
+            ),
+        },
+        Problem::WrongName { expected, presented } => format!(
+            "the server's TLS certificate is not valid for host {expected:?} (it names {presented}): use a host name the certificate names in the {what} URL"
+        ),
+        Problem::Rejected(why) => format!("the server's TLS certificate was rejected: {why}"),
+        Problem::ClientCertificate(alert) => match &files.client {
+            None => format!(
+                "the server requires a client certificate (TLS alert {alert}): pass --amqp-client-cert and --amqp-client-key"
+            ),
+            Some(c) => format!(
+                "the server refused the client certificate {} (TLS alert {alert})",
+                c.cert_path.display()
+            ),
+        },
+        Problem::Alert(alert) => format!(
+            "the server ended the TLS handshake (TLS alert {alert}): see its log for why"
+        ),
+        Problem::Other(why) => format!("TLS failed: {why}"),
     }
 }
 
