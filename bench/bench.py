@@ -297,12 +297,19 @@ def delete_vhost(vhost: str) -> None:
 
 
 class Broker:
-    """One AMQP connection to a vhost, driven from synchronous code."""
+    """One AMQP connection to a vhost, driven from synchronous code.
+
+    Heartbeats are off: this loop only runs between the measured processes, which can take many
+    minutes (the seed loop over 100k rows), and the broker would close a connection that missed
+    its heartbeats. A closed connection is reopened on the next call anyway."""
 
     def __init__(self, vhost: str):
         self.vhost = vhost
         self.loop = asyncio.new_event_loop()
-        self.conn = self.run(aiormq.connect(amqp_url(vhost)))
+        self._connect()
+
+    def _connect(self) -> None:
+        self.conn = self.run(aiormq.connect(amqp_url(self.vhost) + "?heartbeat=0"))
         self.ch = self.run(self.conn.channel())
 
     def run(self, coro):
@@ -316,6 +323,8 @@ class Broker:
         self.loop.close()
 
     def _channel(self):
+        if self.conn.is_closed:
+            self._connect()
         if self.ch.is_closed:
             self.ch = self.run(self.conn.channel())
         return self.ch
@@ -353,6 +362,8 @@ class Broker:
 
     def drain_count(self, queue: str, predicate: Callable[[dict], bool]) -> tuple[int, int]:
         """Consumes (and acks) everything in `queue`: (messages, messages matching predicate)."""
+        self._channel()  # reconnects if needed
+
         async def go() -> tuple[int, int]:
             ch = await self.conn.channel()
             await ch.basic_qos(prefetch_count=1000)
@@ -635,6 +646,13 @@ class Bench:
             for w in self.cfg["windows"].get(n, [16]):
                 variants.append((f"dlq replay --window {w}",
                                  lambda n=n, table=table, w=w: self.dlq_table_run(n, table, queue, w)))
+            # Optional: the batched-claim design docs/BENCHMARKS.md proposes, measured side by side
+            # (examples/table_replay_probe.rs; not part of the default run).
+            probe = os.environ.get("BENCH_PROBE_BIN")
+            if probe:
+                for w, k in ((64, 16), (256, 32)):
+                    variants.append((f"probe: batched claims --window {w} batch {k}",
+                                     lambda n=n, table=table, w=w, k=k: self.probe_run(probe, n, table, queue, w, k)))
             repeats = self.cfg["repeats"].get(n, 1)
             for r in range(repeats):
                 # Rotate the order each round so a slow phase of the shared machine does not
@@ -686,6 +704,19 @@ class Bench:
                 m.check = f"report says {rep.get('succeeded')} replayed"
         else:
             m.check = f"exit {p.rc}{' (timeout)' if p.timed_out else ''}: {tail(p.stderr)}"
+        self.verify_table_replay(m, n, table, queue)
+        return m
+
+    def probe_run(self, probe: str, n: int, table: str, queue: str, window: int, batch: int) -> Measurement:
+        m = Measurement("table_replay", f"{n} rows", "probe", n, role="probe")
+        p = run_proc([probe, PG_URL, table, amqp_url(self.vhost), queue, str(window), str(batch)],
+                     timeout=self.cfg["timeout"])
+        m.wall_s = m.timed_s = p.wall_s
+        m.peak_rss_kib = p.maxrss_kib
+        m.rate = n / p.wall_s
+        m.ok = p.rc == 0 and not p.timed_out
+        if not m.ok:
+            m.check = f"exit {p.rc}: {tail(p.stderr)}"
         self.verify_table_replay(m, n, table, queue)
         return m
 
@@ -1012,7 +1043,22 @@ class Bench:
             base = [b for b in summary if b["scenario"] == s["scenario"] and b["case"] == s["case"]
                     and b["role"] == "baseline" and b["median_rate"]]
             s["ratios"] = {b["variant"]: s["median_rate"] / b["median_rate"]
-                           for b in base if s["median_rate"] and b is not s and s["role"] == "dlq"}
+                           for b in base if s["median_rate"] and b is not s and s["role"] in ("dlq", "probe")}
+        # Paired ratios: each dlq/probe measurement against the baseline measured in the same
+        # round (minutes apart instead of across the whole run), median over the rounds.
+        for s in summary:
+            s["paired_ratios"] = {}
+            if s["role"] not in ("dlq", "probe"):
+                continue
+            mine = groups[(s["scenario"], s["case"], s["variant"])]
+            for (sc, case, variant), ms in groups.items():
+                if sc != s["scenario"] or case != s["case"] or ms[0].role != "baseline":
+                    continue
+                by_round = {b.repeat: b for b in ms if b.ok and b.rate}
+                pairs = [m.rate / by_round[m.repeat].rate for m in mine
+                         if m.ok and m.rate and m.repeat in by_round]
+                if pairs:
+                    s["paired_ratios"][variant] = statistics.median(pairs)
         self.res.summary = summary
 
         def best(scenario: str, case_prefix: str) -> dict | None:
@@ -1068,12 +1114,15 @@ class Bench:
                      f"PostgreSQL {mach.get('postgresql')}; Python {mach.get('python')}")
         lines.append(f"         load average at start {fmt_load(mach.get('loadavg_start'))}, "
                      f"at end {fmt_load(mach.get('loadavg_end'))} (shared machine: read the ratios)")
-        header = f"{'scenario':<13} {'case':<26} {'variant':<58} {'runs':>4} {'time s':>8} {'rate/s':>10} {'RSS MiB':>8}  ratio"
+        header = (f"{'scenario':<13} {'case':<26} {'variant':<58} {'runs':>4} {'time s':>8} {'rate/s':>10} "
+                  f"{'RSS MiB':>8}  ratio (median rates; paired per round)")
         lines.append("")
         lines.append(header)
         lines.append("-" * len(header))
         for s in self.res.summary:
-            ratio = ", ".join(f"{v:.2f}x {k.split(' (')[0]}" for k, v in s["ratios"].items())
+            ratio = ", ".join(f"{v:.2f}x {k.split(' (')[0]}"
+                              + (f" ({s['paired_ratios'][k]:.2f}x paired)" if k in s.get("paired_ratios", {}) else "")
+                              for k, v in s["ratios"].items())
             mark = "" if s["ok"] else "  FAILED"
             lines.append(
                 f"{s['scenario']:<13} {s['case']:<26} {s['variant'][:58]:<58} {s['runs']:>4} "
@@ -1145,6 +1194,24 @@ class Bench:
         return 1 if self.res.failures else 0
 
 
+def rerender(path: str) -> int:
+    """Prints the summary of a results file again (with this version's summary and ratios)."""
+    data = json.loads(Path(path).read_text())
+    b = Bench.__new__(Bench)
+    b.mode = data["mode"]
+    b.cfg = dict(data["config"])
+    b.cfg["replay_sizes"] = [int(x) for x in b.cfg["replay_sizes"]]
+    b.only = set(b.cfg.get("scenarios", SCENARIOS))
+    b.res = Results(mode=data["mode"], started=data["started"], machine=data["machine"],
+                    config=data["config"], features=data.get("features", {}),
+                    failures=data.get("failures", []))
+    b.res.measurements = [Measurement(**m) for m in data["measurements"]]
+    b.res.skipped = [Skip(**x) for x in data.get("skipped", [])]
+    b.summarize()
+    print(b.report())
+    return 0
+
+
 def fmt(v: float | None, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
@@ -1167,7 +1234,10 @@ def main() -> int:
     ap.add_argument("--list-dlqs", type=int, help="DLQs for dlq list")
     ap.add_argument("--results-dir", default=str(HERE / "results"))
     ap.add_argument("--keep", action="store_true", help="keep the tables and vhosts (debugging)")
+    ap.add_argument("--report", metavar="FILE", help="print the summary of a results JSON file again, run nothing")
     args = ap.parse_args()
+    if args.report:
+        return rerender(args.report)
     if "DLQ_BIN" not in os.environ:
         ap.error("run through bench/run (it sets DLQ_BIN)")
     return Bench(args).run()

@@ -18,7 +18,12 @@ fn bench_smoke() {
         .arg(results.path())
         // The binary under test (a debug build is fine at smoke sizes); no cargo build here.
         .env("DLQ_BIN", env!("CARGO_BIN_EXE_dlq"));
-    for k in ["DLQ_DATABASE_URL", "DATABASE_URL", "DLQ_AMQP_URL", "AMQP_URL"] {
+    for k in [
+        "DLQ_DATABASE_URL",
+        "DATABASE_URL",
+        "DLQ_AMQP_URL",
+        "AMQP_URL",
+    ] {
         cmd.env_remove(k);
     }
     if let Ok(pg) = std::env::var("DLQ_TEST_PG_URL") {
@@ -65,12 +70,19 @@ fn bench_smoke() {
         );
     }
     // Machine facts are recorded with the numbers.
-    for fact in ["nproc", "memory", "kernel", "rustc", "rabbitmq", "postgresql"] {
-        assert!(
-            !v["machine"][fact].is_null(),
-            "machine fact {fact} missing"
-        );
+    for fact in [
+        "nproc",
+        "memory",
+        "kernel",
+        "rustc",
+        "rabbitmq",
+        "postgresql",
+    ] {
+        assert!(!v["machine"][fact].is_null(), "machine fact {fact} missing");
     }
     // The readable table is printed.
-    assert!(stdout.contains("scenario") && stdout.contains("table_replay"), "{stdout}");
+    assert!(
+        stdout.contains("scenario") && stdout.contains("table_replay"),
+        "{stdout}"
+    );
 }
