@@ -1,5 +1,6 @@
 //! Integration tests: the real binary against real PostgreSQL, MariaDB, SQLite and RabbitMQ.
 mod bad_input;
+mod bench_smoke;
 mod broker;
 mod celery_worker;
 mod common;
