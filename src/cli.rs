@@ -256,7 +256,7 @@ pub struct ReplayArgs {
     pub rate: Option<f64>,
     /// Publishes in flight at once; also the most that a killed run can leave published but
     /// not yet marked/acked (the duplicate window)
-    #[arg(long, value_name = "N", default_value_t = 16)]
+    #[arg(long, value_name = "N", default_value_t = 64)]
     pub window: usize,
     /// Replay from an archive written by `dlq archive`
     #[arg(long, value_name = "FILE")]

@@ -133,8 +133,8 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         if opts.delete {
             for chunk in ids.chunks(DELETE_CHUNK) {
                 let mut db_ = SqlBuilder::new(table.dialect);
-                let ps = chunk.iter().map(|id| Ok(db_.param(table.id_bind(id)?))).collect::<Result<Vec<_>>>()?;
-                let del = format!("DELETE FROM {} WHERE id IN ({})", table.quoted, ps.join(", "));
+                let ps = table.id_params(&mut db_, chunk)?;
+                let del = format!("DELETE FROM {} WHERE id IN ({ps})", table.quoted);
                 let r = bind_all!(sqlx::query(sqlx::AssertSqlSafe(del)), db_.binds)
                     .execute(&mut *tx)
                     .await

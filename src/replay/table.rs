@@ -1,10 +1,13 @@
 //! Table replay: re-dispatch failed Celery tasks from the failed-task table.
 //!
-//! Each row is handled in its own database transaction: claim it (`FOR UPDATE SKIP LOCKED`,
-//! or `BEGIN IMMEDIATE` on SQLite), build and validate its Celery message, publish it with
-//! `mandatory` and a publisher confirm, and mark it `reprocessada` and commit right after
-//! ITS confirm. Up to `window` rows are in flight at once (one connection each), so a crash
+//! Rows are handled in small groups, each in one database transaction: claim the group
+//! (`FOR UPDATE SKIP LOCKED`, or `BEGIN IMMEDIATE` on SQLite), build and validate each Celery
+//! message, publish them with `mandatory` and publisher confirms, then mark exactly the
+//! confirmed rows `reprocessada` and commit, as soon as the group's confirms are in. Several
+//! groups are in flight at once; together they never hold more than `window` rows, so a crash
 //! can leave at most `window` rows published but not marked: the documented duplicate window.
+//! (One transaction per row capped throughput at the database's commit rate; see
+//! docs/BENCHMARKS.md.)
 
 use super::{Target, print_plan_groups};
 use crate::broker::{self, Outcome, Outgoing, Publisher};
@@ -31,7 +34,7 @@ pub struct Options {
     pub dry_run: bool,
     pub yes: bool,
     pub rate: Option<f64>,
-    /// Rows in flight at once (PostgreSQL/MySQL); SQLite always uses 1.
+    /// Rows published but not yet marked, at most (the duplicate window).
     pub window: usize,
 }
 
@@ -53,20 +56,30 @@ enum RowEvent {
     Fatal(String),
 }
 
+/// Rows per transaction: a few round trips and one commit per group instead of per row,
+/// while several groups keep the broker busy.
+fn group_size(window: usize) -> usize {
+    (window / 4).clamp(1, 32)
+}
+
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
     let db = settings.require_database()?;
-    let window = match db.dialect {
+    let window = opts.window.max(1);
+    let group = group_size(window);
+    // SQLite admits one writer at a time: one group in flight.
+    let workers = match db.dialect {
         Dialect::Sqlite => 1,
-        _ => opts.window.max(1),
+        _ => (window / group).max(1),
     };
-    // One connection per in-flight row, plus one for reading.
-    let table = FailedTable::open_sized(db, &settings.table, window as u32 + 2).await?;
+    // One connection per group in flight, plus one for reading.
+    let table = FailedTable::open_sized(db, &settings.table, workers as u32 + 2).await?;
     let replay_id = uuid::Uuid::new_v4().to_string();
+    let host = super::hostname();
     let origin = |row_id: &RecordId| ReplayOrigin {
         table: table.location(),
         row_id: row_id.to_string(),
         replay_id: replay_id.clone(),
-        host: super::hostname(),
+        host: host.clone(),
     };
 
     // The broker comes first: an unknown target refuses the replay before any planning output.
@@ -156,7 +169,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     let (tx, mut rx) = mpsc::channel::<(RecordId, RowEvent)>(window * 2);
     let sel = Arc::new(opts.selection);
     let target = Arc::new(opts.target);
-    for _ in 0..window.min(ids.len()) {
+    for _ in 0..workers.min(ids.len().div_ceil(group)) {
         let (table, ids, next, stop, tx, sel, target, publisher) = (
             table.clone(),
             ids.clone(),
@@ -167,23 +180,30 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             target.clone(),
             publisher.clone(),
         );
-        let replay_id = replay_id.clone();
+        let origin = ReplayOrigin {
+            table: table.location(),
+            row_id: String::new(),
+            replay_id: replay_id.clone(),
+            host: host.clone(),
+        };
         tokio::spawn(async move {
             while !stop.load(Ordering::SeqCst) {
-                let i = next.fetch_add(1, Ordering::SeqCst);
-                let Some(id) = ids.get(i) else { break };
-                let origin = ReplayOrigin {
-                    table: table.location(),
-                    row_id: id.to_string(),
-                    replay_id: replay_id.clone(),
-                    host: super::hostname(),
-                };
-                let ev = replay_row(&table, &sel, &publisher, &target, id, &origin).await;
-                if matches!(ev, RowEvent::Fatal(_)) {
+                let i = next.fetch_add(group, Ordering::SeqCst);
+                if i >= ids.len() {
+                    break;
+                }
+                let chunk = &ids[i..(i + group).min(ids.len())];
+                let events = replay_group(&table, &sel, &publisher, &target, chunk, &origin).await;
+                if events
+                    .iter()
+                    .any(|(_, ev)| matches!(ev, RowEvent::Fatal(_)))
+                {
                     stop.store(true, Ordering::SeqCst);
                 }
-                if tx.send((id.clone(), ev)).await.is_err() {
-                    break;
+                for ev in events {
+                    if tx.send(ev).await.is_err() {
+                        return;
+                    }
                 }
             }
         });
@@ -253,19 +273,22 @@ async fn plan(
     Ok(plan)
 }
 
-/// One row, one transaction: claim, re-check, build, publish, confirm, mark, commit.
-async fn replay_row(
+/// One group, one transaction: claim, re-check, build, publish, wait for the confirms, mark
+/// the confirmed rows, commit. Every id of `ids` gets exactly one event.
+async fn replay_group(
     table: &FailedTable,
     sel: &Selection,
     publisher: &Publisher,
     target: &Target,
-    id: &RecordId,
+    ids: &[RecordId],
     origin: &ReplayOrigin,
-) -> RowEvent {
+) -> Vec<(RecordId, RowEvent)> {
+    let all =
+        |ev: &dyn Fn() -> RowEvent| ids.iter().map(|id| (id.clone(), ev())).collect::<Vec<_>>();
     let mut b = SqlBuilder::new(table.dialect);
-    let claim = match table.claim_sql(&mut b, id, sel.replayed) {
+    let claim = match table.claim_sql(&mut b, ids, sel.replayed) {
         Ok(s) => s,
-        Err(e) => return RowEvent::Failed(e.to_string()),
+        Err(e) => return all(&|| RowEvent::Failed(e.to_string())),
     };
     with_pool!(&table.pool, p => {
         let begun = if table.dialect == Dialect::Sqlite {
@@ -275,56 +298,94 @@ async fn replay_row(
         };
         let mut tx = match begun {
             Ok(tx) => tx,
-            Err(e) => return RowEvent::Fatal(format!("database: {}", scrubbed(e))),
-        };
-        let row = match bind_all!(sqlx::query(sqlx::AssertSqlSafe(claim)), b.binds).fetch_optional(&mut *tx).await {
-            Ok(r) => r,
-            Err(e) => return RowEvent::Fatal(format!("database: {}", scrubbed(e))),
-        };
-        let Some(row) = row else {
-            return RowEvent::Skipped("already replayed, or being replayed by another run".into());
-        };
-        let rec = match table.decode(&row) {
-            Ok(r) => r,
-            Err(e) => return RowEvent::Failed(format!("cannot read row: {e}")),
-        };
-        // The row may have changed since the plan: replay only what still matches.
-        if !matches!(sel.matches(&rec), Ok(true)) {
-            return RowEvent::Skipped("no longer matches the selection".into());
-        }
-        let msg = match celery::build(rec.task.as_deref().unwrap_or(""), rec.payload_text.as_deref(), origin) {
-            Ok(m) => m,
-            Err(e) => return RowEvent::Failed(e.to_string()),
-        };
-        let (exchange, routing_key) = target.route();
-        let outcome = publisher
-            .publish(Outgoing { exchange, routing_key, body: msg.body, properties: msg.properties })
-            .await;
-        match outcome {
-            Ok(Outcome::Confirmed) => {}
-            Ok(Outcome::Returned { code, text }) => {
-                return RowEvent::Failed(format!("returned by the broker as unroutable ({code} {text}); not marked"));
+            Err(e) => {
+                let why = format!("database: {}", scrubbed(e));
+                return all(&|| RowEvent::Fatal(why.clone()));
             }
-            Ok(Outcome::Nacked) => return RowEvent::Failed("nacked by the broker; not marked".into()),
-            Err(e) => return RowEvent::Fatal(format!("broker: {e:#}")),
-        }
-        let mut mb = SqlBuilder::new(table.dialect);
-        let mark = match table.mark_sql(&mut mb, id, Utc::now()) {
-            Ok(s) => s,
-            Err(e) => return RowEvent::Fatal(e.to_string()),
         };
-        let marked = async {
-            bind_all!(sqlx::query(sqlx::AssertSqlSafe(mark)), mb.binds).execute(&mut *tx).await?;
-            tx.commit().await
+        let rows = match bind_all!(sqlx::query(sqlx::AssertSqlSafe(claim)), b.binds).fetch_all(&mut *tx).await {
+            Ok(r) => r,
+            Err(e) => {
+                let why = format!("database: {}", scrubbed(e));
+                return all(&|| RowEvent::Fatal(why.clone()));
+            }
+        };
+        let mut events: Vec<(RecordId, RowEvent)> = Vec::with_capacity(ids.len());
+        let mut claimed = std::collections::HashSet::new();
+        let mut pending = Vec::new();
+        for row in &rows {
+            let rec = match table.decode(row) {
+                Ok(r) => r,
+                Err(e) => {
+                    // The id could not be read either: report it against the whole group.
+                    let why = format!("cannot read a claimed row: {e}");
+                    return all(&|| RowEvent::Failed(why.clone()));
+                }
+            };
+            claimed.insert(rec.id.clone());
+            // The row may have changed since the plan: replay only what still matches.
+            if !matches!(sel.matches(&rec), Ok(true)) {
+                events.push((rec.id, RowEvent::Skipped("no longer matches the selection".into())));
+                continue;
+            }
+            let row_origin = ReplayOrigin { row_id: rec.id.to_string(), ..origin.clone() };
+            let msg = match celery::build(rec.task.as_deref().unwrap_or(""), rec.payload_text.as_deref(), &row_origin) {
+                Ok(m) => m,
+                Err(e) => {
+                    events.push((rec.id, RowEvent::Failed(e.to_string())));
+                    continue;
+                }
+            };
+            let (exchange, routing_key) = target.route();
+            // Submitted now (pipelined); outcomes are awaited below.
+            match publisher.submit(Outgoing { exchange, routing_key, body: msg.body, properties: msg.properties }).await {
+                Ok(outcome) => pending.push((rec.id, outcome)),
+                Err(e) => {
+                    let why = format!("broker: {e:#}");
+                    events.push((rec.id, RowEvent::Fatal(why)));
+                }
+            }
         }
-        .await;
-        match marked {
-            Ok(()) => RowEvent::Replayed,
-            Err(e) => RowEvent::Fatal(format!(
-                "database: {} (row {id} was published but could not be marked; the next run publishes it again)",
-                scrubbed(e)
-            )),
+        for id in ids {
+            if !claimed.contains(id) {
+                events.push((id.clone(), RowEvent::Skipped("already replayed, or being replayed by another run".into())));
+            }
         }
+        let mut confirmed = Vec::new();
+        for (id, outcome) in pending {
+            match outcome.await {
+                Ok(Outcome::Confirmed) => confirmed.push(id),
+                Ok(Outcome::Returned { code, text }) => events.push((
+                    id,
+                    RowEvent::Failed(format!("returned by the broker as unroutable ({code} {text}); not marked")),
+                )),
+                Ok(Outcome::Nacked) => events.push((id, RowEvent::Failed("nacked by the broker; not marked".into()))),
+                Err(e) => events.push((id, RowEvent::Fatal(format!("broker: {e:#}")))),
+            }
+        }
+        // Mark what the broker confirmed, even when the run stops: those are delivered.
+        if !confirmed.is_empty() {
+            let mut mb = SqlBuilder::new(table.dialect);
+            let marked = match table.mark_sql(&mut mb, &confirmed, Utc::now()) {
+                Ok(mark) => async {
+                    bind_all!(sqlx::query(sqlx::AssertSqlSafe(mark)), mb.binds).execute(&mut *tx).await?;
+                    tx.commit().await
+                }
+                .await
+                .map_err(scrubbed),
+                Err(e) => Err(e),
+            };
+            match marked {
+                Ok(()) => events.extend(confirmed.into_iter().map(|id| (id, RowEvent::Replayed))),
+                Err(e) => {
+                    let why = format!(
+                        "database: {e} (published but not marked; the next run publishes it again)"
+                    );
+                    events.extend(confirmed.into_iter().map(|id| (id, RowEvent::Fatal(why.clone()))));
+                }
+            }
+        }
+        events
     })
 }
 

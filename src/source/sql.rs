@@ -291,16 +291,16 @@ impl FailedTable {
         FailedTable::check(pool, db.dialect, table).await
     }
 
-    /// Locks one row for this transaction if it is still selectable by its replayed flag.
-    /// PostgreSQL and MySQL skip a row another run holds (`SKIP LOCKED`); SQLite runs this
-    /// inside `BEGIN IMMEDIATE`, which admits one writer at a time.
+    /// Locks these rows for this transaction if they are still selectable by their replayed
+    /// flag. PostgreSQL and MySQL skip rows another run holds (`SKIP LOCKED`); SQLite runs
+    /// this inside `BEGIN IMMEDIATE`, which admits one writer at a time.
     pub fn claim_sql(
         &self,
         b: &mut SqlBuilder,
-        id: &RecordId,
+        ids: &[RecordId],
         replayed: ReplayedFilter,
     ) -> Result<String> {
-        let p = b.param(self.id_bind(id)?);
+        let ps = self.id_params(b, ids)?;
         let flag = match replayed {
             ReplayedFilter::Pending => format!(" AND {}", self.pending_sql()),
             ReplayedFilter::Only => format!(" AND {}", self.replayed_sql()),
@@ -311,22 +311,39 @@ impl FailedTable {
             _ => " FOR UPDATE SKIP LOCKED",
         };
         Ok(format!(
-            "SELECT {} FROM {} WHERE id = {p}{flag}{lock}",
+            "SELECT {} FROM {} WHERE id IN ({ps}){flag} ORDER BY id{lock}",
             self.record_columns(),
             self.quoted
         ))
     }
 
-    /// Marks one row replayed (and `reprocessada_em` when the column exists).
-    pub fn mark_sql(&self, b: &mut SqlBuilder, id: &RecordId, at: DateTime<Utc>) -> Result<String> {
+    /// Marks these rows replayed (and `reprocessada_em` when the column exists).
+    pub fn mark_sql(
+        &self,
+        b: &mut SqlBuilder,
+        ids: &[RecordId],
+        at: DateTime<Utc>,
+    ) -> Result<String> {
         let flag = b.param(self.replayed_flag());
         let mut set = format!("reprocessada = {flag}");
         if let Some(kind) = self.schema.replayed_at {
             let p = b.param(Self::time_bind(kind, at));
             set.push_str(&format!(", reprocessada_em = {p}"));
         }
-        let idp = b.param(self.id_bind(id)?);
-        Ok(format!("UPDATE {} SET {set} WHERE id = {idp}", self.quoted))
+        let ps = self.id_params(b, ids)?;
+        Ok(format!(
+            "UPDATE {} SET {set} WHERE id IN ({ps})",
+            self.quoted
+        ))
+    }
+
+    /// Bound placeholders for a list of ids, comma-separated.
+    pub fn id_params(&self, b: &mut SqlBuilder, ids: &[RecordId]) -> Result<String> {
+        let ps = ids
+            .iter()
+            .map(|id| Ok(b.param(self.id_bind(id)?)))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(ps.join(", "))
     }
 
     pub async fn check(pool: Pool, dialect: Dialect, table: &TableName) -> Result<FailedTable> {
@@ -553,12 +570,8 @@ impl FailedTable {
             }
         }
         if !sel.ids.is_empty() {
-            let ps = sel
-                .ids
-                .iter()
-                .map(|id| Ok(b.param(self.id_bind(id)?)))
-                .collect::<Result<Vec<_>>>()?;
-            preds.push(format!("id IN ({})", ps.join(", ")));
+            let ps = self.id_params(b, &sel.ids)?;
+            preds.push(format!("id IN ({ps})"));
         }
         for (bound, op) in [(sel.since, ">="), (sel.until, "<")] {
             let Some(t) = bound else { continue };
