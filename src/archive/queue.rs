@@ -167,15 +167,15 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     }
 
     // --delete: take, write, fsync, then acknowledge exactly what was written.
-    let mut taken: Vec<(Taker, Vec<u64>)> = Vec::new();
+    let mut taken: Vec<(Taker, Vec<(usize, u64)>)> = Vec::new();
     let mut written = 0u64;
     let mut jq_errors = 0u64;
     let result: Result<()> = async {
         for q in &checked {
-            let mut taker = Taker::open(&conn, &ReadSpec::for_checked(q, None)).await?;
+            let mut taker = Taker::open(&ReadSpec::for_checked(q, None)).await?;
             let mut tags = Vec::new();
             let outcome: Result<()> = async {
-                while let Some(d) = taker.next().await? {
+                while let Some(d) = taker.next(&conn).await? {
                     if opts.selection.limit.is_some_and(|l| written >= l) {
                         continue; // hold the rest until the release puts it back
                     }
@@ -196,7 +196,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
                         }
                     }
                     writer.write(&rec)?;
-                    tags.push(d.delivery_tag);
+                    tags.push((taker.channel_index(), d.delivery_tag));
                     written += 1;
                     bar.inc(1);
                 }
@@ -231,8 +231,8 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     let mut deleted = 0u64;
     let mut ack_error = None;
     for (taker, tags) in taken {
-        for tag in &tags {
-            match taker.ack(*tag).await {
+        for (channel, tag) in &tags {
+            match taker.ack(*channel, *tag).await {
                 Ok(()) => deleted += 1,
                 Err(e) => {
                     ack_error.get_or_insert(e);

@@ -32,6 +32,7 @@ pub async fn run(
                 queues: q.names,
                 record: crate::source::amqp::record::RecordOptions {
                     motivo_headers: q.motivo_headers,
+                    ..Default::default()
                 },
                 force: q.force,
                 selection,

@@ -88,6 +88,8 @@ pub async fn run(
                 queues: q.names,
                 record: crate::source::amqp::record::RecordOptions {
                     motivo_headers: q.motivo_headers,
+                    // Only jq can look at headers, properties or the raw copy.
+                    lean: selection.jq.is_none(),
                 },
                 force: q.force,
                 selection,

@@ -1,9 +1,11 @@
 //! Queue replay: move selected dead letters back where they died.
 //!
-//! 1. Plan: read every DLQ without changing it, select, and remember WHICH messages were
-//!    selected (a 64-bit hash of queue + record id, so memory stays small for a million).
-//! 2. After confirmation, take the messages present at the start, in order; a message is
-//!    moved only if it was in the plan and still matches. Each is published (default
+//! 1. Plan: take every DLQ's messages present now and hold them unacknowledged, select, and
+//!    keep the selected ones in memory (up to 64 MiB of bodies) together with a 64-bit hash
+//!    of queue + record id per selected message.
+//! 2. After confirmation, move exactly the held selected messages: no second read. Past the
+//!    budget, everything is given back and the messages present then are taken again in
+//!    order; a message is moved only if it was in the plan and still matches. Each is published (default
 //!    exchange -> the queue it first died in, or `--to-queue`/`--to-exchange`) with
 //!    `mandatory` and a confirm, and its DLQ copy is acknowledged only after a clean confirm
 //!    without a return. Everything else is given back in place when the run ends.
@@ -14,7 +16,7 @@ use super::requeue::{self, Refusal, Stamp};
 use super::{Target, print_plan_groups, print_report};
 use crate::broker::{Outcome, Outgoing, Publisher};
 use crate::error::{Exit, usage};
-use crate::model::{DeadLetter, RecordId};
+use crate::model::RecordId;
 use crate::output::{Printer, ellipsize};
 use crate::report::Report;
 use crate::select::Selection;
@@ -30,7 +32,7 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use lapin::options::BasicAckOptions;
 use serde_json::{Value, json};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -53,13 +55,6 @@ pub struct Options {
     pub canary_wait: Duration,
 }
 
-/// One message as the plan sees it.
-struct Planned {
-    rec: DeadLetter,
-    dest: Result<(String, String), Refusal>,
-    view: Option<Value>,
-}
-
 /// What the plan pass found, per run.
 #[derive(Default)]
 struct Plan {
@@ -69,6 +64,35 @@ struct Plan {
     groups: BTreeMap<(String, String), u64>,
     refused: Vec<(RecordId, String)>,
     destinations: BTreeSet<String>,
+}
+
+/// Selected message bodies the plan may keep in memory to move them without a second read;
+/// `DLQ_HOLD_BUDGET` (bytes) overrides it (tests use it to exercise the two-pass path).
+fn hold_budget() -> usize {
+    std::env::var("DLQ_HOLD_BUDGET")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(64 << 20)
+}
+
+/// A selected message held by the plan, ready to move.
+struct Held {
+    /// Index of its DLQ among the checked queues.
+    queue: usize,
+    id: RecordId,
+    route: (String, String),
+    /// As stored (delivery-time headers removed).
+    props: lapin::BasicProperties,
+    body: Vec<u8>,
+    acker: lapin::Acker,
+}
+
+/// Gives back everything the takers hold and not acknowledged (`acked` per DLQ, may be empty).
+async fn release_all(conn: &lapin::Connection, takers: Vec<Taker>, acked: &[u64]) {
+    for (i, t) in takers.into_iter().enumerate() {
+        let held = t.taken.saturating_sub(acked.get(i).copied().unwrap_or(0));
+        t.release(conn, held).await;
+    }
 }
 
 fn key(queue: &str, id: &RecordId) -> u64 {
@@ -133,98 +157,107 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         max_replays: opts.max_replays,
     };
 
-    // 1. Plan (a read: the DLQs stay as they are).
+    // 1. Plan. Every DLQ's messages present now are taken and held unacknowledged (nothing
+    // else can take them meanwhile); the selected ones are kept in memory while they fit,
+    // so what is moved afterwards is exactly what the plan showed, read once. Past the
+    // budget the plan keeps only which messages were selected, and the move reads again.
     let mut plan = Plan::default();
     let mut dry = opts
         .dry_run
         .then(|| printer.values(&["id", "from", "to", "replays", "body"], dry_run_line));
     let mut jq_errors = 0u64;
-    for q in &checked {
-        let (tx, mut rx) = mpsc::channel::<Result<Planned>>(256);
-        let spec = ReadSpec::for_checked(q, None);
-        let record_opts = opts.record.clone();
-        let target = opts.target.clone();
+    let mut takers: Vec<Taker> = Vec::new();
+    let mut held: VecDeque<Held> = VecDeque::new();
+    let mut held_bytes = 0usize;
+    let mut single_pass = true;
+    let budget = hold_budget();
+    let bar = printer.progress(None, "planning");
+    for (qi, q) in checked.iter().enumerate() {
+        let mut taker = Taker::open(&ReadSpec::for_checked(q, None)).await?;
         let stamp = stamp_for(&q.name);
-        let dry_run = opts.dry_run;
-        let make =
-            move |queue: &str, ex: &str, rk: &str, p: &lapin::BasicProperties, body: &[u8]| {
-                let rec = record::from_delivery(queue, ex, rk, p, body, &record_opts);
-                let stored = record::stored_properties(p);
-                let origin = rec
-                    .death
-                    .as_ref()
-                    .and_then(record::origin_queue)
-                    .map(str::to_string);
-                let dest = destination(&target, origin.as_deref(), queue).and_then(|d| {
-                    requeue::prepare(&stored, &stamp, "dry-run").map(|props| (d, props))
-                });
-                let view = match (&dest, dry_run) {
-                    (Ok((d, props)), true) => Some(json!({
-                        "id": rec.id,
-                        "from": queue,
-                        "exchange": d.0,
-                        "routing_key": d.1,
-                        "properties": crate::amqp_codec::properties_to_json(props),
-                        "headers": props.headers().as_ref().map(crate::amqp_codec::table_to_json),
-                        "payload": rec.payload,
-                    })),
-                    _ => None,
-                };
-                Planned {
-                    rec,
-                    dest: dest.map(|(d, _)| d),
-                    view,
-                }
-            };
-        let conn_ref = &conn;
-        let read = async move {
-            let r = reader::read_queue(conn_ref, &spec, &make, &tx).await;
-            drop(tx);
-            r
-        };
-        let collect = async {
-            while let Some(item) = rx.recv().await {
-                let p = item?;
-                if opts
-                    .selection
-                    .limit
-                    .is_some_and(|l| plan.count + plan.refused.len() as u64 >= l)
-                {
-                    continue; // keep draining so the read finishes
-                }
-                match opts.selection.matches(&p.rec) {
-                    Ok(true) => {}
-                    Ok(false) => continue,
-                    Err(_) => {
-                        jq_errors += 1;
-                        continue;
-                    }
-                }
-                match p.dest {
-                    Err(why) => plan.refused.push((p.rec.id.clone(), why.to_string())),
-                    Ok(d) => {
-                        *plan.selected.entry(key(&q.name, &p.rec.id)).or_default() += 1;
-                        plan.count += 1;
-                        if d.0.is_empty() {
-                            plan.destinations.insert(d.1.clone());
-                        }
-                        let fp = fingerprint::fingerprint(p.rec.motivo.as_deref().unwrap_or(""));
-                        *plan.groups.entry((describe_dest(&d), fp)).or_default() += 1;
-                        if let (Some(out), Some(v)) = (dry.as_mut(), p.view) {
-                            out.write(v)?;
-                        }
-                    }
+        while let Some(d) = taker.next(&conn).await? {
+            bar.inc(1);
+            if opts
+                .selection
+                .limit
+                .is_some_and(|l| plan.count + plan.refused.len() as u64 >= l)
+            {
+                continue; // held, and given back at the end like every unselected message
+            }
+            let rec = record::from_delivery(
+                &q.name,
+                d.exchange.as_str(),
+                d.routing_key.as_str(),
+                &d.properties,
+                &d.data,
+                &opts.record,
+            );
+            match opts.selection.matches(&rec) {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(_) => {
+                    jq_errors += 1;
+                    continue;
                 }
             }
-            Ok::<_, anyhow::Error>(())
-        };
-        let (read, collected) = tokio::join!(read, collect);
-        collected?;
-        let report = read?;
-        for w in report.warnings(q) {
-            printer.warn(w);
+            let origin = rec.death.as_ref().and_then(record::origin_queue);
+            let mut dest = destination(&opts.target, origin, &q.name);
+            // The loop guard, checked cheaply here; the full rewrite happens when moving.
+            let replays = requeue::replay_count(d.properties.headers().as_ref());
+            if dest.is_ok() && replays >= i64::from(opts.max_replays) {
+                dest = Err(Refusal::LoopGuard {
+                    count: replays,
+                    max: opts.max_replays,
+                });
+            }
+            let route = match dest {
+                Err(why) => {
+                    plan.refused.push((rec.id, why.to_string()));
+                    continue;
+                }
+                Ok(r) => r,
+            };
+            *plan.selected.entry(key(&q.name, &rec.id)).or_default() += 1;
+            plan.count += 1;
+            if route.0.is_empty() {
+                plan.destinations.insert(route.1.clone());
+            }
+            let fp = fingerprint::fingerprint(rec.motivo.as_deref().unwrap_or(""));
+            *plan.groups.entry((describe_dest(&route), fp)).or_default() += 1;
+            let stored = record::stored_properties(&d.properties);
+            if let Some(out) = dry.as_mut()
+                && let Ok(props) = requeue::prepare(&stored, &stamp, "dry-run")
+            {
+                out.write(json!({
+                    "id": rec.id,
+                    "from": q.name,
+                    "exchange": route.0,
+                    "routing_key": route.1,
+                    "properties": crate::amqp_codec::properties_to_json(&props),
+                    "headers": props.headers().as_ref().map(crate::amqp_codec::table_to_json),
+                    "payload": rec.payload,
+                }))?;
+            }
+            if single_pass {
+                held_bytes += d.data.len();
+                if held_bytes > budget {
+                    single_pass = false;
+                    held.clear();
+                } else {
+                    held.push_back(Held {
+                        queue: qi,
+                        id: rec.id,
+                        route,
+                        props: stored,
+                        body: d.data,
+                        acker: d.acker,
+                    });
+                }
+            }
         }
+        takers.push(taker);
     }
+    bar.finish_and_clear();
     if let Some(out) = dry {
         out.finish()?;
     }
@@ -242,6 +275,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         }
     }
     if !missing.is_empty() {
+        release_all(&conn, takers, &[]).await;
         return Err(usage(format!(
             "destination queue(s) {} do not exist: nothing was moved (declare them or pass --to-queue)",
             missing.join(", ")
@@ -272,10 +306,12 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         printer.warn(format!("stays in the DLQ: id {id}: {why}"));
     }
     if plan.count == 0 && plan.refused.is_empty() {
+        release_all(&conn, takers, &[]).await;
         printer.info("nothing to replay");
         return Ok(Exit::Ok);
     }
     if opts.dry_run {
+        release_all(&conn, takers, &[]).await;
         printer.info("dry run: nothing was moved");
         return Ok(if plan.refused.is_empty() {
             Exit::Ok
@@ -288,6 +324,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             .confirm(&format!("Move {} message(s)?", plan.count), opts.yes)
             .await?
     {
+        release_all(&conn, takers, &[]).await;
         printer.info("nothing done");
         return Ok(Exit::Ok);
     }
@@ -309,16 +346,28 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         bar: &bar,
         stop: &stop,
         selected: plan.selected,
+        stamps: checked.iter().map(|q| stamp_for(&q.name)).collect(),
+        acked: vec![0; checked.len()],
     };
+    if !single_pass {
+        // The plan did not fit in memory: give everything back, then read again.
+        release_all(&conn, std::mem::take(&mut takers), &[]).await;
+    }
     let mut canary_ok = true;
     if let Some(n) = opts.canary {
-        let moved = mover.pass(&checked, &stamp_for, Some(n)).await?;
+        let moved = if single_pass {
+            mover.move_held(&mut held, Some(n)).await
+        } else {
+            mover.pass(&checked, &stamp_for, Some(n)).await?
+        };
         if mover.report.stopped.is_none() && moved > 0 {
             printer.info(format!(
                 "canary: {moved} message(s) replayed; watching for {}s whether they die again",
                 opts.canary_wait.as_secs()
             ));
             tokio::time::sleep(opts.canary_wait).await;
+            // Only messages that came back after being replayed are ready in the DLQs now
+            // (the rest are still held by this run): they carry this run's replay id.
             let died = died_again(&conn, &checked, &replay_id).await?;
             if died > 0 {
                 canary_ok = false;
@@ -331,8 +380,15 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         }
     }
     if canary_ok && mover.report.stopped.is_none() {
-        mover.pass(&checked, &stamp_for, None).await?;
+        if single_pass {
+            mover.move_held(&mut held, None).await;
+        } else {
+            mover.pass(&checked, &stamp_for, None).await?;
+        }
     }
+    let acked = std::mem::take(&mut mover.acked);
+    drop(held);
+    release_all(&conn, takers, &acked).await;
     bar.finish_and_clear();
     signals.abort();
     drop(publisher);
@@ -356,13 +412,90 @@ struct Mover<'a> {
     bar: &'a indicatif::ProgressBar,
     stop: &'a AtomicBool,
     selected: HashMap<u64, u32>,
+    /// Per DLQ (same order as the checked queues).
+    stamps: Vec<Stamp>,
+    /// Messages acknowledged per DLQ by `move_held`.
+    acked: Vec<u64>,
 }
 
-type InFlight = std::pin::Pin<
-    Box<dyn std::future::Future<Output = (lapin::Acker, RecordId, Result<Outcome>)> + Send>,
->;
+type InFlight = std::pin::Pin<Box<dyn std::future::Future<Output = Settled> + Send>>;
+
+/// An in-flight move of a held message, tagged with its DLQ's index.
+type HeldInFlight = std::pin::Pin<Box<dyn std::future::Future<Output = (usize, Settled)> + Send>>;
+
+/// A publish outcome and, after a clean confirm, the acknowledgement of the DLQ copy.
+type Settled = (
+    RecordId,
+    Result<Outcome>,
+    Option<Result<bool, lapin::Error>>,
+);
 
 impl Mover<'_> {
+    /// Moves messages the plan holds, in order, at most `limit`. Returns how many moved.
+    async fn move_held(&mut self, held: &mut VecDeque<Held>, limit: Option<u64>) -> u64 {
+        let mut moved = 0u64;
+        let mut inflight: FuturesUnordered<HeldInFlight> = FuturesUnordered::new();
+        loop {
+            while let Some(Some((qi, done))) = if inflight.len() >= self.opts.window.max(1) {
+                Some(inflight.next().await)
+            } else {
+                inflight.now_or_never_some()
+            } {
+                if self.settle(done) {
+                    self.acked[qi] += 1;
+                    moved += 1;
+                }
+            }
+            if self.report.stopped.is_some() {
+                break;
+            }
+            if self.stop.load(Ordering::SeqCst) {
+                self.report.stopped = Some("interrupted".into());
+                break;
+            }
+            if limit.is_some_and(|l| moved + inflight.len() as u64 >= l) {
+                break;
+            }
+            let Some(h) = held.pop_front() else { break };
+            let publish_id = uuid::Uuid::new_v4().to_string();
+            let props = match requeue::prepare(&h.props, &self.stamps[h.queue], &publish_id) {
+                Ok(p) => p,
+                Err(why) => {
+                    self.report.fail(h.id, why.to_string());
+                    continue;
+                }
+            };
+            let submitted = self
+                .publisher
+                .submit(Outgoing {
+                    exchange: h.route.0,
+                    routing_key: h.route.1,
+                    body: h.body,
+                    properties: props,
+                })
+                .await;
+            let (qi, id, acker) = (h.queue, h.id, h.acker);
+            inflight.push(Box::pin(async move {
+                let out = match submitted {
+                    Ok(outcome) => outcome.await,
+                    Err(e) => Err(e),
+                };
+                let ack = match &out {
+                    Ok(Outcome::Confirmed) => Some(acker.ack(BasicAckOptions::default()).await),
+                    _ => None,
+                };
+                (qi, (id, out, ack))
+            }));
+        }
+        while let Some((qi, done)) = inflight.next().await {
+            if self.settle(done) {
+                self.acked[qi] += 1;
+                moved += 1;
+            }
+        }
+        moved
+    }
+
     /// Takes the messages present now from every DLQ and moves the planned ones (at most
     /// `limit`). Returns how many were moved.
     async fn pass(
@@ -384,7 +517,7 @@ impl Mover<'_> {
             let mut now = q.clone();
             now.depth = depth;
             let spec = ReadSpec::for_checked(&now, None);
-            let mut taker = Taker::open(self.conn, &spec).await?;
+            let mut taker = Taker::open(&spec).await?;
             let stamp = stamp_for(&q.name);
             let mut inflight: FuturesUnordered<InFlight> = FuturesUnordered::new();
             let mut acked = 0u64;
@@ -395,7 +528,7 @@ impl Mover<'_> {
                 } else {
                     inflight.now_or_never_some()
                 } {
-                    if self.settle(done).await {
+                    if self.settle(done) {
                         acked += 1;
                         moved += 1;
                     }
@@ -410,7 +543,7 @@ impl Mover<'_> {
                 if limit.is_some_and(|l| moved + inflight.len() as u64 >= l) {
                     break;
                 }
-                let d = match taker.next().await {
+                let d = match taker.next(self.conn).await {
                     Ok(Some(d)) => d,
                     Ok(None) => break,
                     Err(e) => {
@@ -469,11 +602,17 @@ impl Mover<'_> {
                         Ok(outcome) => outcome.await,
                         Err(e) => Err(e),
                     };
-                    (acker, id, out)
+                    // Acknowledged here, concurrently with other publishes: only after a
+                    // clean confirm without a return.
+                    let ack = match &out {
+                        Ok(Outcome::Confirmed) => Some(acker.ack(BasicAckOptions::default()).await),
+                        _ => None,
+                    };
+                    (id, out, ack)
                 }));
             }
             while let Some(done) = inflight.next().await {
-                if self.settle(done).await {
+                if self.settle(done) {
                     acked += 1;
                     moved += 1;
                 }
@@ -486,13 +625,10 @@ impl Mover<'_> {
 
     /// Records one publish outcome; acknowledges the DLQ copy after a clean confirm.
     /// Returns true when the message moved.
-    async fn settle(
-        &mut self,
-        (acker, id, out): (lapin::Acker, RecordId, Result<Outcome>),
-    ) -> bool {
+    fn settle(&mut self, (id, out, ack): Settled) -> bool {
         self.bar.inc(1);
         match out {
-            Ok(Outcome::Confirmed) => match acker.ack(BasicAckOptions::default()).await {
+            Ok(Outcome::Confirmed) => match ack.expect("a confirmed publish is acknowledged") {
                 Ok(true) => {
                     self.report.success();
                     true

@@ -45,6 +45,7 @@ pub async fn open_stream(
                 names: q.names.clone(),
                 record: amqp::record::RecordOptions {
                     motivo_headers: q.motivo_headers.clone(),
+                    ..Default::default()
                 },
                 force: q.force,
             };

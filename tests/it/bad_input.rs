@@ -386,3 +386,73 @@ async fn wrong_column_types_are_named() {
         .fails(2, "column reprocessada has type text, expected boolean");
     db.drop().await;
 }
+
+/// Hostile headers on dead letters: malformed `x-death` of every wrong type, non-UTF-8 and
+/// deeply nested headers. Reading never crashes and leaves the queue as it was; a replay
+/// refuses what has no usable origin and moves the rest, leaving the refused in the DLQ.
+#[tokio::test]
+async fn hostile_headers_are_read_and_refused_safely() {
+    use crate::broker::{Broker, ls, table};
+    use lapin::types::{AMQPValue, FieldArray, LongString};
+    let b = Broker::new("hostile").await;
+    let (dlq, main) = ("h.dlq", "h.main");
+    b.queue(dlq, lapin::types::FieldTable::default()).await;
+    b.queue(main, lapin::types::FieldTable::default()).await;
+    let mut deep = AMQPValue::LongString(LongString::from("bottom"));
+    for _ in 0..60 {
+        deep = AMQPValue::FieldTable(table(vec![("d", deep)]));
+    }
+    let bad_deaths: Vec<AMQPValue> = vec![
+        ls("not an array"),
+        AMQPValue::LongLongInt(7),
+        AMQPValue::FieldArray(FieldArray::from(vec![ls("not a table"), AMQPValue::Void])),
+        AMQPValue::FieldArray(FieldArray::from(vec![AMQPValue::FieldTable(table(vec![
+            ("queue", AMQPValue::LongLongInt(3)),
+            ("count", ls("many")),
+            ("time", ls("yesterday")),
+            ("routing-keys", ls("k")),
+            (
+                "reason",
+                AMQPValue::LongString(LongString::from(vec![0xff, 0xfe])),
+            ),
+        ]))])),
+        // A lone table instead of an array is read leniently as one entry: it has an origin.
+        AMQPValue::FieldTable(table(vec![("queue", ls(main))])),
+    ];
+    let n = bad_deaths.len();
+    for (i, d) in bad_deaths.into_iter().enumerate() {
+        let props = lapin::BasicProperties::default()
+            .with_message_id(format!("bad-{i}").as_str().into())
+            .with_headers(table(vec![
+                ("x-death", d),
+                ("deep", deep.clone()),
+                (
+                    "x-exception-message",
+                    AMQPValue::LongString(LongString::from(vec![0xc3, 0x28, b'!'])),
+                ),
+            ]));
+        b.publish(dlq, b"\xff\xfe binary", props).await;
+    }
+    // One good dead letter among them.
+    let good = lapin::BasicProperties::default()
+        .with_message_id("good".into())
+        .with_headers(table(vec![
+            ("x-first-death-queue", ls(main)),
+            ("deep", deep.clone()),
+        ]));
+    b.publish(dlq, b"{}", good).await;
+    let before = b.snapshot(dlq).await;
+    let recs = b.run(&["filter", "-Q", dlq, "-o", "ndjson"]).await.ndjson();
+    assert_eq!(recs.len(), n + 1);
+    assert!(recs.iter().all(|r| r["payload"].is_object()));
+    b.run(&["inspect", "-Q", dlq, "--full"]).await.ok();
+    assert_eq!(b.snapshot(dlq).await, before, "reading changed nothing");
+    let run = b.run(&["replay", "-Q", dlq, "--yes", "-o", "json"]).await;
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    let report: serde_json::Value = serde_json::from_str(run.stdout().trim()).unwrap();
+    assert_eq!(report["succeeded"], 2);
+    assert_eq!(report["failed_count"], n - 1);
+    b.wait_depth(main, 2).await;
+    b.wait_depth(dlq, n as u32 - 1).await;
+    b.delete().await;
+}

@@ -93,6 +93,18 @@ impl Broker {
         }
     }
 
+    /// A new connection and channel, after the broker was restarted under the test.
+    pub async fn reconnect(&mut self) {
+        self.conn = Connection::connect(&self.amqp_url(), ConnectionProperties::default())
+            .await
+            .expect("reconnect to RabbitMQ");
+        self.ch = self.conn.create_channel().await.unwrap();
+        self.ch
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .unwrap();
+    }
+
     pub fn amqp_url(&self) -> String {
         format!(
             "amqp://{USER}:{PASS}@127.0.0.1:5672/{}",

@@ -63,6 +63,14 @@ impl TestDb {
         }
     }
 
+    /// A fresh pool, after the database server was restarted under the test.
+    pub async fn reconnect(&mut self) {
+        let db = dlq::settings::DatabaseUrl::parse(&self.url).unwrap();
+        self.pool = dlq::source::sql::connect(&db, false)
+            .await
+            .expect("reconnect");
+    }
+
     /// Runs SQL with `{t}` replaced by the quoted table name.
     pub async fn exec(&self, sql: &str) {
         let t = dlq::settings::TableName::parse(&self.table).unwrap();

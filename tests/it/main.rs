@@ -4,6 +4,8 @@ mod bench_smoke;
 mod broker;
 mod celery_worker;
 mod common;
+mod disruptive;
+mod faults;
 mod generated;
 mod queue_archive;
 mod queue_read;

@@ -77,7 +77,7 @@ fn stored(s: &Snap) -> (Vec<u8>, Value) {
     (s.body.clone(), s.props.clone())
 }
 
-async fn selective(quorum: bool) {
+async fn selective(quorum: bool, env: &[(&str, &str)]) {
     let b = Broker::new(if quorum { "qreplay-quorum" } else { "qreplay" }).await;
     topology(&b, quorum).await;
     dead_letters(&b, 30).await;
@@ -87,7 +87,7 @@ async fn selective(quorum: bool) {
     assert_eq!(wanted.len(), 10);
 
     let run = b
-        .run(&["replay", "-Q", DLQ, "--motivo", "KeyError", "--yes"])
+        .run_with(&["replay", "-Q", DLQ, "--motivo", "KeyError", "--yes"], env)
         .await;
     run.ok();
     assert!(
@@ -143,12 +143,19 @@ async fn selective(quorum: bool) {
 
 #[tokio::test]
 async fn selective_replay_by_reason_classic() {
-    selective(false).await;
+    selective(false, &[]).await;
+}
+
+/// The plan does not fit in memory (a tiny budget): it gives everything back and the move
+/// reads again, moving only what the plan selected.
+#[tokio::test]
+async fn selective_replay_in_two_passes() {
+    selective(false, &[("DLQ_HOLD_BUDGET", "100")]).await;
 }
 
 #[tokio::test]
 async fn selective_replay_by_reason_quorum() {
-    selective(true).await;
+    selective(true, &[]).await;
 }
 
 #[tokio::test]

@@ -118,7 +118,7 @@ async fn database_connection_killed_mid_replay() {
 }
 
 /// Closes this dlq process's AMQP connection through the management API.
-async fn close_broker_connection(pid: u32) {
+pub async fn close_broker_connection(pid: u32) {
     let http = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -200,6 +200,39 @@ async fn broker_connection_closed_mid_replay() {
     assert!(
         published >= after_fault && published <= after_fault + WINDOW as i64,
         "{published} vs {after_fault}"
+    );
+    db.dlq_root(&[
+        "replay",
+        "--motivo",
+        "IntegrityError",
+        "--to-queue",
+        &queue,
+        "--yes",
+    ])
+    .ok();
+    assert_eq!(marked(&db).await, 340);
+    check_messages(&drain(&queue).await, 340, WINDOW);
+    delete_queue(&queue).await;
+    db.drop().await;
+}
+
+#[tokio::test]
+async fn kill_9_mid_table_replay() {
+    let db = TestDb::new(Dialect::Postgres, "fault_kill").await;
+    db.init();
+    db.insert(&scenario2()[..340]).await;
+    let queue = unique("fault_kill_q");
+    declare_queue(&queue).await;
+    let mut child = spawn_replay(&db, &queue, 150);
+    wait_until_some_marked(&db).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let after_kill = marked(&db).await;
+    assert!(after_kill < 340, "the kill came too late to test anything");
+    let published = queue_state(&queue).await.unwrap().messages as i64;
+    assert!(
+        published >= after_kill && published <= after_kill + WINDOW as i64,
+        "{published} vs {after_kill}"
     );
     db.dlq_root(&[
         "replay",

@@ -31,6 +31,10 @@ pub const DELIVERY_HEADERS: &[&str] = &["x-delivery-count", "x-stream-offset"];
 pub struct RecordOptions {
     /// Extra headers holding the error text (`--motivo-header`), checked first.
     pub motivo_headers: Vec<String>,
+    /// Skip the readable `headers`/`properties` and the lossless `raw` copy: a replay that
+    /// selects without `--where` never looks at them, and building them per message costs
+    /// more than the rest of the record.
+    pub lean: bool,
 }
 
 /// The properties as stored in the queue: delivery-time headers removed.
@@ -165,7 +169,6 @@ pub fn from_delivery(
     let stored = stored_properties(props);
     let created_at = dead_lettered_at(&deaths, props);
     let task = celery_task_name(headers).or_else(|| deaths.origin_queue().map(str::to_owned));
-    let body_b64 = base64::engine::general_purpose::STANDARD.encode(body);
     DeadLetter {
         source: SourceKind::Queue,
         location: queue.to_owned(),
@@ -175,15 +178,17 @@ pub fn from_delivery(
         created_at,
         replayed: false,
         payload: payload_from_bytes(body),
-        headers: Some(headers.map(table_to_json).unwrap_or_else(|| json!({}))),
+        headers: (!opts.lean).then(|| headers.map(table_to_json).unwrap_or_else(|| json!({}))),
         death: Some(deaths.to_json()),
-        properties: Some(properties_to_json(props)),
-        raw: Some(json!({
-            "exchange": exchange,
-            "routing_key": routing_key,
-            "properties": properties_to_typed_json(&stored),
-            "body": body_b64,
-        })),
+        properties: (!opts.lean).then(|| properties_to_json(props)),
+        raw: (!opts.lean).then(|| {
+            json!({
+                "exchange": exchange,
+                "routing_key": routing_key,
+                "properties": properties_to_typed_json(&stored),
+                "body": base64::engine::general_purpose::STANDARD.encode(body),
+            })
+        }),
         payload_text: Some(String::from_utf8_lossy(body).into_owned()),
     }
 }
@@ -351,6 +356,7 @@ mod tests {
             b"{}",
             &RecordOptions {
                 motivo_headers: vec!["x-app-error".into()],
+                ..Default::default()
             },
         );
         assert_eq!(r.motivo.as_deref(), Some("rejected: ValueError: cpf"));

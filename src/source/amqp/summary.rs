@@ -293,6 +293,7 @@ async fn sample(
     let (tx, mut rx) = mpsc::channel::<Result<Item>>(64);
     let record_opts = RecordOptions {
         motivo_headers: opts.motivo_headers.clone(),
+        ..Default::default()
     };
     let make = move |_: &str, _: &str, _: &str, p: &lapin::BasicProperties, _: &[u8]| {
         record::reason_and_time(p, &record_opts)

@@ -1,0 +1,277 @@
+//! Faults that stop shared services (the broker application, the database server). They
+//! would break every other test running at the same time, so they are ignored by default
+//! and run alone, one at a time: `cargo nextest run --run-ignored only -j 1` (CI does).
+
+use crate::broker::{Broker, ls, table};
+use crate::celery_worker::*;
+use crate::common::*;
+use lapin::BasicProperties;
+use lapin::types::FieldTable;
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const WINDOW: usize = 8;
+
+fn sh(cmd: &str) {
+    let ok = Command::new("bash")
+        .args(["-c", cmd])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    assert!(ok, "`{cmd}` failed");
+}
+
+fn rabbit_stop() {
+    sh("rabbitmqctl -q stop_app");
+}
+
+fn rabbit_start() {
+    sh("rabbitmqctl -q start_app && rabbitmqctl -q await_startup --timeout 120");
+    // The management API and the listeners come up a moment after the app.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !Command::new("bash")
+        .args([
+            "-c",
+            "curl -fsS -u guest:guest http://127.0.0.1:15672/api/overview >/dev/null",
+        ])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "management API did not come back"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+fn dlq_child(env: &[(&str, &str)], args: &[&str]) -> std::process::Child {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dlq"));
+    c.env(
+        "XDG_CONFIG_HOME",
+        std::env::temp_dir().join("dlq-tests-no-config"),
+    );
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+async fn seeded_table(prefix: &str, n: usize) -> TestDb {
+    let db = TestDb::new(Dialect::Postgres, prefix).await;
+    db.init();
+    let rows: Vec<Row> = (0..n)
+        .map(|i| {
+            row(
+                "processar_pagamento",
+                Some(&format!(r#"{{"pedido_id": {i}}}"#)),
+                "IntegrityError",
+                "2026-10-01T00:00:00Z",
+                false,
+            )
+        })
+        .collect();
+    db.insert(&rows).await;
+    db
+}
+
+async fn marked(db: &TestDb) -> i64 {
+    db.scalar_i64("SELECT COUNT(*) FROM {t} WHERE reprocessada")
+        .await
+}
+
+async fn wait_marked(db: &TestDb, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while marked(db).await < n {
+        assert!(Instant::now() < deadline, "no progress");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every row published at least once, duplicates within the window.
+async fn check_table_messages(queue: &str, rows: usize) {
+    let mut per_row: BTreeMap<String, usize> = BTreeMap::new();
+    for m in drain(queue).await {
+        *per_row
+            .entry(header_str(&m.delivery.properties, "dlq-replay-of").unwrap())
+            .or_default() += 1;
+    }
+    assert_eq!(per_row.len(), rows, "every row was published");
+    let dups: usize = per_row.values().map(|n| n - 1).sum();
+    assert!(dups <= WINDOW, "{dups} duplicates > window {WINDOW}");
+}
+
+fn replay_args(queue: &str) -> Vec<String> {
+    [
+        "replay",
+        "--to-queue",
+        queue,
+        "--yes",
+        "--rate",
+        "150",
+        "--window",
+        &WINDOW.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+#[tokio::test]
+#[ignore = "stops the shared RabbitMQ; run alone with --run-ignored only -j 1"]
+async fn broker_restarted_mid_table_replay() {
+    let db = seeded_table("disr_mq", 1500).await;
+    let queue = unique("disr_mq_q");
+    declare_queue(&queue).await;
+    let args = replay_args(&queue);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let child = dlq_child(
+        &[("DLQ_DATABASE_URL", &db.url), ("DLQ_TABLE", &db.table)],
+        &args,
+    );
+    wait_marked(&db, 100).await;
+    rabbit_stop();
+    let out = child.wait_with_output().unwrap();
+    rabbit_start();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let after = marked(&db).await;
+    assert!(after < 1500);
+    let published = queue_state(&queue).await.unwrap().messages as i64;
+    assert!(
+        published >= after && published <= after + WINDOW as i64,
+        "{published} vs {after}"
+    );
+    db.dlq_root(&["replay", "--to-queue", &queue, "--yes"]).ok();
+    assert_eq!(marked(&db).await, 1500);
+    check_table_messages(&queue, 1500).await;
+    delete_queue(&queue).await;
+    db.drop().await;
+}
+
+#[tokio::test]
+#[ignore = "stops the shared PostgreSQL; run alone with --run-ignored only -j 1"]
+async fn database_stopped_mid_table_replay() {
+    let db = seeded_table("disr_pg", 1500).await;
+    let queue = unique("disr_pg_q");
+    declare_queue(&queue).await;
+    let args = replay_args(&queue);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let child = dlq_child(
+        &[("DLQ_DATABASE_URL", &db.url), ("DLQ_TABLE", &db.table)],
+        &args,
+    );
+    wait_marked(&db, 100).await;
+    let before_stop = marked(&db).await;
+    sh(
+        "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql | head -n1) main stop -m fast",
+    );
+    let out = child.wait_with_output().unwrap();
+    sh("pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql | head -n1) main start");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !Command::new("pg_isready")
+        .args(["-h", "127.0.0.1", "-q"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+    {
+        assert!(Instant::now() < deadline, "PostgreSQL did not come back");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("database"), "{stderr}");
+    // The test's own pool died with the server: a fresh one.
+    let mut db2 = db;
+    db2.reconnect().await;
+    let after = marked(&db2).await;
+    assert!(after >= before_stop && after < 1500);
+    let published = queue_state(&queue).await.unwrap().messages as i64;
+    assert!(
+        published >= after && published <= after + WINDOW as i64,
+        "{published} vs {after}"
+    );
+    db2.dlq_root(&["replay", "--to-queue", &queue, "--yes"])
+        .ok();
+    assert_eq!(marked(&db2).await, 1500);
+    check_table_messages(&queue, 1500).await;
+    delete_queue(&queue).await;
+    db2.drop().await;
+}
+
+#[tokio::test]
+#[ignore = "stops the shared RabbitMQ; run alone with --run-ignored only -j 1"]
+async fn broker_restarted_mid_queue_replay() {
+    let mut b = Broker::new("disr-queue").await;
+    let (dlq, main) = ("restart.dlq", "restart.process");
+    b.queue(dlq, FieldTable::default()).await;
+    b.queue(main, FieldTable::default()).await;
+    let n = 1500;
+    for i in 0..n {
+        let props = BasicProperties::default()
+            .with_message_id(format!("m-{i}").as_str().into())
+            .with_delivery_mode(2)
+            .with_headers(table(vec![("x-first-death-queue", ls(main))]));
+        b.publish(dlq, format!("{{\"i\": {i}}}").as_bytes(), props)
+            .await;
+    }
+    let url = b.amqp_url();
+    let child = dlq_child(
+        &[("DLQ_AMQP_URL", &url)],
+        &[
+            "replay",
+            "-Q",
+            dlq,
+            "--yes",
+            "--rate",
+            "150",
+            "--window",
+            &WINDOW.to_string(),
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while b.depth(main).await < 100 {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    rabbit_stop();
+    let out = child.wait_with_output().unwrap();
+    rabbit_start();
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    b.reconnect().await;
+    // Durable queues and persistent messages survive the restart: nothing lost.
+    let ids = |snap: Vec<crate::broker::Snap>| {
+        snap.into_iter()
+            .map(|s| s.props["message_id"].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let (in_dlq, in_main) = (ids(b.snapshot(dlq).await), ids(b.snapshot(main).await));
+    let mut all: BTreeMap<String, usize> = BTreeMap::new();
+    for id in in_dlq.iter().chain(&in_main) {
+        *all.entry(id.clone()).or_default() += 1;
+    }
+    assert_eq!(all.len(), n, "nothing lost");
+    assert!(all.values().map(|c| c - 1).sum::<usize>() <= WINDOW);
+    b.run(&["replay", "-Q", dlq, "--yes"]).await.ok();
+    b.wait_depth(dlq, 0).await;
+    let moved = ids(b.snapshot(main).await);
+    let distinct: std::collections::BTreeSet<&String> = moved.iter().collect();
+    assert_eq!(distinct.len(), n);
+    assert!(moved.len() - n <= WINDOW);
+    b.delete().await;
+}

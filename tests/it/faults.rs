@@ -1,0 +1,395 @@
+//! Faults during queue replays and concurrent runs: count everything before and after;
+//! nothing is lost, duplicates stay within the documented window, a re-run completes.
+
+use crate::broker::{Broker, ls, table};
+use crate::common::*;
+use lapin::BasicProperties;
+use lapin::options::BasicPublishOptions;
+use lapin::types::FieldTable;
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const DLQ: &str = "orders.dlq";
+const MAIN: &str = "orders.process";
+const WINDOW: usize = 8;
+
+/// `n` dead letters as the broker leaves them (x-first-death-queue = MAIN), published fast.
+async fn fill(b: &Broker, n: usize) {
+    b.queue(DLQ, FieldTable::default()).await;
+    b.queue(MAIN, FieldTable::default()).await;
+    let mut pending = Vec::new();
+    for i in 0..n {
+        let props = BasicProperties::default()
+            .with_message_id(format!("m-{i}").as_str().into())
+            .with_delivery_mode(2)
+            .with_headers(table(vec![
+                ("x-first-death-queue", ls(MAIN)),
+                ("x-first-death-reason", ls("rejected")),
+                (
+                    "x-exception-message",
+                    ls(if i % 2 == 0 {
+                        "KeyError: a"
+                    } else {
+                        "ValueError: b"
+                    }),
+                ),
+            ]));
+        pending.push(
+            b.ch.basic_publish(
+                "".into(),
+                DLQ.into(),
+                BasicPublishOptions::default(),
+                format!("{{\"i\": {i}}}").as_bytes(),
+                props,
+            )
+            .await
+            .unwrap(),
+        );
+        if pending.len() >= 2000 {
+            for p in pending.drain(..) {
+                p.await.unwrap();
+            }
+        }
+    }
+    for p in pending {
+        p.await.unwrap();
+    }
+    b.wait_depth(DLQ, n as u32).await;
+}
+
+/// message id -> copies, over a queue's ready messages (read without changing it).
+async fn ids_in(b: &Broker, queue: &str) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for s in b.snapshot(queue).await {
+        *m.entry(s.props["message_id"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    m
+}
+
+/// Nothing lost (every id somewhere), no id in the DLQ twice, duplicates within `allowed`.
+async fn check_conserved(b: &Broker, n: usize, allowed: usize) -> (usize, usize) {
+    let (dlq, dest) = (ids_in(b, DLQ).await, ids_in(b, MAIN).await);
+    for i in 0..n {
+        let id = format!("m-{i}");
+        assert!(
+            dlq.contains_key(&id) || dest.contains_key(&id),
+            "{id} was lost"
+        );
+    }
+    let in_both = dlq.keys().filter(|k| dest.contains_key(*k)).count();
+    let dup_dest: usize = dest.values().map(|c| c - 1).sum();
+    assert!(
+        in_both + dup_dest <= allowed,
+        "{in_both} in both places + {dup_dest} twice in the destination > {allowed}"
+    );
+    (dlq.values().sum(), dest.values().sum())
+}
+
+/// `rate` 0: as fast as it goes.
+fn spawn_replay(b: &Broker, rate: u32) -> std::process::Child {
+    let mut args = vec![
+        "replay".to_string(),
+        "-Q".into(),
+        DLQ.into(),
+        "--yes".into(),
+        "--window".into(),
+        WINDOW.to_string(),
+    ];
+    if rate > 0 {
+        args.extend(["--rate".to_string(), rate.to_string()]);
+    }
+    Command::new(env!("CARGO_BIN_EXE_dlq"))
+        .env(
+            "XDG_CONFIG_HOME",
+            std::env::temp_dir().join("dlq-tests-no-config"),
+        )
+        .env("DLQ_AMQP_URL", b.amqp_url())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+async fn wait_moved(b: &Broker, at_least: u32) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while b.depth(MAIN).await < at_least {
+        assert!(Instant::now() < deadline, "replay made no progress");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn kill_9_mid_queue_replay() {
+    let b = Broker::new("fault-kill").await;
+    let n = 3000;
+    fill(&b, n).await;
+    let mut child = spawn_replay(&b, 1000);
+    wait_moved(&b, 300).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (dlq, dest) = check_conserved(&b, n, WINDOW).await;
+    assert!(
+        dlq > 0 && dest < n + WINDOW,
+        "the kill came too late to test anything"
+    );
+    // A re-run finishes the job.
+    b.run(&["replay", "-Q", DLQ, "--yes"]).await.ok();
+    b.wait_depth(DLQ, 0).await;
+    let dest = ids_in(&b, MAIN).await;
+    assert_eq!(dest.len(), n);
+    assert!(dest.values().map(|c| c - 1).sum::<usize>() <= WINDOW);
+    b.delete().await;
+}
+
+#[tokio::test]
+async fn broker_connection_closed_mid_queue_replay() {
+    let b = Broker::new("fault-close").await;
+    let n = 2000;
+    fill(&b, n).await;
+    // Slow enough that the management API lists the connection before the end.
+    let child = spawn_replay(&b, 150);
+    let pid = child.id();
+    wait_moved(&b, 100).await;
+    crate::table_faults::close_broker_connection(pid).await;
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("STOPPED"), "{stderr}");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    check_conserved(&b, n, WINDOW).await;
+    b.run(&["replay", "-Q", DLQ, "--yes"]).await.ok();
+    b.wait_depth(DLQ, 0).await;
+    assert_eq!(ids_in(&b, MAIN).await.len(), n);
+    b.delete().await;
+}
+
+#[tokio::test]
+async fn target_deleted_mid_replay_leaves_the_rest_in_the_dlq() {
+    let b = Broker::new("fault-deleted").await;
+    let n = 2000;
+    fill(&b, n).await;
+    let child = spawn_replay(&b, 400);
+    wait_moved(&b, 200).await;
+    b.ch.queue_delete(MAIN.into(), Default::default())
+        .await
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("unroutable"), "{stderr}");
+    // What went to the deleted queue went with it (the operator deleted it); everything
+    // dlq could not deliver is still in the DLQ.
+    let succeeded: usize = stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("warning: replay: ")
+                .and_then(|r| r.split(' ').next())
+                .and_then(|x| x.parse().ok())
+        })
+        .expect("summary line");
+    b.wait_depth(DLQ, (n - succeeded) as u32).await;
+    b.delete().await;
+}
+
+#[tokio::test]
+async fn full_target_nacks_leave_messages_in_the_dlq() {
+    let b = Broker::new("fault-full").await;
+    let n = 300;
+    fill(&b, n).await;
+    b.ch.queue_delete(MAIN.into(), Default::default())
+        .await
+        .unwrap();
+    b.queue(
+        MAIN,
+        table(vec![
+            ("x-max-length", lapin::types::AMQPValue::LongLongInt(100)),
+            ("x-overflow", ls("reject-publish")),
+        ]),
+    )
+    .await;
+    let run = b.run(&["replay", "-Q", DLQ, "--yes", "-o", "json"]).await;
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    let report: serde_json::Value = serde_json::from_str(run.stdout().trim()).unwrap();
+    assert_eq!(report["succeeded"], 100);
+    assert_eq!(report["failed_count"], 200);
+    assert!(
+        report["failed"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("nacked")
+    );
+    b.wait_depth(MAIN, 100).await;
+    b.wait_depth(DLQ, 200).await;
+    check_conserved(&b, n, 0).await;
+    b.delete().await;
+}
+
+#[tokio::test]
+async fn two_queue_replays_and_a_replay_with_an_archive_at_once() {
+    let b = Broker::new("fault-concurrent").await;
+    let n = 3000;
+    fill(&b, n).await;
+    let (r1, r2) = (spawn_replay(&b, 0), spawn_replay(&b, 0));
+    let (o1, o2) = (
+        r1.wait_with_output().unwrap(),
+        r2.wait_with_output().unwrap(),
+    );
+    assert!(
+        o1.status.success() && o2.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&o1.stderr),
+        String::from_utf8_lossy(&o2.stderr)
+    );
+    b.wait_depth(DLQ, 0).await;
+    let dest = ids_in(&b, MAIN).await;
+    assert_eq!(dest.len(), n);
+    assert!(dest.values().all(|c| *c == 1), "a message was moved twice");
+
+    // A replay and an archive --delete on the same DLQ: each message ends in exactly one.
+    b.ch.queue_purge(MAIN.into(), Default::default())
+        .await
+        .unwrap();
+    b.ch.queue_delete(DLQ.into(), Default::default())
+        .await
+        .unwrap();
+    fill(&b, n).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a.ndjson");
+    let archive = Command::new(env!("CARGO_BIN_EXE_dlq"))
+        .env(
+            "XDG_CONFIG_HOME",
+            std::env::temp_dir().join("dlq-tests-no-config"),
+        )
+        .env("DLQ_AMQP_URL", b.amqp_url())
+        .args([
+            "archive",
+            "-Q",
+            DLQ,
+            "--motivo",
+            "KeyError",
+            "--to",
+            file.to_str().unwrap(),
+            "--delete",
+            "--yes",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let replay = spawn_replay(&b, 0);
+    let (oa, or) = (
+        archive.wait_with_output().unwrap(),
+        replay.wait_with_output().unwrap(),
+    );
+    assert!(
+        oa.status.success(),
+        "{}",
+        String::from_utf8_lossy(&oa.stderr)
+    );
+    assert!(
+        or.status.success(),
+        "{}",
+        String::from_utf8_lossy(&or.stderr)
+    );
+    let archived: Vec<String> = std::fs::read_to_string(&file)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["id"].as_str().map(str::to_string))
+        .collect();
+    let dest = ids_in(&b, MAIN).await;
+    let left = ids_in(&b, DLQ).await;
+    for i in 0..n {
+        let id = format!("m-{i}");
+        let places = usize::from(archived.contains(&id))
+            + dest.get(&id).copied().unwrap_or(0)
+            + left.get(&id).copied().unwrap_or(0);
+        assert_eq!(places, 1, "{id} is in {places} places");
+    }
+    b.delete().await;
+}
+
+/// A table replay and an archive --delete of the same rows at once: every row ends either
+/// replayed (marked, one message) or archived (deleted), never both, never neither.
+#[tokio::test]
+async fn table_replay_and_archive_at_once() {
+    use crate::celery_worker::*;
+    let db = TestDb::new(Dialect::Postgres, "fault_tbl").await;
+    db.init();
+    let rows: Vec<Row> = (0..2000)
+        .map(|i| {
+            row(
+                "processar_pagamento",
+                Some(&format!(r#"{{"pedido_id": {i}}}"#)),
+                "IntegrityError",
+                "2026-10-01T00:00:00Z",
+                false,
+            )
+        })
+        .collect();
+    db.insert(&rows).await;
+    let queue = unique("fault_tbl_q");
+    declare_queue(&queue).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("t.ndjson");
+    let spawn = |args: Vec<String>| {
+        Command::new(env!("CARGO_BIN_EXE_dlq"))
+            .env(
+                "XDG_CONFIG_HOME",
+                std::env::temp_dir().join("dlq-tests-no-config"),
+            )
+            .env("DLQ_DATABASE_URL", &db.url)
+            .env("DLQ_TABLE", &db.table)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let replay = spawn(vec![
+        "replay".into(),
+        "--to-queue".into(),
+        queue.clone(),
+        "--yes".into(),
+    ]);
+    let archive = spawn(vec![
+        "archive".into(),
+        "--to".into(),
+        file.to_str().unwrap().into(),
+        "--delete".into(),
+        "--yes".into(),
+    ]);
+    let (or, oa) = (
+        replay.wait_with_output().unwrap(),
+        archive.wait_with_output().unwrap(),
+    );
+    assert!(
+        or.status.success(),
+        "{}",
+        String::from_utf8_lossy(&or.stderr)
+    );
+    assert!(
+        oa.status.success(),
+        "{}",
+        String::from_utf8_lossy(&oa.stderr)
+    );
+    let archived = std::fs::read_to_string(&file).unwrap().lines().count() as i64 - 2;
+    let marked = db
+        .scalar_i64("SELECT COUNT(*) FROM {t} WHERE reprocessada")
+        .await;
+    let remaining = db.scalar_i64("SELECT COUNT(*) FROM {t}").await;
+    let published = queue_state(&queue).await.unwrap().messages as i64;
+    assert_eq!(
+        archived + remaining,
+        2000,
+        "deleted rows are exactly the archived ones"
+    );
+    assert_eq!(marked, remaining, "every row not archived was replayed");
+    assert_eq!(published, marked, "one message per replayed row");
+    delete_queue(&queue).await;
+    db.drop().await;
+}
