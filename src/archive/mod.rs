@@ -400,6 +400,66 @@ impl Journal {
     }
 }
 
+/// What an archive run was asked to do, for its plan line and confirmation.
+pub struct Intent<'a> {
+    pub count: u64,
+    /// "row(s) of table t" / "message(s) of q1, q2"
+    pub what: String,
+    pub selection: &'a str,
+    pub to: &'a Path,
+    pub delete: bool,
+    pub dry_run: bool,
+    pub yes: bool,
+}
+
+/// Where an archive goes, for messages.
+pub fn destination(to: &Path) -> String {
+    if to.as_os_str() == "-" {
+        "stdout".to_string()
+    } else {
+        to.display().to_string()
+    }
+}
+
+/// Prints the plan and asks before a `--delete` (unless `--yes`). `Some(exit)` means stop
+/// here (dry run, nothing to do, or declined); `None` means go ahead.
+pub async fn confirm(
+    printer: &crate::output::Printer,
+    i: Intent<'_>,
+) -> Result<Option<crate::error::Exit>> {
+    let verb = if i.delete {
+        "archive and then delete"
+    } else {
+        "archive"
+    };
+    printer.info(format!(
+        "Plan: {verb} {} {} ({}) -> {}",
+        i.count,
+        i.what,
+        i.selection,
+        destination(i.to)
+    ));
+    if i.dry_run {
+        printer.info("dry run: nothing was written or deleted");
+        return Ok(Some(crate::error::Exit::Ok));
+    }
+    if i.count == 0 {
+        printer.info("nothing to archive");
+        return Ok(Some(crate::error::Exit::Ok));
+    }
+    if !printer
+        .confirm(
+            &format!("Archive and delete {} {}?", i.count, i.what),
+            i.yes,
+        )
+        .await?
+    {
+        printer.info("nothing done");
+        return Ok(Some(crate::error::Exit::Ok));
+    }
+    Ok(None)
+}
+
 pub fn header(source: &str, location: &str, selection: &str) -> Header {
     Header {
         dlq_archive: FORMAT_VERSION,

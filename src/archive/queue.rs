@@ -91,11 +91,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         locks.push(lock(&conn, &q.name).await?);
     }
     let names: Vec<String> = checked.iter().map(|q| q.name.clone()).collect();
-    let destination = if opts.to.as_os_str() == "-" {
-        "stdout".to_string()
-    } else {
-        opts.to.display().to_string()
-    };
+    let destination = super::destination(&opts.to);
     let stream_opts = StreamOptions {
         names: names.clone(),
         record: opts.record.clone(),
@@ -114,30 +110,17 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         }
         drop(selected);
         crate::source::settle().await;
-        let verb = if opts.delete {
-            "archive and then delete"
-        } else {
-            "archive"
+        let intent = super::Intent {
+            count: n,
+            what: format!("message(s) of {}", names.join(", ")),
+            selection: &opts.selection.describe(),
+            to: &opts.to,
+            delete: opts.delete,
+            dry_run: opts.dry_run,
+            yes: opts.yes,
         };
-        printer.info(format!(
-            "Plan: {verb} {n} message(s) of {} ({}) -> {destination}",
-            names.join(", "),
-            opts.selection.describe()
-        ));
-        if opts.dry_run {
-            printer.info("dry run: nothing was written or deleted");
-            return Ok(Exit::Ok);
-        }
-        if n == 0 {
-            printer.info("nothing to archive");
-            return Ok(Exit::Ok);
-        }
-        if !printer
-            .confirm(&format!("Archive and delete {n} message(s)?"), opts.yes)
-            .await?
-        {
-            printer.info("nothing done");
-            return Ok(Exit::Ok);
+        if let Some(exit) = super::confirm(printer, intent).await? {
+            return Ok(exit);
         }
     }
 

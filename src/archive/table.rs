@@ -38,38 +38,21 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     }
     let table = FailedTable::open(db, &settings.table).await?;
     let _lock = table.archive_lock(db).await?;
-    let destination = if opts.to.as_os_str() == "-" {
-        "stdout".to_string()
-    } else {
-        opts.to.display().to_string()
-    };
+    let destination = super::destination(&opts.to);
 
     if opts.dry_run || (opts.delete && !opts.yes) {
         let n = count(&table, &opts.selection).await?;
-        let verb = if opts.delete {
-            "archive and then delete"
-        } else {
-            "archive"
+        let intent = super::Intent {
+            count: n,
+            what: format!("row(s) of table {}", table.location()),
+            selection: &opts.selection.describe(),
+            to: &opts.to,
+            delete: opts.delete,
+            dry_run: opts.dry_run,
+            yes: opts.yes,
         };
-        printer.info(format!(
-            "Plan: {verb} {n} row(s) of table {} ({}) -> {destination}",
-            table.location(),
-            opts.selection.describe()
-        ));
-        if opts.dry_run {
-            printer.info("dry run: nothing was written or deleted");
-            return Ok(Exit::Ok);
-        }
-        if n == 0 {
-            printer.info("nothing to archive");
-            return Ok(Exit::Ok);
-        }
-        if !printer
-            .confirm(&format!("Archive and delete {n} row(s)?"), opts.yes)
-            .await?
-        {
-            printer.info("nothing done");
-            return Ok(Exit::Ok);
+        if let Some(exit) = super::confirm(printer, intent).await? {
+            return Ok(exit);
         }
     }
 

@@ -1,7 +1,7 @@
 //! Queue replay: move selected dead letters back where they died.
 //!
 //! 1. Plan: take every DLQ's messages present now and hold them unacknowledged, select, and
-//!    keep the selected ones in memory (up to 64 MiB of bodies) together with a 64-bit hash
+//!    keep the selected ones in memory (up to about 96 MiB) together with a 64-bit hash
 //!    of queue + record id per selected message.
 //! 2. After confirmation, move exactly the held selected messages: no second read. Past the
 //!    budget, everything is given back and the messages present then are taken again in
@@ -72,8 +72,11 @@ fn hold_budget() -> usize {
     std::env::var("DLQ_HOLD_BUDGET")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(64 << 20)
+        .unwrap_or(96 << 20)
 }
+
+/// Memory a held message takes besides its body.
+const HELD_OVERHEAD: usize = 3 << 10;
 
 /// A selected message held by the plan, ready to move.
 struct Held {
@@ -239,7 +242,9 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
                 }))?;
             }
             if single_pass {
-                held_bytes += d.data.len();
+                // Bodies plus what a held message costs besides (parsed headers, acker):
+                // about 3 KiB measured with dead-letter headers.
+                held_bytes += d.data.len() + HELD_OVERHEAD;
                 if held_bytes > budget {
                     single_pass = false;
                     held.clear();

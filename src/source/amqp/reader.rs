@@ -243,10 +243,16 @@ async fn give_back(ch: &Channel) {
         .await;
 }
 
+/// How long to wait for `held` given-back messages to be ready again: the broker requeues a
+/// closed channel's messages asynchronously, about 20,000 a second here.
+pub fn give_back_wait(held: u64) -> Duration {
+    (GIVE_BACK_WAIT + Duration::from_millis(held / 10)).min(Duration::from_secs(120))
+}
+
 /// A quorum queue requeues a closed channel's messages asynchronously: wait (briefly) until
 /// they are ready again, so that a command run right after dlq sees the queue as it was.
 async fn wait_until_back(conn: &Connection, queue: &str, held: u64) {
-    let deadline = tokio::time::Instant::now() + GIVE_BACK_WAIT;
+    let deadline = tokio::time::Instant::now() + give_back_wait(held);
     while tokio::time::Instant::now() < deadline {
         match super::passive_declare(conn, queue).await {
             Ok(Some(d)) if u64::from(d.ready) >= held => return,

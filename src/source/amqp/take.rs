@@ -204,7 +204,7 @@ impl Taker {
         if held == 0 {
             return;
         }
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        let deadline = tokio::time::Instant::now() + super::reader::give_back_wait(held);
         while tokio::time::Instant::now() < deadline {
             match super::passive_declare(conn, &self.queue).await {
                 Ok(Some(d)) if u64::from(d.ready) >= held => return,
