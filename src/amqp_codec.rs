@@ -282,6 +282,21 @@ pub fn properties_to_json(p: &BasicProperties) -> Value {
     Value::Object(m)
 }
 
+/// Properties as they go on the wire (compact to hold in memory); `None` if unencodable.
+pub fn encode_properties(p: &BasicProperties) -> Option<Box<[u8]>> {
+    lapin::protocol::basic::gen_properties(p)(Vec::new().into())
+        .ok()
+        .map(|w| w.write.into_boxed_slice())
+}
+
+/// The inverse of `encode_properties`.
+pub fn decode_properties(bytes: &[u8]) -> Option<BasicProperties> {
+    lapin::protocol::basic::parse_properties(bytes)
+        .ok()
+        .filter(|(rest, _)| rest.is_empty())
+        .map(|(_, p)| p)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Typed (lossless) encoding
 // ---------------------------------------------------------------------------------------------
@@ -1108,6 +1123,19 @@ mod tests {
         lapin::protocol::basic::gen_properties(p)(Vec::new().into())
             .expect("serialize properties")
             .write
+    }
+
+    #[test]
+    fn properties_round_trip_through_their_wire_form() {
+        let p = BasicProperties::default()
+            .with_content_type("application/json".into())
+            .with_delivery_mode(2)
+            .with_message_id("m-1".into())
+            .with_headers(broker_headers());
+        let bytes = encode_properties(&p).unwrap();
+        assert_eq!(&bytes[..], &properties_wire(&p)[..]);
+        assert_eq!(decode_properties(&bytes), Some(p));
+        assert_eq!(decode_properties(&bytes[..bytes.len() - 1]), None);
     }
 
     /// `x-death` as RabbitMQ 3.10 writes it after one reject from `orders`.

@@ -1,5 +1,6 @@
 //! Replays: table rows re-dispatched as Celery tasks; queue messages moved back.
 
+mod acks;
 pub mod queue;
 pub mod requeue;
 pub mod restore;

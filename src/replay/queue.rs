@@ -1,7 +1,7 @@
 //! Queue replay: move selected dead letters back where they died.
 //!
 //! 1. Plan: take every DLQ's messages present now and hold them unacknowledged, select, and
-//!    keep the selected ones in memory (up to about 96 MiB) together with a 64-bit hash
+//!    keep the selected ones in memory (up to about 192 MiB) together with a 64-bit hash
 //!    of queue + record id per selected message.
 //! 2. After confirmation, move exactly the held selected messages: no second read. Past the
 //!    budget, everything is given back and the messages present then are taken again in
@@ -9,9 +9,11 @@
 //!    exchange -> the queue it first died in, or `--to-queue`/`--to-exchange`) with
 //!    `mandatory` and a confirm, and its DLQ copy is acknowledged only after a clean confirm
 //!    without a return. Everything else is given back in place when the run ends.
-//! 3. At most `--window` publishes are unconfirmed at once: if dlq dies, those may exist
+//! 3. At most `--window` publishes are not yet acknowledged in their DLQ at once (in flight,
+//!    or confirmed and waiting for a batched ack: `acks`): if dlq dies, those may exist
 //!    both in the destination and (given back) in the DLQ: the duplicate window.
 
+use super::acks::{Acked, Acks};
 use super::requeue::{self, Refusal, Stamp};
 use super::{Target, print_plan_groups, print_report};
 use crate::broker::{Outcome, Outgoing, Publisher};
@@ -30,7 +32,6 @@ use crate::{fingerprint, redact};
 use anyhow::Result;
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
-use lapin::options::BasicAckOptions;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -72,22 +73,46 @@ fn hold_budget() -> usize {
     std::env::var("DLQ_HOLD_BUDGET")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(96 << 20)
+        .unwrap_or(192 << 20)
 }
 
-/// Memory a held message takes besides its body.
-const HELD_OVERHEAD: usize = 3 << 10;
+/// Memory a held message takes besides its body and encoded properties (the struct, the
+/// acker's shared state, allocator slack): measured as RSS growth per held message.
+const HELD_OVERHEAD: usize = 640;
 
 /// A selected message held by the plan, ready to move.
 struct Held {
     /// Index of its DLQ among the checked queues.
     queue: usize,
     id: RecordId,
-    route: (String, String),
-    /// As stored (delivery-time headers removed).
-    props: lapin::BasicProperties,
+    /// Index into the plan's `Routes`.
+    route: u32,
+    /// The properties to publish (already rewritten), wire-encoded.
+    props: Box<[u8]>,
     body: Vec<u8>,
     acker: lapin::Acker,
+    /// Take channel and delivery tag, for batched acknowledgements.
+    chan: usize,
+    tag: u64,
+}
+
+/// Destinations (exchange, routing key) of held messages, each stored once.
+#[derive(Default)]
+struct Routes {
+    list: Vec<(String, String)>,
+    index: HashMap<(String, String), u32>,
+}
+
+impl Routes {
+    fn intern(&mut self, route: (String, String)) -> u32 {
+        if let Some(&i) = self.index.get(&route) {
+            return i;
+        }
+        let i = self.list.len() as u32;
+        self.list.push(route.clone());
+        self.index.insert(route, i);
+        i
+    }
 }
 
 /// Gives back everything the takers hold and not acknowledged (`acked` per DLQ, may be empty).
@@ -171,6 +196,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     let mut jq_errors = 0u64;
     let mut takers: Vec<Taker> = Vec::new();
     let mut held: VecDeque<Held> = VecDeque::new();
+    let mut routes = Routes::default();
     let mut held_bytes = 0usize;
     let mut single_pass = true;
     let budget = hold_budget();
@@ -242,21 +268,30 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
                 }))?;
             }
             if single_pass {
-                // Bodies plus what a held message costs besides (parsed headers, acker):
-                // about 3 KiB measured with dead-letter headers.
-                held_bytes += d.data.len() + HELD_OVERHEAD;
-                if held_bytes > budget {
-                    single_pass = false;
-                    held.clear();
-                } else {
-                    held.push_back(Held {
+                // Kept as it will be published: the rewritten properties wire-encoded (a
+                // few hundred bytes, where parsed dead-letter headers take ~3 KiB).
+                let publish_id = uuid::Uuid::new_v4().to_string();
+                let props = requeue::prepare(&stored, &stamp, &publish_id)
+                    .ok()
+                    .and_then(|p| crate::amqp_codec::encode_properties(&p));
+                held_bytes += d.data.len() + props.as_ref().map_or(0, |p| p.len()) + HELD_OVERHEAD;
+                match props {
+                    Some(props) if held_bytes <= budget => held.push_back(Held {
                         queue: qi,
                         id: rec.id,
-                        route,
-                        props: stored,
+                        route: routes.intern(route),
+                        props,
                         body: d.data,
                         acker: d.acker,
-                    });
+                        chan: taker.channel_index(),
+                        tag: d.delivery_tag,
+                    }),
+                    _ => {
+                        // Too much to hold (or, defensively, not encodable): read again.
+                        single_pass = false;
+                        held = VecDeque::new();
+                        routes = Routes::default();
+                    }
                 }
             }
         }
@@ -351,8 +386,9 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         bar: &bar,
         stop: &stop,
         selected: plan.selected,
-        stamps: checked.iter().map(|q| stamp_for(&q.name)).collect(),
         acked: vec![0; checked.len()],
+        acks: Acks::default(),
+        moved_now: 0,
     };
     if !single_pass {
         // The plan did not fit in memory: give everything back, then read again.
@@ -361,7 +397,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     let mut canary_ok = true;
     if let Some(n) = opts.canary {
         let moved = if single_pass {
-            mover.move_held(&mut held, Some(n)).await
+            mover.move_held(&mut held, &routes, Some(n)).await
         } else {
             mover.pass(&checked, &stamp_for, Some(n)).await?
         };
@@ -386,7 +422,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     }
     if canary_ok && mover.report.stopped.is_none() {
         if single_pass {
-            mover.move_held(&mut held, None).await;
+            mover.move_held(&mut held, &routes, None).await;
         } else {
             mover.pass(&checked, &stamp_for, None).await?;
         }
@@ -417,40 +453,62 @@ struct Mover<'a> {
     bar: &'a indicatif::ProgressBar,
     stop: &'a AtomicBool,
     selected: HashMap<u64, u32>,
-    /// Per DLQ (same order as the checked queues).
-    stamps: Vec<Stamp>,
-    /// Messages acknowledged per DLQ by `move_held`.
+    /// Messages acknowledged per DLQ.
     acked: Vec<u64>,
+    acks: Acks,
+    /// Moved since the last `settle_*` returned.
+    moved_now: u64,
 }
 
 type InFlight = std::pin::Pin<Box<dyn std::future::Future<Output = Settled> + Send>>;
 
-/// An in-flight move of a held message, tagged with its DLQ's index.
-type HeldInFlight = std::pin::Pin<Box<dyn std::future::Future<Output = (usize, Settled)> + Send>>;
+/// A publish outcome, with what acknowledges the DLQ copy once it is confirmed.
+struct Settled {
+    queue: usize,
+    chan: usize,
+    tag: u64,
+    acker: lapin::Acker,
+    id: RecordId,
+    out: Result<Outcome>,
+}
 
-/// A publish outcome and, after a clean confirm, the acknowledgement of the DLQ copy.
-type Settled = (
-    RecordId,
-    Result<Outcome>,
-    Option<Result<bool, lapin::Error>>,
-);
+/// Awaits a submitted publish's outcome.
+fn in_flight(
+    submitted: Result<impl std::future::Future<Output = Result<Outcome>> + Send + 'static>,
+    queue: usize,
+    chan: usize,
+    tag: u64,
+    acker: lapin::Acker,
+    id: RecordId,
+) -> InFlight {
+    Box::pin(async move {
+        let out = match submitted {
+            Ok(outcome) => outcome.await,
+            Err(e) => Err(e),
+        };
+        Settled {
+            queue,
+            chan,
+            tag,
+            acker,
+            id,
+            out,
+        }
+    })
+}
 
 impl Mover<'_> {
     /// Moves messages the plan holds, in order, at most `limit`. Returns how many moved.
-    async fn move_held(&mut self, held: &mut VecDeque<Held>, limit: Option<u64>) -> u64 {
+    async fn move_held(
+        &mut self,
+        held: &mut VecDeque<Held>,
+        routes: &Routes,
+        limit: Option<u64>,
+    ) -> u64 {
         let mut moved = 0u64;
-        let mut inflight: FuturesUnordered<HeldInFlight> = FuturesUnordered::new();
+        let mut inflight: FuturesUnordered<InFlight> = FuturesUnordered::new();
         loop {
-            while let Some(Some((qi, done))) = if inflight.len() >= self.opts.window.max(1) {
-                Some(inflight.next().await)
-            } else {
-                inflight.now_or_never_some()
-            } {
-                if self.settle(done) {
-                    self.acked[qi] += 1;
-                    moved += 1;
-                }
-            }
+            moved += self.settle_ready(&mut inflight).await;
             if self.report.stopped.is_some() {
                 break;
             }
@@ -458,47 +516,67 @@ impl Mover<'_> {
                 self.report.stopped = Some("interrupted".into());
                 break;
             }
-            if limit.is_some_and(|l| moved + inflight.len() as u64 >= l) {
+            if limit.is_some_and(|l| moved + (inflight.len() + self.acks.pending()) as u64 >= l) {
                 break;
             }
             let Some(h) = held.pop_front() else { break };
-            let publish_id = uuid::Uuid::new_v4().to_string();
-            let props = match requeue::prepare(&h.props, &self.stamps[h.queue], &publish_id) {
-                Ok(p) => p,
-                Err(why) => {
-                    self.report.fail(h.id, why.to_string());
-                    continue;
-                }
+            let Some(props) = crate::amqp_codec::decode_properties(&h.props) else {
+                // Encoded by this process a moment ago: cannot happen, but never guess.
+                self.acks.not_moved(h.queue, h.chan);
+                self.report.fail(
+                    h.id,
+                    "internal: held properties unreadable; left in the DLQ",
+                );
+                continue;
             };
+            let (exchange, routing_key) = routes.list[h.route as usize].clone();
             let submitted = self
                 .publisher
                 .submit(Outgoing {
-                    exchange: h.route.0,
-                    routing_key: h.route.1,
+                    exchange,
+                    routing_key,
                     body: h.body,
                     properties: props,
                 })
                 .await;
-            let (qi, id, acker) = (h.queue, h.id, h.acker);
-            inflight.push(Box::pin(async move {
-                let out = match submitted {
-                    Ok(outcome) => outcome.await,
-                    Err(e) => Err(e),
-                };
-                let ack = match &out {
-                    Ok(Outcome::Confirmed) => Some(acker.ack(BasicAckOptions::default()).await),
-                    _ => None,
-                };
-                (qi, (id, out, ack))
-            }));
+            inflight.push(in_flight(submitted, h.queue, h.chan, h.tag, h.acker, h.id));
         }
-        while let Some((qi, done)) = inflight.next().await {
-            if self.settle(done) {
-                self.acked[qi] += 1;
-                moved += 1;
-            }
+        moved + self.settle_all(&mut inflight).await
+    }
+
+    /// Settles the publishes that are done and returns how many messages moved. Published
+    /// but not yet acknowledged DLQ copies (in flight + confirmed awaiting their batched
+    /// acknowledgement) stay at most `window`: the duplicate window if dlq dies.
+    async fn settle_ready(&mut self, inflight: &mut FuturesUnordered<InFlight>) -> u64 {
+        let window = self.opts.window.max(1);
+        loop {
+            let done = if inflight.len() + self.acks.pending() >= window {
+                if self.acks.pending() > 0 {
+                    let acked = self.acks.flush().await;
+                    self.count_acked(acked);
+                    continue;
+                }
+                inflight.next().await
+            } else {
+                match inflight.now_or_never_some() {
+                    Some(d) => d,
+                    None => break,
+                }
+            };
+            let Some(done) = done else { break };
+            self.settle(done);
         }
-        moved
+        std::mem::take(&mut self.moved_now)
+    }
+
+    /// Settles everything still in flight and sends every acknowledgement due.
+    async fn settle_all(&mut self, inflight: &mut FuturesUnordered<InFlight>) -> u64 {
+        while let Some(done) = inflight.next().await {
+            self.settle(done);
+        }
+        let acked = self.acks.flush().await;
+        self.count_acked(acked);
+        std::mem::take(&mut self.moved_now)
     }
 
     /// Takes the messages present now from every DLQ and moves the planned ones (at most
@@ -510,7 +588,7 @@ impl Mover<'_> {
         limit: Option<u64>,
     ) -> Result<u64> {
         let mut moved = 0u64;
-        for q in checked {
+        for (qi, q) in checked.iter().enumerate() {
             if self.report.stopped.is_some() || limit.is_some_and(|l| moved >= l) {
                 break;
             }
@@ -525,19 +603,10 @@ impl Mover<'_> {
             let mut taker = Taker::open(&spec).await?;
             let stamp = stamp_for(&q.name);
             let mut inflight: FuturesUnordered<InFlight> = FuturesUnordered::new();
-            let mut acked = 0u64;
+            let acked_before = self.acked[qi];
             loop {
                 // Settle what is done; keep at most `window` publishes in flight.
-                while let Some(Some(done)) = if inflight.len() >= self.opts.window.max(1) {
-                    Some(inflight.next().await)
-                } else {
-                    inflight.now_or_never_some()
-                } {
-                    if self.settle(done) {
-                        acked += 1;
-                        moved += 1;
-                    }
-                }
+                moved += self.settle_ready(&mut inflight).await;
                 if self.report.stopped.is_some() {
                     break;
                 }
@@ -545,7 +614,8 @@ impl Mover<'_> {
                     self.report.stopped = Some("interrupted".into());
                     break;
                 }
-                if limit.is_some_and(|l| moved + inflight.len() as u64 >= l) {
+                if limit.is_some_and(|l| moved + (inflight.len() + self.acks.pending()) as u64 >= l)
+                {
                     break;
                 }
                 let d = match taker.next(self.conn).await {
@@ -565,11 +635,14 @@ impl Mover<'_> {
                     &self.opts.record,
                 );
                 let k = key(&q.name, &rec.id);
+                let (chan, tag) = (taker.channel_index(), d.delivery_tag);
                 // Only what the plan selected, and only as many times as it was selected.
                 let Some(left) = self.selected.get_mut(&k).filter(|n| **n > 0) else {
+                    self.acks.not_moved(qi, chan);
                     continue;
                 };
                 if !matches!(self.opts.selection.matches(&rec), Ok(true)) {
+                    self.acks.not_moved(qi, chan);
                     continue;
                 }
                 let stored = record::stored_properties(&d.properties);
@@ -577,6 +650,7 @@ impl Mover<'_> {
                 let route = match destination(&self.opts.target, origin, &q.name) {
                     Ok(r) => r,
                     Err(why) => {
+                        self.acks.not_moved(qi, chan);
                         self.report.fail(rec.id, why.to_string());
                         continue;
                     }
@@ -585,6 +659,7 @@ impl Mover<'_> {
                 let props = match requeue::prepare(&stored, &stamp, &publish_id) {
                     Ok(p) => p,
                     Err(why) => {
+                        self.acks.not_moved(qi, chan);
                         self.report.fail(rec.id, why.to_string());
                         continue;
                     }
@@ -602,57 +677,31 @@ impl Mover<'_> {
                         properties: props,
                     })
                     .await;
-                inflight.push(Box::pin(async move {
-                    let out = match submitted {
-                        Ok(outcome) => outcome.await,
-                        Err(e) => Err(e),
-                    };
-                    // Acknowledged here, concurrently with other publishes: only after a
-                    // clean confirm without a return.
-                    let ack = match &out {
-                        Ok(Outcome::Confirmed) => Some(acker.ack(BasicAckOptions::default()).await),
-                        _ => None,
-                    };
-                    (id, out, ack)
-                }));
+                inflight.push(in_flight(submitted, qi, chan, tag, acker, id));
             }
-            while let Some(done) = inflight.next().await {
-                if self.settle(done) {
-                    acked += 1;
-                    moved += 1;
-                }
-            }
-            let held = taker.taken.saturating_sub(acked);
+            moved += self.settle_all(&mut inflight).await;
+            let held = taker.taken.saturating_sub(self.acked[qi] - acked_before);
             taker.release(self.conn, held).await;
         }
         Ok(moved)
     }
 
-    /// Records one publish outcome; acknowledges the DLQ copy after a clean confirm.
-    /// Returns true when the message moved.
-    fn settle(&mut self, (id, out, ack): Settled) -> bool {
+    /// Records one publish outcome; a clean confirm queues the DLQ copy's acknowledgement.
+    fn settle(&mut self, done: Settled) {
         self.bar.inc(1);
+        let Settled {
+            queue,
+            chan,
+            tag,
+            acker,
+            id,
+            out,
+        } = done;
+        if !matches!(out, Ok(Outcome::Confirmed)) {
+            self.acks.not_moved(queue, chan);
+        }
         match out {
-            Ok(Outcome::Confirmed) => match ack.expect("a confirmed publish is acknowledged") {
-                Ok(true) => {
-                    self.report.success();
-                    true
-                }
-                other => {
-                    let why = match other {
-                        Err(e) => redact::scrub(&e.to_string()),
-                        _ => "nothing was sent".into(),
-                    };
-                    self.report.fail(
-                        id,
-                        format!("published, but its DLQ copy could not be acknowledged ({why}): it is in both places"),
-                    );
-                    self.report
-                        .stopped
-                        .get_or_insert_with(|| "lost the channel to the DLQ".into());
-                    false
-                }
-            },
+            Ok(Outcome::Confirmed) => self.acks.confirmed(queue, chan, tag, acker, id),
             Ok(Outcome::Returned { code, text }) => {
                 self.report.fail(
                     id,
@@ -660,14 +709,12 @@ impl Mover<'_> {
                         "returned by the broker as unroutable ({code} {text}); left in the DLQ"
                     ),
                 );
-                false
             }
             Ok(Outcome::Nacked) => {
                 self.report.fail(
                     id,
                     "nacked by the broker (destination full or unavailable); left in the DLQ",
                 );
-                false
             }
             Err(e) => {
                 self.report.fail(
@@ -677,7 +724,32 @@ impl Mover<'_> {
                 self.report
                     .stopped
                     .get_or_insert_with(|| format!("broker: {e:#}"));
-                false
+            }
+        }
+    }
+
+    /// Records sent acknowledgements: a message moved once its DLQ copy is acknowledged.
+    fn count_acked(&mut self, acked: Vec<Acked>) {
+        for a in acked {
+            match a.result {
+                Ok(true) => {
+                    self.report.success();
+                    self.acked[a.queue] += 1;
+                    self.moved_now += 1;
+                }
+                other => {
+                    let why = match other {
+                        Err(e) => redact::scrub(&e.to_string()),
+                        _ => "nothing was sent".into(),
+                    };
+                    self.report.fail(
+                        a.id,
+                        format!("published, but its DLQ copy could not be acknowledged ({why}): it is in both places"),
+                    );
+                    self.report
+                        .stopped
+                        .get_or_insert_with(|| "lost the channel to the DLQ".into());
+                }
             }
         }
     }

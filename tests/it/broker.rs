@@ -165,6 +165,20 @@ impl Broker {
             .unwrap();
     }
 
+    /// A binding with arguments (headers exchanges).
+    pub async fn bind_with(&self, queue: &str, exchange: &str, args: FieldTable) {
+        self.ch
+            .queue_bind(
+                queue.into(),
+                exchange.into(),
+                "".into(),
+                QueueBindOptions::default(),
+                args,
+            )
+            .await
+            .unwrap();
+    }
+
     /// Publishes through the default exchange and waits for a clean confirm.
     pub async fn publish(&self, queue: &str, body: &[u8], props: BasicProperties) {
         self.publish_to("", queue, body, props).await

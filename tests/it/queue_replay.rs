@@ -128,10 +128,10 @@ async fn selective(quorum: bool, env: &[(&str, &str)]) {
         }
         // x-death moved to dlq-x-death; the loop guard and provenance stamped.
         assert!(header(m, "x-death").is_null() && header(m, "x-first-death-queue").is_null());
-        assert_eq!(
-            header(m, "dlq-x-death")[1]["x-first-death-queue"],
-            serde_json::json!(["S", MAIN])
-        );
+        let saved: serde_json::Value =
+            serde_json::from_str(header(m, "dlq-x-death")[1].as_str().unwrap()).unwrap();
+        assert_eq!(saved["x-first-death-queue"], serde_json::json!(["S", MAIN]));
+        assert_eq!(saved["x-death"][0], "A", "x-death kept as an AMQP array");
         assert_eq!(header(m, "dlq-replay-count"), &serde_json::json!(["l", 1]));
         assert_eq!(
             header(m, "dlq-replayed-from"),
@@ -264,6 +264,71 @@ async fn unroutable_destination_leaves_messages_in_the_dlq() {
         before,
         "left in the DLQ, in order, unchanged"
     );
+    b.delete().await;
+}
+
+/// Routed and returned messages interleaved on one take channel: acknowledgements are
+/// batched (`multiple`) only over consecutive confirmed deliveries, so no returned message
+/// may be acknowledged with a later one.
+#[tokio::test]
+async fn interleaved_returns_are_never_acknowledged_with_their_neighbours() {
+    let b = Broker::new("qreplay-mixed").await;
+    topology(&b, false).await;
+    dead_letters(&b, 12).await;
+    // Only the KeyError messages (0, 3, 6, 9) route; the rest are returned as unroutable
+    // (`all-with-x`: a headers exchange ignores x- headers otherwise).
+    b.exchange("mixed.x", ExchangeKind::Headers).await;
+    b.queue("mixed.q", FieldTable::default()).await;
+    for i in [0, 3, 6, 9] {
+        let err = format!("KeyError: 'usuario_id' ({i})");
+        b.bind_with(
+            "mixed.q",
+            "mixed.x",
+            table(vec![
+                ("x-match", ls("all-with-x")),
+                ("x-exception-message", ls(&err)),
+            ]),
+        )
+        .await;
+    }
+    let before = b.snapshot(DLQ).await;
+    for window in ["64", "1"] {
+        let run = b
+            .run(&[
+                "replay",
+                "-Q",
+                DLQ,
+                "--to-exchange",
+                "mixed.x",
+                "--routing-key",
+                "any",
+                "--window",
+                window,
+                "--yes",
+                "-o",
+                "json",
+            ])
+            .await;
+        let report: Value = serde_json::from_str(run.stdout().trim()).unwrap();
+        if window == "64" {
+            assert_eq!(run.code(), 3, "{}", run.stderr());
+            assert_eq!(report["succeeded"], 4, "{report}");
+            assert_eq!(report["failed_count"], 8, "{report}");
+        } else {
+            // The second run finds only the returned ones, and returns them again.
+            assert_eq!(report["succeeded"], 0, "{report}");
+            assert_eq!(report["failed_count"], 8, "{report}");
+        }
+        b.wait_depth(DLQ, 8).await;
+        assert_eq!(b.depth("mixed.q").await, 4);
+        let left: Vec<_> = b.snapshot(DLQ).await.iter().map(stored).collect();
+        let want: Vec<_> = before
+            .iter()
+            .filter(|m| !is_key_error(m))
+            .map(stored)
+            .collect();
+        assert_eq!(left, want, "exactly the returned ones, in order, unchanged");
+    }
     b.delete().await;
 }
 
