@@ -1,11 +1,6 @@
 use clap::Parser;
 use std::process::ExitCode;
 
-// glibc's malloc took a quarter of dlq's CPU moving messages (lapin allocates per frame on two
-// threads, contending on one arena); mimalloc's per-thread heaps avoid that.
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     // Even a bug must not print a credential: panic messages are scrubbed like any diagnostic.
     std::panic::set_hook(Box::new(|info| {
