@@ -231,7 +231,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             }
             let origin = rec.death.as_ref().and_then(record::origin_queue);
             let mut dest = destination(&opts.target, origin, &q.name);
-            // The loop guard, checked cheaply here; the full rewrite happens when moving.
+            // The loop guard, checked cheaply here; `requeue::prepare` checks it again.
             let replays = requeue::replay_count(d.properties.headers().as_ref());
             if dest.is_ok() && replays >= i64::from(opts.max_replays) {
                 dest = Err(Refusal::LoopGuard {
@@ -267,7 +267,8 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
                     "payload": rec.payload,
                 }))?;
             }
-            if single_pass {
+            // A dry run moves nothing: nothing to hold.
+            if single_pass && !opts.dry_run {
                 // Kept as it will be published: the rewritten properties wire-encoded (a
                 // few hundred bytes, where parsed dead-letter headers take ~3 KiB).
                 let publish_id = uuid::Uuid::new_v4().to_string();
