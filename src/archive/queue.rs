@@ -162,22 +162,15 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
                     if opts.selection.limit.is_some_and(|l| written >= l) {
                         continue; // hold the rest until the release puts it back
                     }
-                    let rec = record::from_delivery(
+                    let Some(rec) = record::selected(
                         &q.name,
-                        d.exchange.as_str(),
-                        d.routing_key.as_str(),
-                        &d.properties,
-                        &d.data,
+                        &d,
                         &opts.record,
-                    );
-                    match opts.selection.matches(&rec) {
-                        Ok(true) => {}
-                        Ok(false) => continue,
-                        Err(_) => {
-                            jq_errors += 1;
-                            continue;
-                        }
-                    }
+                        &opts.selection,
+                        &mut jq_errors,
+                    ) else {
+                        continue;
+                    };
                     writer.write(&rec)?;
                     tags.push((taker.channel_index(), d.delivery_tag));
                     written += 1;

@@ -213,22 +213,11 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             {
                 continue; // held, and given back at the end like every unselected message
             }
-            let rec = record::from_delivery(
-                &q.name,
-                d.exchange.as_str(),
-                d.routing_key.as_str(),
-                &d.properties,
-                &d.data,
-                &opts.record,
-            );
-            match opts.selection.matches(&rec) {
-                Ok(true) => {}
-                Ok(false) => continue,
-                Err(_) => {
-                    jq_errors += 1;
-                    continue;
-                }
-            }
+            let Some(rec) =
+                record::selected(&q.name, &d, &opts.record, &opts.selection, &mut jq_errors)
+            else {
+                continue;
+            };
             let origin = rec.death.as_ref().and_then(record::origin_queue);
             let mut dest = destination(&opts.target, origin, &q.name);
             // The loop guard, checked cheaply here; `requeue::prepare` checks it again.

@@ -193,6 +193,33 @@ pub fn from_delivery(
     }
 }
 
+/// The record of a taken message when `selection` picks it. A `--where` that cannot be
+/// evaluated selects nothing and is counted in `jq_errors` (reported once, at the end).
+pub fn selected(
+    queue: &str,
+    d: &lapin::message::Delivery,
+    opts: &RecordOptions,
+    selection: &crate::select::Selection,
+    jq_errors: &mut u64,
+) -> Option<DeadLetter> {
+    let rec = from_delivery(
+        queue,
+        d.exchange.as_str(),
+        d.routing_key.as_str(),
+        &d.properties,
+        &d.data,
+        opts,
+    );
+    match selection.matches(&rec) {
+        Ok(true) => Some(rec),
+        Ok(false) => None,
+        Err(_) => {
+            *jq_errors += 1;
+            None
+        }
+    }
+}
+
 /// The origin queue recorded in a record's `death` JSON (what `--task` also matches).
 pub fn origin_queue(death: &Value) -> Option<&str> {
     death.get("origin_queue").and_then(Value::as_str)
