@@ -120,7 +120,16 @@ impl Taker {
             let next = loop {
                 match tokio::time::timeout(IDLE, cur.consumer.next()).await {
                     Ok(n) => break n,
-                    Err(_) if cur.cancelled => continue,
+                    Err(_) if cur.cancelled => {
+                        // Cancelled: what the broker sent before `cancel-ok` arrives at once.
+                        // A stream that never ends must not hold the run forever: anything
+                        // still coming stays unacknowledged on this window's channel and is
+                        // given back on release.
+                        stalled += IDLE;
+                        if stalled >= STALL_LIMIT {
+                            break None;
+                        }
+                    }
                     Err(_) => {
                         let depth = ch
                             .queue_declare(
