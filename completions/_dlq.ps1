@@ -216,6 +216,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlq' -ScriptBlock {
             [CompletionResult]::new('--dry-run', '--dry-run', [CompletionResultType]::ParameterName, 'Print the plan and what would be done, change nothing')
             [CompletionResult]::new('-y', '-y', [CompletionResultType]::ParameterName, 'Do not ask for confirmation')
             [CompletionResult]::new('--yes', '--yes', [CompletionResultType]::ParameterName, 'Do not ask for confirmation')
+            [CompletionResult]::new('--plan-first', '--plan-first', [CompletionResultType]::ParameterName, 'Queue replay with --yes: take and select everything before moving anything (as without --yes), so a missing destination refuses the whole run')
             [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only data and errors')
             [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only data and errors')
             [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More diagnostics on stderr (repeat for more)')

@@ -209,6 +209,7 @@ set edit:completion:arg-completer[dlq] = {|@words|
             cand --dry-run 'Print the plan and what would be done, change nothing'
             cand -y 'Do not ask for confirmation'
             cand --yes 'Do not ask for confirmation'
+            cand --plan-first 'Queue replay with --yes: take and select everything before moving anything (as without --yes), so a missing destination refuses the whole run'
             cand -q 'Print only data and errors'
             cand --quiet 'Print only data and errors'
             cand -v 'More diagnostics on stderr (repeat for more)'

@@ -275,6 +275,10 @@ pub struct ReplayArgs {
         requires = "canary"
     )]
     pub canary_wait: String,
+    /// Queue replay with --yes: take and select everything before moving anything (as
+    /// without --yes), so a missing destination refuses the whole run
+    #[arg(long)]
+    pub plan_first: bool,
 }
 
 #[derive(Debug, Args)]

@@ -44,8 +44,10 @@ pub async fn run(
                 "--from-file replays an archive; it cannot be combined with -Q",
             ));
         }
-        if a.canary.is_some() {
-            return Err(usage("--canary applies to queue replays (-Q)"));
+        if a.canary.is_some() || a.plan_first {
+            return Err(usage(
+                "--canary and --plan-first apply to queue replays (-Q)",
+            ));
         }
         let opts = replay::restore::Options {
             file,
@@ -61,8 +63,10 @@ pub async fn run(
     }
     match source {
         SourceChoice::Table => {
-            if a.canary.is_some() {
-                return Err(usage("--canary applies to queue replays (-Q)"));
+            if a.canary.is_some() || a.plan_first {
+                return Err(usage(
+                    "--canary and --plan-first apply to queue replays (-Q)",
+                ));
             }
             let opts = replay::table::Options {
                 selection,
@@ -100,6 +104,7 @@ pub async fn run(
                 window: a.window,
                 max_replays: a.max_replays,
                 canary: a.canary,
+                plan_first: a.plan_first,
                 canary_wait: canary_wait.to_std().unwrap_or_default(),
             };
             replay::queue::run(settings, printer, opts).await

@@ -54,6 +54,8 @@ pub struct Options {
     pub max_replays: u32,
     pub canary: Option<u64>,
     pub canary_wait: Duration,
+    /// Plan (take and select everything) before moving even under `--yes`.
+    pub plan_first: bool,
 }
 
 /// What the plan pass found, per run.
@@ -184,6 +186,11 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         user: target_conn.user().to_string(),
         max_replays: opts.max_replays,
     };
+    // With --yes (and no dry run, no canary, no --plan-first) nobody reads the plan:
+    // select and move in one pass, as a shovel does, instead of taking everything first.
+    if opts.yes && !opts.dry_run && opts.canary.is_none() && !opts.plan_first {
+        return stream(settings, printer, &opts, &conn, &checked, &stamp_for).await;
+    }
 
     // 1. Plan. Every DLQ's messages present now are taken and held unacknowledged (nothing
     // else can take them meanwhile); the selected ones are kept in memory while they fit,
@@ -375,7 +382,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         report: &mut report,
         bar: &bar,
         stop: &stop,
-        selected: plan.selected,
+        picks: Picks::Planned(plan.selected),
         acked: vec![0; checked.len()],
         acks: Acks::default(),
         moved_now: 0,
@@ -434,6 +441,184 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     Ok(report.exit())
 }
 
+/// Which taken messages the move pass sends.
+enum Picks {
+    /// Those the plan selected (hash of queue + id -> how many), if they still match.
+    Planned(HashMap<u64, u32>),
+    /// Those the selection matches now, up to `--limit`, with destination queues checked
+    /// the first time each is seen (the plan checked them all before anything moved).
+    Streaming {
+        picked: u64,
+        jq_errors: u64,
+        destinations: HashMap<String, bool>,
+    },
+}
+
+impl Picks {
+    /// The message's record when it is to be moved.
+    fn pick(
+        &mut self,
+        queue: &str,
+        d: &lapin::message::Delivery,
+        opts: &Options,
+    ) -> Option<crate::model::DeadLetter> {
+        match self {
+            Picks::Planned(selected) => {
+                let rec = record::from_delivery(
+                    queue,
+                    d.exchange.as_str(),
+                    d.routing_key.as_str(),
+                    &d.properties,
+                    &d.data,
+                    &opts.record,
+                );
+                // Only what the plan selected, and only as many times as it was selected.
+                selected.get(&key(queue, &rec.id)).filter(|n| **n > 0)?;
+                matches!(opts.selection.matches(&rec), Ok(true)).then_some(rec)
+            }
+            Picks::Streaming {
+                picked, jq_errors, ..
+            } => {
+                let rec = record::selected(queue, d, &opts.record, &opts.selection, jq_errors)?;
+                *picked += 1;
+                Some(rec)
+            }
+        }
+    }
+
+    /// `--limit` reached: nothing more is selected.
+    fn full(&self, selection: &Selection) -> bool {
+        match self {
+            Picks::Planned(_) => false,
+            Picks::Streaming { picked, .. } => selection.limit.is_some_and(|l| *picked >= l),
+        }
+    }
+
+    /// A picked message is being published.
+    fn taken(&mut self, queue: &str, id: &RecordId) {
+        if let Picks::Planned(selected) = self
+            && let Some(n) = selected.get_mut(&key(queue, id))
+        {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// Whether a destination queue exists (a passive declare the first time it is seen).
+    async fn check_destination(
+        &mut self,
+        conn: &lapin::Connection,
+        (exchange, queue): &(String, String),
+    ) -> Result<(), String> {
+        let Picks::Streaming { destinations, .. } = self else {
+            return Ok(());
+        };
+        if !exchange.is_empty() {
+            return Ok(()); // an explicit target, checked before the run
+        }
+        let exists = match destinations.get(queue) {
+            Some(&e) => e,
+            None => {
+                let e = amqp::passive_declare(conn, queue)
+                    .await
+                    .map_err(|e| format!("{e:#}; left in the DLQ"))?
+                    .is_some();
+                destinations.insert(queue.clone(), e);
+                e
+            }
+        };
+        if exists {
+            Ok(())
+        } else {
+            Err(format!(
+                "destination queue {queue:?} does not exist; left in the DLQ (declare it or pass --to-queue)"
+            ))
+        }
+    }
+}
+
+/// Replay under `--yes`: every DLQ's messages present now are taken in order and the
+/// selected ones moved at once, with the same confirms, acknowledgements and duplicate
+/// window as after a plan. What differs: a missing destination queue is found when its
+/// first message comes, so its messages stay in the DLQ and are reported (exit 3) while
+/// the others move; without `--yes` (or with `--dry-run`) the plan refuses the whole run.
+async fn stream(
+    settings: &Settings,
+    printer: &Printer,
+    opts: &Options,
+    conn: &lapin::Connection,
+    checked: &[Checked],
+    stamp_for: &dyn Fn(&str) -> Stamp,
+) -> Result<Exit> {
+    let target_note = match &opts.target {
+        Some(t) => t.check(conn, printer).await?,
+        None => None,
+    };
+    let names: Vec<&str> = checked.iter().map(|q| q.name.as_str()).collect();
+    let to = match &opts.target {
+        Some(t) => t.describe(),
+        None => "back to the queue each message first died in (default exchange)".into(),
+    };
+    printer.info(format!(
+        "Moving the messages in {} that match ({}) {to} on {}, as they are read (--yes)",
+        names.join(", "),
+        opts.selection.describe(),
+        redact::url(&settings.amqp_url)
+    ));
+    if let Some(n) = target_note {
+        printer.info(n);
+    }
+    let mut report = Report::new("replay");
+    let publisher = Publisher::start(conn, opts.window.max(1), opts.rate).await?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let signals = super::stop_on_signal(stop.clone());
+    let bar = printer.progress(None, "replaying");
+    let mut mover = Mover {
+        conn,
+        publisher: &publisher,
+        opts,
+        report: &mut report,
+        bar: &bar,
+        stop: &stop,
+        picks: Picks::Streaming {
+            picked: 0,
+            jq_errors: 0,
+            destinations: HashMap::new(),
+        },
+        acked: vec![0; checked.len()],
+        acks: Acks::default(),
+        moved_now: 0,
+    };
+    let passed = mover.pass(checked, stamp_for, None).await;
+    let picks = std::mem::replace(&mut mover.picks, Picks::Planned(HashMap::new()));
+    bar.finish_and_clear();
+    signals.abort();
+    drop(publisher);
+    passed?;
+    let _ = conn.close(200, "dlq replay done".into()).await;
+    if let Picks::Streaming {
+        picked, jq_errors, ..
+    } = picks
+    {
+        if jq_errors > 0 {
+            printer.warn(format!(
+                "--where could not be evaluated on {jq_errors} message(s), which were not selected"
+            ));
+        }
+        if picked == 0 && report.stopped.is_none() {
+            printer.info("nothing to replay");
+            return Ok(Exit::Ok);
+        }
+    }
+    print_report(printer, &report, "replayed");
+    if report.stopped.is_some() {
+        printer.warn(format!(
+            "messages not reported as replayed are still in the DLQ; run the same command again to finish (at most {} may now be both in their destination and in the DLQ)",
+            opts.window
+        ));
+    }
+    Ok(report.exit())
+}
+
 /// State of the move phase.
 struct Mover<'a> {
     conn: &'a lapin::Connection,
@@ -442,7 +627,7 @@ struct Mover<'a> {
     report: &'a mut Report,
     bar: &'a indicatif::ProgressBar,
     stop: &'a AtomicBool,
-    selected: HashMap<u64, u32>,
+    picks: Picks,
     /// Messages acknowledged per DLQ.
     acked: Vec<u64>,
     acks: Acks,
@@ -569,8 +754,8 @@ impl Mover<'_> {
         std::mem::take(&mut self.moved_now)
     }
 
-    /// Takes the messages present now from every DLQ and moves the planned ones (at most
-    /// `limit`). Returns how many were moved.
+    /// Takes the messages present now from every DLQ and moves the ones `picks` selects (at
+    /// most `limit`). Returns how many were moved.
     async fn pass(
         &mut self,
         checked: &[Checked],
@@ -579,7 +764,10 @@ impl Mover<'_> {
     ) -> Result<u64> {
         let mut moved = 0u64;
         for (qi, q) in checked.iter().enumerate() {
-            if self.report.stopped.is_some() || limit.is_some_and(|l| moved >= l) {
+            if self.report.stopped.is_some()
+                || limit.is_some_and(|l| moved >= l)
+                || self.picks.full(&self.opts.selection)
+            {
                 break;
             }
             let Some(depth) = amqp::passive_declare(self.conn, &q.name).await? else {
@@ -605,6 +793,7 @@ impl Mover<'_> {
                     break;
                 }
                 if limit.is_some_and(|l| moved + (inflight.len() + self.acks.pending()) as u64 >= l)
+                    || self.picks.full(&self.opts.selection)
                 {
                     break;
                 }
@@ -616,25 +805,11 @@ impl Mover<'_> {
                         break;
                     }
                 };
-                let rec = record::from_delivery(
-                    &q.name,
-                    d.exchange.as_str(),
-                    d.routing_key.as_str(),
-                    &d.properties,
-                    &d.data,
-                    &self.opts.record,
-                );
-                let k = key(&q.name, &rec.id);
                 let (chan, tag) = (taker.channel_index(), d.delivery_tag);
-                // Only what the plan selected, and only as many times as it was selected.
-                let Some(left) = self.selected.get_mut(&k).filter(|n| **n > 0) else {
+                let Some(rec) = self.picks.pick(&q.name, &d, self.opts) else {
                     self.acks.not_moved(qi, chan);
                     continue;
                 };
-                if !matches!(self.opts.selection.matches(&rec), Ok(true)) {
-                    self.acks.not_moved(qi, chan);
-                    continue;
-                }
                 let stored = record::stored_properties(&d.properties);
                 let origin = rec.death.as_ref().and_then(record::origin_queue);
                 let route = match destination(&self.opts.target, origin, &q.name) {
@@ -645,6 +820,11 @@ impl Mover<'_> {
                         continue;
                     }
                 };
+                if let Err(why) = self.picks.check_destination(self.conn, &route).await {
+                    self.acks.not_moved(qi, chan);
+                    self.report.fail(rec.id, why);
+                    continue;
+                }
                 let publish_id = uuid::Uuid::new_v4().to_string();
                 let props = match requeue::prepare(&stored, &stamp, &publish_id) {
                     Ok(p) => p,
@@ -654,7 +834,7 @@ impl Mover<'_> {
                         continue;
                     }
                 };
-                *left -= 1;
+                self.picks.taken(&q.name, &rec.id);
                 let acker = d.acker;
                 let id = rec.id;
                 // Submitted here, in queue order; only the outcome is awaited later.

@@ -214,7 +214,12 @@ async fn thirty_bad_inputs_change_nothing() {
         case(
             &["replay", "--canary", "3", "--to-queue", q, "--yes"],
             2,
-            "--canary applies to queue replays",
+            "--canary and --plan-first apply to queue replays",
+        ),
+        case(
+            &["replay", "--plan-first", "--to-queue", q, "--yes"],
+            2,
+            "--plan-first apply to queue replays",
         ),
         case(
             &["replay", "--from-file", ar, "-Q", q, "--yes"],

@@ -89,6 +89,10 @@ async fn check_conserved(b: &Broker, n: usize, allowed: usize) -> (usize, usize)
 
 /// `rate` 0: as fast as it goes.
 fn spawn_replay(b: &Broker, rate: u32) -> std::process::Child {
+    spawn_replay_with(b, rate, false)
+}
+
+fn spawn_replay_with(b: &Broker, rate: u32, plan_first: bool) -> std::process::Child {
     let mut args = vec![
         "replay".to_string(),
         "-Q".into(),
@@ -99,6 +103,9 @@ fn spawn_replay(b: &Broker, rate: u32) -> std::process::Child {
     ];
     if rate > 0 {
         args.extend(["--rate".to_string(), rate.to_string()]);
+    }
+    if plan_first {
+        args.push("--plan-first".into());
     }
     Command::new(env!("CARGO_BIN_EXE_dlq"))
         .env(
@@ -123,10 +130,25 @@ async fn wait_moved(b: &Broker, at_least: u32) {
 
 #[tokio::test]
 async fn kill_9_mid_queue_replay() {
-    let b = Broker::new("fault-kill").await;
+    kill_9_mid_queue_replay_with(false).await;
+}
+
+/// The same while moving what a plan holds (`--plan-first`).
+#[tokio::test]
+async fn kill_9_mid_planned_queue_replay() {
+    kill_9_mid_queue_replay_with(true).await;
+}
+
+async fn kill_9_mid_queue_replay_with(plan_first: bool) {
+    let b = Broker::new(if plan_first {
+        "fault-kill-plan"
+    } else {
+        "fault-kill"
+    })
+    .await;
     let n = 3000;
     fill(&b, n).await;
-    let mut child = spawn_replay(&b, 1000);
+    let mut child = spawn_replay_with(&b, 1000, plan_first);
     wait_moved(&b, 300).await;
     child.kill().unwrap();
     child.wait().unwrap();

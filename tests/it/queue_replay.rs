@@ -77,7 +77,7 @@ fn stored(s: &Snap) -> (Vec<u8>, Value) {
     (s.body.clone(), s.props.clone())
 }
 
-async fn selective(quorum: bool, env: &[(&str, &str)]) {
+async fn selective(quorum: bool, plan_first: bool, env: &[(&str, &str)]) {
     let b = Broker::new(if quorum { "qreplay-quorum" } else { "qreplay" }).await;
     topology(&b, quorum).await;
     dead_letters(&b, 30).await;
@@ -86,10 +86,18 @@ async fn selective(quorum: bool, env: &[(&str, &str)]) {
     let (wanted, rest): (Vec<&Snap>, Vec<&Snap>) = before.iter().partition(|s| is_key_error(s));
     assert_eq!(wanted.len(), 10);
 
-    let run = b
-        .run_with(&["replay", "-Q", DLQ, "--motivo", "KeyError", "--yes"], env)
-        .await;
+    let mut args = vec!["replay", "-Q", DLQ, "--motivo", "KeyError", "--yes"];
+    if plan_first {
+        args.push("--plan-first");
+    }
+    let run = b.run_with(&args, env).await;
     run.ok();
+    assert_eq!(
+        run.stderr().contains("Plan: move 10 message(s)"),
+        plan_first,
+        "{}",
+        run.stderr()
+    );
     assert!(
         run.stderr().contains("10 replayed, 0 failed"),
         "{}",
@@ -141,21 +149,33 @@ async fn selective(quorum: bool, env: &[(&str, &str)]) {
     b.delete().await;
 }
 
+/// Under --yes: selected and moved as they are read.
 #[tokio::test]
 async fn selective_replay_by_reason_classic() {
-    selective(false, &[]).await;
+    selective(false, false, &[]).await;
+}
+
+/// --plan-first: everything taken and selected, held, then moved without a second read.
+#[tokio::test]
+async fn selective_replay_planned_first() {
+    selective(false, true, &[]).await;
 }
 
 /// The plan does not fit in memory (a tiny budget): it gives everything back and the move
 /// reads again, moving only what the plan selected.
 #[tokio::test]
 async fn selective_replay_in_two_passes() {
-    selective(false, &[("DLQ_HOLD_BUDGET", "100")]).await;
+    selective(false, true, &[("DLQ_HOLD_BUDGET", "100")]).await;
 }
 
 #[tokio::test]
 async fn selective_replay_by_reason_quorum() {
-    selective(true, &[]).await;
+    selective(true, false, &[]).await;
+}
+
+#[tokio::test]
+async fn selective_replay_by_reason_quorum_planned_first() {
+    selective(true, true, &[]).await;
 }
 
 #[tokio::test]
@@ -216,14 +236,96 @@ async fn plan_dry_run_confirmation_and_missing_destination() {
     b.run(&["replay", "-Q", DLQ])
         .await
         .fails(2, "refusing to act without confirmation");
-    // The origin queue is gone: refused before anything moves.
+    // The origin queue is gone: the plan refuses before anything moves ...
     b.ch.queue_delete(MAIN.into(), Default::default())
         .await
         .unwrap();
-    b.run(&["replay", "-Q", DLQ, "--yes"])
+    for args in [
+        &["replay", "-Q", DLQ, "--dry-run"][..],
+        &["replay", "-Q", DLQ, "--yes", "--plan-first"],
+    ] {
+        b.run(args)
+            .await
+            .fails(2, "do not exist: nothing was moved");
+        assert_eq!(b.snapshot(DLQ).await, before);
+    }
+    // ... and under --yes (moving while reading) each of its messages stays, reported.
+    let run = b.run(&["replay", "-Q", DLQ, "--yes", "-o", "json"]).await;
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    let report: Value = serde_json::from_str(run.stdout().trim()).unwrap();
+    assert_eq!(report["succeeded"], 0, "{report}");
+    assert_eq!(report["failed_count"], 6, "{report}");
+    assert!(
+        report["failed"][0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{MAIN:?} does not exist")),
+        "{report}"
+    );
+    b.wait_depth(DLQ, 6).await;
+    assert_eq!(
+        b.snapshot(DLQ).await,
+        before,
+        "left in place, in order, unchanged"
+    );
+    b.delete().await;
+}
+
+/// Under --yes, messages from two origin queues, one of them since deleted: those whose
+/// queue exists move, the others stay in the DLQ in their order, and the run says so.
+#[tokio::test]
+async fn streaming_replay_moves_what_it_can_and_keeps_the_rest() {
+    const OTHER: &str = "matriculas.outra";
+    let b = Broker::new("qreplay-stream").await;
+    topology(&b, false).await;
+    b.queue(OTHER, table(vec![("x-dead-letter-exchange", ls(DLX))]))
+        .await;
+    for i in 0..6 {
+        let q = if i % 2 == 0 { MAIN } else { OTHER };
+        let props = BasicProperties::default().with_message_id(format!("s-{i}").as_str().into());
+        b.publish(q, format!("{{\"n\": {i}}}").as_bytes(), props)
+            .await;
+    }
+    // Interleaved in the DLQ: s-0 (MAIN), s-1 (OTHER), s-2 (MAIN) ...
+    for i in 0..3 {
+        b.reject(MAIN, 1).await;
+        b.wait_depth(DLQ, 2 * i + 1).await;
+        b.reject(OTHER, 1).await;
+        b.wait_depth(DLQ, 2 * i + 2).await;
+    }
+    b.ch.queue_delete(OTHER.into(), Default::default())
         .await
-        .fails(2, "do not exist");
-    assert_eq!(b.snapshot(DLQ).await, before);
+        .unwrap();
+    let before = b.snapshot(DLQ).await;
+    let run = b.run(&["replay", "-Q", DLQ, "--yes", "-o", "json"]).await;
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    let report: Value = serde_json::from_str(run.stdout().trim()).unwrap();
+    assert_eq!(report["succeeded"], 3, "{report}");
+    assert_eq!(report["failed_count"], 3, "{report}");
+    b.wait_depth(MAIN, 3).await;
+    b.wait_depth(DLQ, 3).await;
+    let moved: Vec<String> = b
+        .snapshot(MAIN)
+        .await
+        .iter()
+        .map(|s| s.props["message_id"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(moved, ["s-0", "s-2", "s-4"]);
+    let left: Vec<_> = b.snapshot(DLQ).await.iter().map(stored).collect();
+    let want: Vec<_> = before
+        .iter()
+        .filter(|m| {
+            m.props["message_id"]
+                .as_str()
+                .unwrap()
+                .ends_with(['1', '3', '5'])
+        })
+        .map(stored)
+        .collect();
+    assert_eq!(
+        left, want,
+        "the other queue's messages, in order, unchanged"
+    );
     b.delete().await;
 }
 
@@ -272,7 +374,22 @@ async fn unroutable_destination_leaves_messages_in_the_dlq() {
 /// may be acknowledged with a later one.
 #[tokio::test]
 async fn interleaved_returns_are_never_acknowledged_with_their_neighbours() {
-    let b = Broker::new("qreplay-mixed").await;
+    interleaved_returns(false).await;
+}
+
+/// The same while moving what a plan holds (`--plan-first`).
+#[tokio::test]
+async fn interleaved_returns_planned_first() {
+    interleaved_returns(true).await;
+}
+
+async fn interleaved_returns(plan_first: bool) {
+    let b = Broker::new(if plan_first {
+        "qreplay-mixed-plan"
+    } else {
+        "qreplay-mixed"
+    })
+    .await;
     topology(&b, false).await;
     dead_letters(&b, 12).await;
     // Only the KeyError messages (0, 3, 6, 9) route; the rest are returned as unroutable
@@ -293,22 +410,24 @@ async fn interleaved_returns_are_never_acknowledged_with_their_neighbours() {
     }
     let before = b.snapshot(DLQ).await;
     for window in ["64", "1"] {
-        let run = b
-            .run(&[
-                "replay",
-                "-Q",
-                DLQ,
-                "--to-exchange",
-                "mixed.x",
-                "--routing-key",
-                "any",
-                "--window",
-                window,
-                "--yes",
-                "-o",
-                "json",
-            ])
-            .await;
+        let mut args = vec![
+            "replay",
+            "-Q",
+            DLQ,
+            "--to-exchange",
+            "mixed.x",
+            "--routing-key",
+            "any",
+            "--window",
+            window,
+            "--yes",
+            "-o",
+            "json",
+        ];
+        if plan_first {
+            args.push("--plan-first");
+        }
+        let run = b.run(&args).await;
         let report: Value = serde_json::from_str(run.stdout().trim()).unwrap();
         if window == "64" {
             assert_eq!(run.code(), 3, "{}", run.stderr());
