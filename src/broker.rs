@@ -103,6 +103,16 @@ struct InFlight {
     reply: oneshot::Sender<Result<Outcome>>,
 }
 
+type Write =
+    std::pin::Pin<Box<dyn std::future::Future<Output = lapin::Result<PublisherConfirm>> + Send>>;
+
+/// A publish whose frames are queued in lapin but not yet written to the socket.
+struct Writing {
+    write: Write,
+    key: String,
+    reply: oneshot::Sender<Result<Outcome>>,
+}
+
 /// Handle to the publisher task. Clone it to publish from several tasks.
 #[derive(Clone)]
 pub struct Publisher {
@@ -184,10 +194,16 @@ async fn run(channel: Channel, mut rx: mpsc::Receiver<Request>, window: usize, r
     let mut returned: HashMap<String, (u16, String)> = HashMap::new();
     let mut draining = false;
     let mut pace = Pace::new(rate);
+    // Publishes whose frames are queued but not yet written, oldest first. lapin's
+    // `basic_publish` resolves only once the I/O thread has written the frames; awaiting
+    // each one before the next cost a thread round trip per message. Its first poll queues
+    // the frames (and registers the confirm) synchronously, so polling each once in order
+    // keeps the publish order, and the writes complete in that order.
+    let mut writing: VecDeque<Writing> = VecDeque::new();
     let mut closed = false;
     loop {
-        let can_publish = !closed && !draining && inflight.len() < window;
-        if inflight.is_empty() && closed {
+        let can_publish = !closed && !draining && inflight.len() + writing.len() < window;
+        if inflight.is_empty() && writing.is_empty() && closed {
             break;
         }
         tokio::select! {
@@ -197,26 +213,65 @@ async fn run(channel: Channel, mut rx: mpsc::Receiver<Request>, window: usize, r
                     None => closed = true,
                     Some(req) => {
                         pace.wait().await;
-                        let key = correlation_key(&req.msg.properties).unwrap_or_default();
+                        let Request { msg, reply } = req;
+                        let key = correlation_key(&msg.properties).unwrap_or_default();
                         let opts = BasicPublishOptions { mandatory: true, ..Default::default() };
-                        match channel
-                            .basic_publish(req.msg.exchange.as_str().into(), req.msg.routing_key.as_str().into(), opts, &req.msg.body, req.msg.properties)
-                            .await
-                        {
-                            Ok(confirm) => inflight.push_back(InFlight { key, confirm: Some(confirm), result: None, reply: req.reply }),
-                            Err(e) => {
-                                let _ = req.reply.send(Err(scrubbed(e).context("publishing")));
-                                fail_all(&mut inflight, "broker connection lost before the confirm");
-                                return;
+                        let ch = channel.clone();
+                        let mut write: Write = Box::pin(async move {
+                            ch.basic_publish(msg.exchange.as_str().into(), msg.routing_key.as_str().into(), opts, &msg.body, msg.properties)
+                                .await
+                        });
+                        // The first poll, now: the frames are queued in submission order.
+                        let first = std::future::poll_fn(|cx| {
+                            std::task::Poll::Ready(write.as_mut().poll(cx))
+                        })
+                        .await;
+                        if let std::task::Poll::Ready(Err(e)) = first {
+                            let _ = reply.send(Err(scrubbed(e).context("publishing")));
+                            fail_all(&mut inflight, &mut writing, "broker connection lost before the confirm");
+                            return;
+                        }
+                        let done = match first {
+                            std::task::Poll::Ready(Ok(confirm)) => Some(confirm),
+                            _ => None,
+                        };
+                        match done {
+                            Some(confirm) if writing.is_empty() => {
+                                inflight.push_back(InFlight { key, confirm: Some(confirm), result: None, reply });
                             }
+                            Some(confirm) => {
+                                // Keep the order: behind the writes still pending.
+                                writing.push_back(Writing { write: Box::pin(std::future::ready(Ok(confirm))), key, reply });
+                            }
+                            None => writing.push_back(Writing { write, key, reply }),
                         }
                     }
+                }
+            }
+            res = wait_written(&mut writing), if !writing.is_empty() => {
+                if let Err(e) = res {
+                    let msg = format!("broker connection lost before the confirm: {}", redact::scrub(&e.to_string()));
+                    fail_all(&mut inflight, &mut writing, &msg);
+                    return;
+                }
+                if let Err(e) = promote_written(&mut writing, &mut inflight) {
+                    let msg = format!("broker connection lost before the confirm: {}", redact::scrub(&e.to_string()));
+                    fail_all(&mut inflight, &mut writing, &msg);
+                    return;
                 }
             }
             res = wait_head(&mut inflight), if !inflight.is_empty() => {
                 if let Err(e) = res {
                     let msg = format!("broker connection lost before the confirm: {}", redact::scrub(&e.to_string()));
-                    fail_all(&mut inflight, &msg);
+                    fail_all(&mut inflight, &mut writing, &msg);
+                    return;
+                }
+                // A confirm can resolve only after its publish was written, and a later
+                // publish's confirm may carry an earlier one's return: every written
+                // publish must be among those harvested before anything is decided.
+                if let Err(e) = promote_written(&mut writing, &mut inflight) {
+                    let msg = format!("broker connection lost before the confirm: {}", redact::scrub(&e.to_string()));
+                    fail_all(&mut inflight, &mut writing, &msg);
                     return;
                 }
                 // Harvest every confirm that has resolved by now, with what it carries.
@@ -230,7 +285,7 @@ async fn run(channel: Channel, mut rx: mpsc::Receiver<Request>, window: usize, r
                             Ok(conf) => f.result = Some(conf),
                             Err(e) => {
                                 let msg = format!("broker connection lost before the confirm: {}", redact::scrub(&e.to_string()));
-                                fail_all(&mut inflight, &msg);
+                                fail_all(&mut inflight, &mut writing, &msg);
                                 return;
                             }
                         }
@@ -250,7 +305,7 @@ async fn run(channel: Channel, mut rx: mpsc::Receiver<Request>, window: usize, r
                         });
                     }
                 }
-                if draining && inflight.iter().all(|f| f.result.is_some()) {
+                if draining && writing.is_empty() && inflight.iter().all(|f| f.result.is_some()) {
                     draining = false; // every return has been handed out: all decidable now
                 }
                 if !draining {
@@ -286,10 +341,57 @@ async fn wait_head(inflight: &mut VecDeque<InFlight>) -> Result<(), lapin::Error
     Ok(())
 }
 
-fn fail_all(inflight: &mut VecDeque<InFlight>, msg: &str) {
+fn fail_all(inflight: &mut VecDeque<InFlight>, writing: &mut VecDeque<Writing>, msg: &str) {
     for f in inflight.drain(..) {
         // A confirm that already resolved cleanly still counts as unknown here: the
         // outcome is only trusted once decided, and this path stops the run anyway.
         let _ = f.reply.send(Err(anyhow!(msg.to_string())));
     }
+    for w in writing.drain(..) {
+        let _ = w.reply.send(Err(anyhow!(msg.to_string())));
+    }
+}
+
+/// Waits until the oldest pending write is done (it stays at the front).
+async fn wait_written(writing: &mut VecDeque<Writing>) -> Result<(), lapin::Error> {
+    let Some(w) = writing.front_mut() else {
+        return Ok(());
+    };
+    // Polled again by `promote_written`: a finished lapin publish future returns the same
+    // result only once, so peek without consuming it.
+    std::future::poll_fn(|cx| match w.write.as_mut().poll(cx) {
+        std::task::Poll::Ready(r) => {
+            let r2 = r.as_ref().map(|_| ()).map_err(Clone::clone);
+            w.write = Box::pin(std::future::ready(r));
+            std::task::Poll::Ready(r2)
+        }
+        std::task::Poll::Pending => std::task::Poll::Pending,
+    })
+    .await
+}
+
+/// Moves the written publishes at the front of `writing`, in order, to `inflight`.
+fn promote_written(
+    writing: &mut VecDeque<Writing>,
+    inflight: &mut VecDeque<InFlight>,
+) -> Result<(), lapin::Error> {
+    while let Some(w) = writing.front_mut() {
+        let Some(r) = w.write.as_mut().now_or_never() else {
+            break;
+        };
+        let w = writing.pop_front().expect("front exists");
+        match r {
+            Ok(confirm) => inflight.push_back(InFlight {
+                key: w.key,
+                confirm: Some(confirm),
+                result: None,
+                reply: w.reply,
+            }),
+            Err(e) => {
+                let _ = w.reply.send(Err(scrubbed(e.clone()).context("publishing")));
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
 }
