@@ -220,7 +220,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         taker.release(&conn, held).await;
     }
     drop(locks);
-    let _ = conn.close(200, "dlq archive done".into()).await;
+    crate::source::amqp::close(&conn, "dlq archive done").await;
     bar.finish_and_clear();
     if jq_errors > 0 {
         printer.warn(format!(

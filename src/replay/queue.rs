@@ -430,7 +430,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     bar.finish_and_clear();
     signals.abort();
     drop(publisher);
-    let _ = conn.close(200, "dlq replay done".into()).await;
+    amqp::close(&conn, "dlq replay done").await;
     print_report(printer, &report, "replayed");
     if report.stopped.is_some() && canary_ok {
         printer.warn(format!(
@@ -594,7 +594,7 @@ async fn stream(
     signals.abort();
     drop(publisher);
     passed?;
-    let _ = conn.close(200, "dlq replay done".into()).await;
+    amqp::close(conn, "dlq replay done").await;
     if let Picks::Streaming {
         picked, jq_errors, ..
     } = picks

@@ -284,6 +284,16 @@ pub struct Depth {
 
 /// Passive `queue.declare` on a channel of its own: a missing queue is `None` (the 404
 /// closes that channel, never one in use), and nothing is ever created.
+/// How long a closing handshake (channel or connection) may take once the work is done.
+pub const CLOSE_LIMIT: Duration = Duration::from_secs(10);
+
+/// Closes the connection at the end of a command. Bounded: everything was settled before,
+/// and a close-ok that never comes (the client's I/O loop already gone) must not keep the
+/// process alive; the broker drops the connection when the process exits anyway.
+pub async fn close(conn: &Connection, why: &str) {
+    let _ = tokio::time::timeout(CLOSE_LIMIT, conn.close(200, why.into())).await;
+}
+
 pub async fn passive_declare(conn: &Connection, queue: &str) -> Result<Option<Depth>> {
     Ok(match passive_declare_keep(conn, queue).await? {
         Some((depth, ch)) => {
@@ -470,7 +480,7 @@ pub async fn open_stream(
                 }
             }
         }
-        let _ = conn.close(200, "dlq done".into()).await;
+        close(&conn, "dlq done").await;
     });
     crate::source::track(handle);
     Ok(rx)

@@ -238,9 +238,11 @@ async fn read_fifo<T: Send>(
 /// order, for classic and quorum queues alike. Errors are ignored on purpose: when the
 /// channel or connection is already gone, the broker has requeued them already.
 async fn give_back(ch: &Channel) {
-    let _ = ch
-        .close(200, "dlq: read done, every message given back".into())
-        .await;
+    let _ = tokio::time::timeout(
+        super::CLOSE_LIMIT,
+        ch.close(200, "dlq: read done, every message given back".into()),
+    )
+    .await;
 }
 
 /// How long to wait for `held` given-back messages to be ready again: the broker requeues a

@@ -178,7 +178,7 @@ pub async fn list(settings: &Settings, opts: &ListOptions) -> Result<Listing> {
             Err(missing) => listing.missing.push(missing),
         }
     }
-    let _ = conn.close(200, "dlq list done".into()).await;
+    super::close(&conn, "dlq list done").await;
     // The biggest DLQs first: that is where an incident is.
     listing
         .queues

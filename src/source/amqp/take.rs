@@ -203,12 +203,14 @@ impl Taker {
     pub async fn release(self, conn: &Connection, held: u64) {
         // Oldest first: a quorum queue appends returned messages in the order they come back.
         for ch in &self.channels {
-            let _ = ch
-                .close(
+            let _ = tokio::time::timeout(
+                super::CLOSE_LIMIT,
+                ch.close(
                     200,
                     "dlq: done, every message not moved is given back".into(),
-                )
-                .await;
+                ),
+            )
+            .await;
         }
         if held == 0 {
             return;
