@@ -92,7 +92,13 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             dry_run_line,
         )
     });
+    // Under --yes nobody reads the plan before the replay: a row is built (and refused if it
+    // cannot become a valid message) when it is replayed, not twice.
+    let validate = opts.dry_run || !opts.yes;
     let plan = plan(&table, &opts.selection, printer, |rec| {
+        if !validate {
+            return Ok(None);
+        }
         let built = celery::build(
             rec.task.as_deref().unwrap_or(""),
             rec.payload_text.as_deref(),
