@@ -150,6 +150,19 @@ fn destination(
     }
 }
 
+fn describe_target(target: &Option<Target>) -> String {
+    match target {
+        Some(t) => t.describe(),
+        None => "back to the queue each message first died in (default exchange)".into(),
+    }
+}
+
+fn warn_unfinished(printer: &Printer, window: usize) {
+    printer.warn(format!(
+        "messages not reported as replayed are still in the DLQ; run the same command again to finish (at most {window} may now be both in their destination and in the DLQ)"
+    ));
+}
+
 fn describe_dest((exchange, rk): &(String, String)) -> String {
     if exchange.is_empty() {
         format!("queue {rk}")
@@ -324,10 +337,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     };
 
     let names: Vec<&str> = checked.iter().map(|q| q.name.as_str()).collect();
-    let to = match &opts.target {
-        Some(t) => t.describe(),
-        None => "back to the queue each message first died in (default exchange)".into(),
-    };
+    let to = describe_target(&opts.target);
     printer.info(format!(
         "Plan: move {} message(s) from {} ({}) {to} on {}",
         plan.count,
@@ -433,10 +443,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     amqp::close(&conn, "dlq replay done").await;
     print_report(printer, &report, "replayed");
     if report.stopped.is_some() && canary_ok {
-        printer.warn(format!(
-            "messages not reported as replayed are still in the DLQ; run the same command again to finish (at most {} may now be both in their destination and in the DLQ)",
-            opts.window
-        ));
+        warn_unfinished(printer, opts.window);
     }
     Ok(report.exit())
 }
@@ -554,10 +561,7 @@ async fn stream(
         None => None,
     };
     let names: Vec<&str> = checked.iter().map(|q| q.name.as_str()).collect();
-    let to = match &opts.target {
-        Some(t) => t.describe(),
-        None => "back to the queue each message first died in (default exchange)".into(),
-    };
+    let to = describe_target(&opts.target);
     printer.info(format!(
         "Moving the messages in {} that match ({}) {to} on {}, as they are read (--yes)",
         names.join(", "),
@@ -611,10 +615,7 @@ async fn stream(
     }
     print_report(printer, &report, "replayed");
     if report.stopped.is_some() {
-        printer.warn(format!(
-            "messages not reported as replayed are still in the DLQ; run the same command again to finish (at most {} may now be both in their destination and in the DLQ)",
-            opts.window
-        ));
+        warn_unfinished(printer, opts.window);
     }
     Ok(report.exit())
 }
