@@ -231,47 +231,38 @@ async fn run(channel: Channel, mut rx: mpsc::Receiver<Request>, window: usize, r
                             fail_all(&mut inflight, &mut writing, "broker connection lost before the confirm");
                             return;
                         }
-                        let done = match first {
-                            std::task::Poll::Ready(Ok(confirm)) => Some(confirm),
-                            _ => None,
-                        };
-                        match done {
-                            Some(confirm) if writing.is_empty() => {
-                                inflight.push_back(InFlight { key, confirm: Some(confirm), result: None, reply });
-                            }
-                            Some(confirm) => {
-                                // Keep the order: behind the writes still pending.
-                                writing.push_back(Writing { write: Box::pin(std::future::ready(Ok(confirm))), key, reply });
-                            }
-                            None => writing.push_back(Writing { write, key, reply }),
+                        if let std::task::Poll::Ready(Ok(confirm)) = first {
+                            write = Box::pin(std::future::ready(Ok(confirm)));
+                        }
+                        // In order, behind the writes still pending; moved on at once if written.
+                        writing.push_back(Writing { write, key, reply });
+                        if let Err(e) = promote_written(&mut writing, &mut inflight) {
+                            fail_all(&mut inflight, &mut writing, &lost(&e));
+                            return;
                         }
                     }
                 }
             }
             res = wait_written(&mut writing), if !writing.is_empty() => {
                 if let Err(e) = res {
-                    let msg = format!("broker connection lost before the confirm: {}", redact::scrub(&e.to_string()));
-                    fail_all(&mut inflight, &mut writing, &msg);
+                    fail_all(&mut inflight, &mut writing, &lost(&e));
                     return;
                 }
                 if let Err(e) = promote_written(&mut writing, &mut inflight) {
-                    let msg = format!("broker connection lost before the confirm: {}", redact::scrub(&e.to_string()));
-                    fail_all(&mut inflight, &mut writing, &msg);
+                    fail_all(&mut inflight, &mut writing, &lost(&e));
                     return;
                 }
             }
             res = wait_head(&mut inflight), if !inflight.is_empty() => {
                 if let Err(e) = res {
-                    let msg = format!("broker connection lost before the confirm: {}", redact::scrub(&e.to_string()));
-                    fail_all(&mut inflight, &mut writing, &msg);
+                    fail_all(&mut inflight, &mut writing, &lost(&e));
                     return;
                 }
                 // A confirm can resolve only after its publish was written, and a later
                 // publish's confirm may carry an earlier one's return: every written
                 // publish must be among those harvested before anything is decided.
                 if let Err(e) = promote_written(&mut writing, &mut inflight) {
-                    let msg = format!("broker connection lost before the confirm: {}", redact::scrub(&e.to_string()));
-                    fail_all(&mut inflight, &mut writing, &msg);
+                    fail_all(&mut inflight, &mut writing, &lost(&e));
                     return;
                 }
                 // Harvest every confirm that has resolved by now, with what it carries.
@@ -284,8 +275,7 @@ async fn run(channel: Channel, mut rx: mpsc::Receiver<Request>, window: usize, r
                         match r {
                             Ok(conf) => f.result = Some(conf),
                             Err(e) => {
-                                let msg = format!("broker connection lost before the confirm: {}", redact::scrub(&e.to_string()));
-                                fail_all(&mut inflight, &mut writing, &msg);
+                                fail_all(&mut inflight, &mut writing, &lost(&e));
                                 return;
                             }
                         }
@@ -350,6 +340,14 @@ fn fail_all(inflight: &mut VecDeque<InFlight>, writing: &mut VecDeque<Writing>, 
     for w in writing.drain(..) {
         let _ = w.reply.send(Err(anyhow!(msg.to_string())));
     }
+}
+
+/// What every publish still unsettled is told when the connection fails.
+fn lost(e: &lapin::Error) -> String {
+    format!(
+        "broker connection lost before the confirm: {}",
+        redact::scrub(&e.to_string())
+    )
 }
 
 /// Waits until the oldest pending write is done (it stays at the front).
