@@ -96,24 +96,301 @@ struct Request {
     reply: oneshot::Sender<Result<Outcome>>,
 }
 
-struct InFlight {
+/// A publish that was written, waiting for its confirm.
+struct InFlight<T> {
     key: String,
     confirm: Option<PublisherConfirm>,
     result: Option<Confirmation>,
-    reply: oneshot::Sender<Result<Outcome>>,
+    tag: T,
 }
 
 type Write =
     std::pin::Pin<Box<dyn std::future::Future<Output = lapin::Result<PublisherConfirm>> + Send>>;
 
 /// A publish whose frames are queued in lapin but not yet written to the socket.
-struct Writing {
+struct Writing<T> {
     write: Write,
     key: String,
-    reply: oneshot::Sender<Result<Outcome>>,
+    tag: T,
 }
 
-/// Handle to the publisher task. Clone it to publish from several tasks.
+/// A confirm-mode channel driven by the task that publishes: no task of its own, so a
+/// publish costs no hand-off between threads. Each message carries a caller's tag `T`,
+/// handed back with its outcome, in publish order.
+///
+/// Publishes are staged and handed to lapin together by [`Pipeline::flush`]: lapin wakes
+/// its I/O thread per publish, and one handed over alone goes out in a TCP segment of its
+/// own, which costs the broker more than the publish itself.
+///
+/// Confirms are settled in one place because lapin hands a `basic.return` to whichever
+/// confirm resolves next, which under pipelining may be another message's. A return
+/// always precedes its own message's ack, so:
+/// - a confirm that carries nothing: its return (if any) went to an earlier-resolved
+///   confirm, already harvested -> decided from the harvested set;
+/// - a confirm carrying another message's return: returns are queued; decide nothing more
+///   (and publish nothing more) until every in-flight confirm resolved (then every return
+///   has been handed out).
+pub struct Pipeline<T> {
+    channel: Channel,
+    pace: Pace,
+    staged: VecDeque<(Outgoing, T)>,
+    // Publishes whose frames are queued but not yet written, oldest first. lapin's
+    // `basic_publish` resolves only once the I/O thread has written the frames; awaiting
+    // each one before the next cost a thread round trip per message. Its first poll queues
+    // the frames (and registers the confirm) synchronously, so polling each once in order
+    // keeps the publish order, and the writes complete in that order.
+    writing: VecDeque<Writing<T>>,
+    inflight: VecDeque<InFlight<T>>,
+    returned: HashMap<String, (u16, String)>,
+    draining: bool,
+    settled: VecDeque<(T, Result<Outcome>)>,
+    /// Set once the channel failed: every later publish is settled with this error.
+    lost: Option<String>,
+}
+
+impl<T> Pipeline<T> {
+    /// Opens a confirm-mode channel; `rate` caps publishes per second.
+    pub async fn open(conn: &Connection, rate: Option<f64>) -> Result<Pipeline<T>> {
+        let channel = conn.create_channel().await.map_err(scrubbed)?;
+        channel
+            .confirm_select(ConfirmSelectOptions::default())
+            .await
+            .map_err(scrubbed)?;
+        Ok(Pipeline {
+            channel,
+            pace: Pace::new(rate),
+            staged: VecDeque::new(),
+            writing: VecDeque::new(),
+            inflight: VecDeque::new(),
+            returned: HashMap::new(),
+            draining: false,
+            settled: VecDeque::new(),
+            lost: None,
+        })
+    }
+
+    /// Messages given to the pipeline whose outcome was not taken yet.
+    pub fn len(&self) -> usize {
+        self.staged.len() + self.writing.len() + self.inflight.len() + self.settled.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Queues a message; it is published, in order, by the next `flush` (or `next`).
+    /// It must carry a unique correlation key (see [`correlation_key`]).
+    pub fn stage(&mut self, msg: Outgoing, tag: T) {
+        self.staged.push_back((msg, tag));
+    }
+
+    /// Publishes every staged message, in order (pacing `--rate`, and waiting while a
+    /// misattributed return is being sorted out).
+    pub async fn flush(&mut self) {
+        // Taken off `staged` only once started: cancelled at an await (a `select!`), the
+        // message stays staged.
+        while !self.staged.is_empty() {
+            while self.draining && self.lost.is_none() {
+                self.wait_progress().await;
+                self.progress();
+            }
+            self.pace.wait().await;
+            let (msg, tag) = self.staged.pop_front().expect("not empty");
+            self.start(msg, tag);
+        }
+    }
+
+    /// The next outcome already known, in publish order, without waiting.
+    pub fn try_next(&mut self) -> Option<(T, Result<Outcome>)> {
+        self.progress();
+        self.settled.pop_front()
+    }
+
+    /// The next outcome, in publish order, waiting for it; `None` once nothing is left.
+    /// An error means the outcome is unknown (connection lost): treat it as not moved.
+    pub async fn next(&mut self) -> Option<(T, Result<Outcome>)> {
+        self.flush().await;
+        loop {
+            if let Some(done) = self.try_next() {
+                return Some(done);
+            }
+            if self.writing.is_empty() && self.inflight.is_empty() {
+                return None;
+            }
+            self.wait_progress().await;
+        }
+    }
+
+    /// Hands one publish to lapin: its first poll queues the frames, now.
+    fn start(&mut self, msg: Outgoing, tag: T) {
+        if let Some(why) = &self.lost {
+            self.settled.push_back((tag, Err(anyhow!(why.clone()))));
+            return;
+        }
+        let key = correlation_key(&msg.properties).unwrap_or_default();
+        let opts = BasicPublishOptions {
+            mandatory: true,
+            ..Default::default()
+        };
+        let ch = self.channel.clone();
+        let mut write: Write = Box::pin(async move {
+            ch.basic_publish(
+                msg.exchange.as_str().into(),
+                msg.routing_key.as_str().into(),
+                opts,
+                &msg.body,
+                msg.properties,
+            )
+            .await
+        });
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        if let std::task::Poll::Ready(r) = write.as_mut().poll(&mut cx) {
+            write = Box::pin(std::future::ready(r));
+        }
+        // In order, behind the writes still pending; moved on at once if written.
+        self.writing.push_back(Writing { write, key, tag });
+        self.progress();
+    }
+
+    /// Moves written publishes on, harvests resolved confirms and settles, in publish
+    /// order, what can be decided. Never waits.
+    fn progress(&mut self) {
+        if self.lost.is_some() {
+            return;
+        }
+        if let Err(e) = self.try_progress() {
+            self.fail_all(lost(&e));
+        }
+    }
+
+    fn try_progress(&mut self) -> Result<(), lapin::Error> {
+        // A confirm can resolve only after its publish was written, and a later publish's
+        // confirm may carry an earlier one's return: every written publish must be among
+        // those harvested before anything is decided.
+        self.promote_written()?;
+        // Nothing can be decided before the oldest confirm resolved: until then only it is
+        // looked at (polling a whole window of confirms per publish cost O(window) each).
+        let head_done = match self.inflight.front_mut() {
+            None => false,
+            Some(f) => {
+                if f.result.is_none()
+                    && let Some(c) = f.confirm.as_mut()
+                    && let Some(r) = c.now_or_never()
+                {
+                    f.confirm = None;
+                    f.result = Some(r?);
+                }
+                f.result.is_some()
+            }
+        };
+        if !head_done && !self.draining {
+            return Ok(());
+        }
+        for f in self.inflight.iter_mut() {
+            if f.result.is_none()
+                && let Some(c) = f.confirm.as_mut()
+                && let Some(r) = c.now_or_never()
+            {
+                f.confirm = None;
+                f.result = Some(r?);
+            }
+        }
+        for f in self.inflight.iter_mut() {
+            if let Some(Confirmation::Ack(Some(m)) | Confirmation::Nack(Some(m))) =
+                f.result.as_mut()
+            {
+                let key = correlation_key(&m.delivery.properties).unwrap_or_default();
+                if key != f.key {
+                    self.draining = true;
+                }
+                self.returned
+                    .insert(key, (m.reply_code, m.reply_text.as_str().to_string()));
+                // Keep the variant (ack/nack) but drop the carried message: it is recorded.
+                f.result = Some(match f.result.take() {
+                    Some(Confirmation::Nack(_)) => Confirmation::Nack(None),
+                    _ => Confirmation::Ack(None),
+                });
+            }
+        }
+        if self.draining
+            && self.writing.is_empty()
+            && self.inflight.iter().all(|f| f.result.is_some())
+        {
+            self.draining = false; // every return has been handed out: all decidable now
+        }
+        if !self.draining {
+            while self.inflight.front().is_some_and(|f| f.result.is_some()) {
+                let f = self.inflight.pop_front().expect("front exists");
+                let outcome = match f.result {
+                    Some(Confirmation::Nack(_)) => Outcome::Nacked,
+                    _ => match self.returned.remove(&f.key) {
+                        Some((code, text)) => Outcome::Returned { code, text },
+                        None => Outcome::Confirmed,
+                    },
+                };
+                self.settled.push_back((f.tag, Ok(outcome)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves the written publishes at the front of `writing`, in order, to `inflight`.
+    fn promote_written(&mut self) -> Result<(), lapin::Error> {
+        while let Some(w) = self.writing.front_mut() {
+            let Some(r) = w.write.as_mut().now_or_never() else {
+                break;
+            };
+            let w = self.writing.pop_front().expect("front exists");
+            match r {
+                Ok(confirm) => self.inflight.push_back(InFlight {
+                    key: w.key,
+                    confirm: Some(confirm),
+                    result: None,
+                    tag: w.tag,
+                }),
+                Err(e) => {
+                    self.settled
+                        .push_back((w.tag, Err(scrubbed(e.clone()).context("publishing"))));
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until the oldest pending write is done or the oldest unresolved confirm
+    /// resolves; a failure settles everything unsettled as lost.
+    async fn wait_progress(&mut self) {
+        if self.lost.is_some() {
+            return;
+        }
+        let res = tokio::select! {
+            r = wait_written(&mut self.writing), if !self.writing.is_empty() => r,
+            r = wait_head(&mut self.inflight), if !self.inflight.is_empty() => r,
+            else => Ok(()),
+        };
+        if let Err(e) = res {
+            self.fail_all(lost(&e));
+        }
+    }
+
+    /// Settles everything not yet settled, in publish order, as lost.
+    fn fail_all(&mut self, why: String) {
+        // A confirm that already resolved cleanly still counts as unknown here: the
+        // outcome is only trusted once decided, and this path stops the run anyway.
+        let tags = (self.inflight.drain(..).map(|f| f.tag))
+            .chain(self.writing.drain(..).map(|w| w.tag))
+            .chain(self.staged.drain(..).map(|(_, t)| t))
+            .collect::<Vec<_>>();
+        for tag in tags {
+            self.settled.push_back((tag, Err(anyhow!(why.clone()))));
+        }
+        self.lost = Some(why);
+    }
+}
+
+/// Handle to a publisher task (a [`Pipeline`] of its own), for callers that publish from
+/// several tasks. Clone it to publish from several tasks.
 #[derive(Clone)]
 pub struct Publisher {
     tx: mpsc::Sender<Request>,
@@ -123,13 +400,9 @@ impl Publisher {
     /// Opens a confirm-mode channel and starts the publisher task. `window` is the most
     /// unconfirmed publishes at once; `rate` caps publishes per second.
     pub async fn start(conn: &Connection, window: usize, rate: Option<f64>) -> Result<Publisher> {
-        let channel = conn.create_channel().await.map_err(scrubbed)?;
-        channel
-            .confirm_select(ConfirmSelectOptions::default())
-            .await
-            .map_err(scrubbed)?;
+        let pipeline = Pipeline::open(conn, rate).await?;
         let (tx, rx) = mpsc::channel(window.max(1));
-        tokio::spawn(run(channel, rx, window.max(1), rate));
+        tokio::spawn(run(pipeline, rx, window.max(1)));
         Ok(Publisher { tx })
     }
 
@@ -182,135 +455,41 @@ impl Pace {
     }
 }
 
-/// The publisher task. Confirms are settled here, in one place, because lapin hands a
-/// `basic.return` to whichever confirm resolves next, which under pipelining may be
-/// another message's. A return always precedes its own message's ack, so:
-/// - a confirm that carries nothing: its return (if any) went to an earlier-resolved
-///   confirm, already harvested -> decided from the harvested set;
-/// - a confirm carrying another message's return: returns are queued; decide nothing more
-///   until every in-flight confirm resolved (then every return has been handed out).
-async fn run(channel: Channel, mut rx: mpsc::Receiver<Request>, window: usize, rate: Option<f64>) {
-    let mut inflight: VecDeque<InFlight> = VecDeque::new();
-    let mut returned: HashMap<String, (u16, String)> = HashMap::new();
-    let mut draining = false;
-    let mut pace = Pace::new(rate);
-    // Publishes whose frames are queued but not yet written, oldest first. lapin's
-    // `basic_publish` resolves only once the I/O thread has written the frames; awaiting
-    // each one before the next cost a thread round trip per message. Its first poll queues
-    // the frames (and registers the confirm) synchronously, so polling each once in order
-    // keeps the publish order, and the writes complete in that order.
-    let mut writing: VecDeque<Writing> = VecDeque::new();
+/// The publisher task: takes requests while fewer than `window` are unsettled, publishes
+/// what arrived together in one go, and answers each as it settles.
+async fn run(
+    mut pipeline: Pipeline<oneshot::Sender<Result<Outcome>>>,
+    mut rx: mpsc::Receiver<Request>,
+    window: usize,
+) {
     let mut closed = false;
     loop {
-        let can_publish = !closed && !draining && inflight.len() + writing.len() < window;
-        if inflight.is_empty() && writing.is_empty() && closed {
+        while let Some((reply, out)) = pipeline.try_next() {
+            let _ = reply.send(out);
+        }
+        if closed && pipeline.is_empty() {
             break;
         }
         tokio::select! {
             biased;
-            req = rx.recv(), if can_publish => {
+            req = rx.recv(), if !closed && pipeline.len() < window => {
                 match req {
                     None => closed = true,
-                    Some(req) => {
-                        pace.wait().await;
-                        let Request { msg, reply } = req;
-                        let key = correlation_key(&msg.properties).unwrap_or_default();
-                        let opts = BasicPublishOptions { mandatory: true, ..Default::default() };
-                        let ch = channel.clone();
-                        let mut write: Write = Box::pin(async move {
-                            ch.basic_publish(msg.exchange.as_str().into(), msg.routing_key.as_str().into(), opts, &msg.body, msg.properties)
-                                .await
-                        });
-                        // The first poll, now: the frames are queued in submission order.
-                        let first = std::future::poll_fn(|cx| {
-                            std::task::Poll::Ready(write.as_mut().poll(cx))
-                        })
-                        .await;
-                        if let std::task::Poll::Ready(Err(e)) = first {
-                            let _ = reply.send(Err(scrubbed(e).context("publishing")));
-                            fail_all(&mut inflight, &mut writing, "broker connection lost before the confirm");
-                            return;
-                        }
-                        if let std::task::Poll::Ready(Ok(confirm)) = first {
-                            write = Box::pin(std::future::ready(Ok(confirm)));
-                        }
-                        // In order, behind the writes still pending; moved on at once if written.
-                        writing.push_back(Writing { write, key, reply });
-                        if let Err(e) = promote_written(&mut writing, &mut inflight) {
-                            fail_all(&mut inflight, &mut writing, &lost(&e));
-                            return;
-                        }
-                    }
-                }
-            }
-            res = wait_written(&mut writing), if !writing.is_empty() => {
-                if let Err(e) = res {
-                    fail_all(&mut inflight, &mut writing, &lost(&e));
-                    return;
-                }
-                if let Err(e) = promote_written(&mut writing, &mut inflight) {
-                    fail_all(&mut inflight, &mut writing, &lost(&e));
-                    return;
-                }
-            }
-            res = wait_head(&mut inflight), if !inflight.is_empty() => {
-                if let Err(e) = res {
-                    fail_all(&mut inflight, &mut writing, &lost(&e));
-                    return;
-                }
-                // A confirm can resolve only after its publish was written, and a later
-                // publish's confirm may carry an earlier one's return: every written
-                // publish must be among those harvested before anything is decided.
-                if let Err(e) = promote_written(&mut writing, &mut inflight) {
-                    fail_all(&mut inflight, &mut writing, &lost(&e));
-                    return;
-                }
-                // Harvest every confirm that has resolved by now, with what it carries.
-                for f in inflight.iter_mut() {
-                    if f.result.is_none()
-                        && let Some(c) = f.confirm.as_mut()
-                        && let Some(r) = c.now_or_never()
-                    {
-                        f.confirm = None;
-                        match r {
-                            Ok(conf) => f.result = Some(conf),
-                            Err(e) => {
-                                fail_all(&mut inflight, &mut writing, &lost(&e));
-                                return;
+                    Some(Request { msg, reply }) => {
+                        pipeline.stage(msg, reply);
+                        while pipeline.len() < window {
+                            match rx.try_recv() {
+                                Ok(Request { msg, reply }) => pipeline.stage(msg, reply),
+                                Err(_) => break,
                             }
                         }
+                        pipeline.flush().await;
                     }
                 }
-                for f in inflight.iter_mut() {
-                    if let Some(Confirmation::Ack(Some(m)) | Confirmation::Nack(Some(m))) = f.result.as_mut() {
-                        let key = correlation_key(&m.delivery.properties).unwrap_or_default();
-                        if key != f.key {
-                            draining = true;
-                        }
-                        returned.insert(key, (m.reply_code, m.reply_text.as_str().to_string()));
-                        // Keep the variant (ack/nack) but drop the carried message: it is recorded.
-                        f.result = Some(match f.result.take() {
-                            Some(Confirmation::Nack(_)) => Confirmation::Nack(None),
-                            _ => Confirmation::Ack(None),
-                        });
-                    }
-                }
-                if draining && writing.is_empty() && inflight.iter().all(|f| f.result.is_some()) {
-                    draining = false; // every return has been handed out: all decidable now
-                }
-                if !draining {
-                    // Settle resolved confirms in publish order.
-                    while inflight.front().is_some_and(|f| f.result.is_some()) {
-                        let f = inflight.pop_front().expect("front exists");
-                        let outcome = match f.result {
-                            Some(Confirmation::Nack(_)) => Outcome::Nacked,
-                            _ => match returned.remove(&f.key) {
-                                Some((code, text)) => Outcome::Returned { code, text },
-                                None => Outcome::Confirmed,
-                            },
-                        };
-                        let _ = f.reply.send(Ok(outcome));
-                    }
+            }
+            done = pipeline.next(), if !pipeline.is_empty() => {
+                if let Some((reply, out)) = done {
+                    let _ = reply.send(out);
                 }
             }
         }
@@ -318,7 +497,7 @@ async fn run(channel: Channel, mut rx: mpsc::Receiver<Request>, window: usize, r
 }
 
 /// Waits for the oldest unresolved confirm.
-async fn wait_head(inflight: &mut VecDeque<InFlight>) -> Result<(), lapin::Error> {
+async fn wait_head<T>(inflight: &mut VecDeque<InFlight<T>>) -> Result<(), lapin::Error> {
     let Some(f) = inflight.iter_mut().find(|f| f.result.is_none()) else {
         return Ok(());
     };
@@ -331,17 +510,6 @@ async fn wait_head(inflight: &mut VecDeque<InFlight>) -> Result<(), lapin::Error
     Ok(())
 }
 
-fn fail_all(inflight: &mut VecDeque<InFlight>, writing: &mut VecDeque<Writing>, msg: &str) {
-    for f in inflight.drain(..) {
-        // A confirm that already resolved cleanly still counts as unknown here: the
-        // outcome is only trusted once decided, and this path stops the run anyway.
-        let _ = f.reply.send(Err(anyhow!(msg.to_string())));
-    }
-    for w in writing.drain(..) {
-        let _ = w.reply.send(Err(anyhow!(msg.to_string())));
-    }
-}
-
 /// What every publish still unsettled is told when the connection fails.
 fn lost(e: &lapin::Error) -> String {
     format!(
@@ -351,7 +519,7 @@ fn lost(e: &lapin::Error) -> String {
 }
 
 /// Waits until the oldest pending write is done (it stays at the front).
-async fn wait_written(writing: &mut VecDeque<Writing>) -> Result<(), lapin::Error> {
+async fn wait_written<T>(writing: &mut VecDeque<Writing<T>>) -> Result<(), lapin::Error> {
     let Some(w) = writing.front_mut() else {
         return Ok(());
     };
@@ -366,30 +534,4 @@ async fn wait_written(writing: &mut VecDeque<Writing>) -> Result<(), lapin::Erro
         std::task::Poll::Pending => std::task::Poll::Pending,
     })
     .await
-}
-
-/// Moves the written publishes at the front of `writing`, in order, to `inflight`.
-fn promote_written(
-    writing: &mut VecDeque<Writing>,
-    inflight: &mut VecDeque<InFlight>,
-) -> Result<(), lapin::Error> {
-    while let Some(w) = writing.front_mut() {
-        let Some(r) = w.write.as_mut().now_or_never() else {
-            break;
-        };
-        let w = writing.pop_front().expect("front exists");
-        match r {
-            Ok(confirm) => inflight.push_back(InFlight {
-                key: w.key,
-                confirm: Some(confirm),
-                result: None,
-                reply: w.reply,
-            }),
-            Err(e) => {
-                let _ = w.reply.send(Err(scrubbed(e.clone()).context("publishing")));
-                return Err(e);
-            }
-        }
-    }
-    Ok(())
 }

@@ -16,7 +16,7 @@
 use super::acks::{Acked, Acks};
 use super::requeue::{self, Refusal, Stamp};
 use super::{Target, print_plan_groups, print_report};
-use crate::broker::{Outcome, Outgoing, Publisher};
+use crate::broker::{Outcome, Outgoing, Pipeline};
 use crate::error::{Exit, usage};
 use crate::model::RecordId;
 use crate::output::{Printer, ellipsize};
@@ -30,8 +30,6 @@ use crate::source::amqp::topology::QueueKind;
 use crate::source::amqp::{self, Checked};
 use crate::{fingerprint, redact};
 use anyhow::Result;
-use futures_util::StreamExt;
-use futures_util::stream::FuturesUnordered;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -202,7 +200,10 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     // With --yes (and no dry run, no canary, no --plan-first) nobody reads the plan:
     // select and move in one pass, as a shovel does, instead of taking everything first.
     if opts.yes && !opts.dry_run && opts.canary.is_none() && !opts.plan_first {
-        return stream(settings, printer, &opts, &conn, &checked, &stamp_for).await;
+        return stream(
+            settings, printer, &opts, &conn, &checked, &stamp_for, &replay_id,
+        )
+        .await;
     }
 
     // 1. Plan. Every DLQ's messages present now are taken and held unacknowledged (nothing
@@ -220,6 +221,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     let mut held_bytes = 0usize;
     let mut single_pass = true;
     let budget = hold_budget();
+    let mut publish_ids = PublishIds::new(&replay_id);
     let bar = printer.progress(None, "planning");
     for (qi, q) in checked.iter().enumerate() {
         let mut taker = Taker::open(&ReadSpec::for_checked(q, None)).await?;
@@ -280,8 +282,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             if single_pass && !opts.dry_run {
                 // Kept as it will be published: the rewritten properties wire-encoded (a
                 // few hundred bytes, where parsed dead-letter headers take ~3 KiB).
-                let publish_id = uuid::Uuid::new_v4().to_string();
-                let props = requeue::prepare(&stored, &stamp, &publish_id)
+                let props = requeue::prepare(&stored, &stamp, &publish_ids.next())
                     .ok()
                     .and_then(|p| crate::amqp_codec::encode_properties(&p));
                 held_bytes += d.data.len() + props.as_ref().map_or(0, |p| p.len()) + HELD_OVERHEAD;
@@ -381,13 +382,14 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     for (id, why) in std::mem::take(&mut plan.refused) {
         report.fail(id, why);
     }
-    let publisher = Publisher::start(&conn, opts.window.max(1), opts.rate).await?;
+    let pipeline = Pipeline::open(&conn, opts.rate).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let signals = super::stop_on_signal(stop.clone());
     let bar = printer.progress(Some(plan.count), "replaying");
     let mut mover = Mover {
         conn: &conn,
-        publisher: &publisher,
+        pipeline,
+        publish_ids,
         opts: &opts,
         report: &mut report,
         bar: &bar,
@@ -435,11 +437,11 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         }
     }
     let acked = std::mem::take(&mut mover.acked);
+    drop(mover);
     drop(held);
     release_all(&conn, takers, &acked).await;
     bar.finish_and_clear();
     signals.abort();
-    drop(publisher);
     amqp::close(&conn, "dlq replay done").await;
     print_report(printer, &report, "replayed");
     if report.stopped.is_some() && canary_ok {
@@ -555,6 +557,7 @@ async fn stream(
     conn: &lapin::Connection,
     checked: &[Checked],
     stamp_for: &dyn Fn(&str) -> Stamp,
+    replay_id: &str,
 ) -> Result<Exit> {
     let target_note = match &opts.target {
         Some(t) => t.check(conn, printer).await?,
@@ -572,13 +575,14 @@ async fn stream(
         printer.info(n);
     }
     let mut report = Report::new("replay");
-    let publisher = Publisher::start(conn, opts.window.max(1), opts.rate).await?;
+    let pipeline = Pipeline::open(conn, opts.rate).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let signals = super::stop_on_signal(stop.clone());
     let bar = printer.progress(None, "replaying");
     let mut mover = Mover {
         conn,
-        publisher: &publisher,
+        pipeline,
+        publish_ids: PublishIds::new(replay_id),
         opts,
         report: &mut report,
         bar: &bar,
@@ -594,9 +598,9 @@ async fn stream(
     };
     let passed = mover.pass(checked, stamp_for, None).await;
     let picks = std::mem::replace(&mut mover.picks, Picks::Planned(HashMap::new()));
+    drop(mover);
     bar.finish_and_clear();
     signals.abort();
-    drop(publisher);
     passed?;
     amqp::close(conn, "dlq replay done").await;
     if let Picks::Streaming {
@@ -620,10 +624,33 @@ async fn stream(
     Ok(report.exit())
 }
 
+/// Correlation keys for publishes (the `dlq-publish-id` header): unique per publish, built
+/// from the run's id and a counter (a random id per message cost a system call each).
+struct PublishIds {
+    prefix: String,
+    next: u64,
+}
+
+impl PublishIds {
+    fn new(replay_id: &str) -> PublishIds {
+        PublishIds {
+            prefix: replay_id.to_string(),
+            next: 0,
+        }
+    }
+
+    fn next(&mut self) -> String {
+        self.next += 1;
+        format!("{}.{}", self.prefix, self.next)
+    }
+}
+
 /// State of the move phase.
 struct Mover<'a> {
     conn: &'a lapin::Connection,
-    publisher: &'a Publisher,
+    /// Publishes from this task: no hand-off to another task per message.
+    pipeline: Pipeline<Pending>,
+    publish_ids: PublishIds,
     opts: &'a Options,
     report: &'a mut Report,
     bar: &'a indicatif::ProgressBar,
@@ -636,41 +663,13 @@ struct Mover<'a> {
     moved_now: u64,
 }
 
-type InFlight = std::pin::Pin<Box<dyn std::future::Future<Output = Settled> + Send>>;
-
-/// A publish outcome, with what acknowledges the DLQ copy once it is confirmed.
-struct Settled {
+/// What acknowledges a published message's DLQ copy once it is confirmed.
+struct Pending {
     queue: usize,
     chan: usize,
     tag: u64,
     acker: lapin::Acker,
     id: RecordId,
-    out: Result<Outcome>,
-}
-
-/// Awaits a submitted publish's outcome.
-fn in_flight(
-    submitted: Result<impl std::future::Future<Output = Result<Outcome>> + Send + 'static>,
-    queue: usize,
-    chan: usize,
-    tag: u64,
-    acker: lapin::Acker,
-    id: RecordId,
-) -> InFlight {
-    Box::pin(async move {
-        let out = match submitted {
-            Ok(outcome) => outcome.await,
-            Err(e) => Err(e),
-        };
-        Settled {
-            queue,
-            chan,
-            tag,
-            acker,
-            id,
-            out,
-        }
-    })
 }
 
 impl Mover<'_> {
@@ -682,9 +681,8 @@ impl Mover<'_> {
         limit: Option<u64>,
     ) -> u64 {
         let mut moved = 0u64;
-        let mut inflight: FuturesUnordered<InFlight> = FuturesUnordered::new();
         loop {
-            moved += self.settle_ready(&mut inflight).await;
+            moved += self.settle_ready().await;
             if self.report.stopped.is_some() {
                 break;
             }
@@ -692,7 +690,7 @@ impl Mover<'_> {
                 self.report.stopped = Some("interrupted".into());
                 break;
             }
-            if limit.is_some_and(|l| moved + (inflight.len() + self.acks.pending()) as u64 >= l) {
+            if limit.is_some_and(|l| moved + self.unsettled() as u64 >= l) {
                 break;
             }
             let Some(h) = held.pop_front() else { break };
@@ -706,48 +704,69 @@ impl Mover<'_> {
                 continue;
             };
             let (exchange, routing_key) = routes.list[h.route as usize].clone();
-            let submitted = self
-                .publisher
-                .submit(Outgoing {
+            self.pipeline.stage(
+                Outgoing {
                     exchange,
                     routing_key,
                     body: h.body,
                     properties: props,
-                })
-                .await;
-            inflight.push(in_flight(submitted, h.queue, h.chan, h.tag, h.acker, h.id));
+                },
+                Pending {
+                    queue: h.queue,
+                    chan: h.chan,
+                    tag: h.tag,
+                    acker: h.acker,
+                    id: h.id,
+                },
+            );
         }
-        moved + self.settle_all(&mut inflight).await
+        moved + self.settle_all().await
     }
 
-    /// Settles the publishes that are done and returns how many messages moved. Published
-    /// but not yet acknowledged DLQ copies (in flight + confirmed awaiting their batched
-    /// acknowledgement) stay at most `window`: the duplicate window if dlq dies.
-    async fn settle_ready(&mut self, inflight: &mut FuturesUnordered<InFlight>) -> u64 {
+    /// Published (or staged) and not yet acknowledged in their DLQ: at most `--window`.
+    fn unsettled(&self) -> usize {
+        self.pipeline.len() + self.acks.pending()
+    }
+
+    /// Settles the publishes that are done, acknowledges their DLQ copies, and returns how
+    /// many messages moved. Published but not yet acknowledged DLQ copies (staged, in
+    /// flight, or confirmed with an acknowledgement not yet written) stay at most `window`:
+    /// the duplicate window if dlq dies. Waits only while that window is full.
+    async fn settle_ready(&mut self) -> u64 {
         let window = self.opts.window.max(1);
         loop {
-            let done = if inflight.len() + self.acks.pending() >= window {
-                if self.acks.pending() > 0 {
-                    let acked = self.acks.flush().await;
-                    self.count_acked(acked);
-                    continue;
+            while let Some(done) = self.pipeline.try_next() {
+                self.settle(done);
+            }
+            // Acknowledged as soon as confirmed, without waiting for the write: a full
+            // window then holds publishes, not acknowledgements waiting their turn.
+            self.acks.send();
+            let acked = self.acks.written();
+            self.count_acked(acked);
+            if self.unsettled() < window {
+                break;
+            }
+            self.pipeline.flush().await;
+            tokio::select! {
+                done = self.pipeline.next(), if !self.pipeline.is_empty() => {
+                    if let Some(done) = done {
+                        self.settle(done);
+                    }
                 }
-                inflight.next().await
-            } else {
-                match inflight.now_or_never_some() {
-                    Some(d) => d,
-                    None => break,
+                acked = self.acks.next_written(), if self.acks.sending() => {
+                    if let Some(acked) = acked {
+                        self.count_acked(acked);
+                    }
                 }
-            };
-            let Some(done) = done else { break };
-            self.settle(done);
+                else => break, // nothing to wait for: cannot happen, but never spin
+            }
         }
         std::mem::take(&mut self.moved_now)
     }
 
     /// Settles everything still in flight and sends every acknowledgement due.
-    async fn settle_all(&mut self, inflight: &mut FuturesUnordered<InFlight>) -> u64 {
-        while let Some(done) = inflight.next().await {
+    async fn settle_all(&mut self) -> u64 {
+        while let Some(done) = self.pipeline.next().await {
             self.settle(done);
         }
         let acked = self.acks.flush().await;
@@ -781,11 +800,10 @@ impl Mover<'_> {
             let spec = ReadSpec::for_checked(&now, None);
             let mut taker = Taker::open(&spec).await?;
             let stamp = stamp_for(&q.name);
-            let mut inflight: FuturesUnordered<InFlight> = FuturesUnordered::new();
             let acked_before = self.acked[qi];
             loop {
                 // Settle what is done; keep at most `window` publishes in flight.
-                moved += self.settle_ready(&mut inflight).await;
+                moved += self.settle_ready().await;
                 if self.report.stopped.is_some() {
                     break;
                 }
@@ -793,10 +811,14 @@ impl Mover<'_> {
                     self.report.stopped = Some("interrupted".into());
                     break;
                 }
-                if limit.is_some_and(|l| moved + (inflight.len() + self.acks.pending()) as u64 >= l)
+                if limit.is_some_and(|l| moved + self.unsettled() as u64 >= l)
                     || self.picks.full(&self.opts.selection)
                 {
                     break;
+                }
+                if !taker.ready() {
+                    // About to wait for deliveries: publish what is staged first.
+                    self.pipeline.flush().await;
                 }
                 let d = match taker.next(self.conn).await {
                     Ok(Some(d)) => d,
@@ -826,8 +848,7 @@ impl Mover<'_> {
                     self.report.fail(rec.id, why);
                     continue;
                 }
-                let publish_id = uuid::Uuid::new_v4().to_string();
-                let props = match requeue::prepare(&stored, &stamp, &publish_id) {
+                let props = match requeue::prepare(&stored, &stamp, &self.publish_ids.next()) {
                     Ok(p) => p,
                     Err(why) => {
                         self.acks.not_moved(qi, chan);
@@ -836,21 +857,24 @@ impl Mover<'_> {
                     }
                 };
                 self.picks.taken(&q.name, &rec.id);
-                let acker = d.acker;
-                let id = rec.id;
-                // Submitted here, in queue order; only the outcome is awaited later.
-                let submitted = self
-                    .publisher
-                    .submit(Outgoing {
+                // Staged in queue order; published together with the others ready now.
+                self.pipeline.stage(
+                    Outgoing {
                         exchange: route.0,
                         routing_key: route.1,
                         body: d.data,
                         properties: props,
-                    })
-                    .await;
-                inflight.push(in_flight(submitted, qi, chan, tag, acker, id));
+                    },
+                    Pending {
+                        queue: qi,
+                        chan,
+                        tag,
+                        acker: d.acker,
+                        id: rec.id,
+                    },
+                );
             }
-            moved += self.settle_all(&mut inflight).await;
+            moved += self.settle_all().await;
             let held = taker.taken.saturating_sub(self.acked[qi] - acked_before);
             taker.release(self.conn, held).await;
         }
@@ -858,16 +882,15 @@ impl Mover<'_> {
     }
 
     /// Records one publish outcome; a clean confirm queues the DLQ copy's acknowledgement.
-    fn settle(&mut self, done: Settled) {
+    fn settle(&mut self, (p, out): (Pending, Result<Outcome>)) {
         self.bar.inc(1);
-        let Settled {
+        let Pending {
             queue,
             chan,
             tag,
             acker,
             id,
-            out,
-        } = done;
+        } = p;
         if !matches!(out, Ok(Outcome::Confirmed)) {
             self.acks.not_moved(queue, chan);
         }
@@ -922,23 +945,6 @@ impl Mover<'_> {
                         .get_or_insert_with(|| "lost the channel to the DLQ".into());
                 }
             }
-        }
-    }
-}
-
-/// Polls a stream once without waiting: `Some(item)` if one was ready.
-trait NowOrNever {
-    fn now_or_never_some(&mut self) -> Option<Option<<Self as futures_util::Stream>::Item>>
-    where
-        Self: futures_util::Stream + Unpin;
-}
-
-impl<S: futures_util::Stream + Unpin> NowOrNever for S {
-    fn now_or_never_some(&mut self) -> Option<Option<S::Item>> {
-        use futures_util::FutureExt;
-        match self.next().now_or_never() {
-            Some(Some(item)) => Some(Some(item)),
-            _ => None,
         }
     }
 }

@@ -15,7 +15,7 @@
 
 use super::reader::ReadSpec;
 use anyhow::{Result, anyhow, bail};
-use futures_util::StreamExt;
+use futures_util::{FutureExt, StreamExt};
 use lapin::message::Delivery;
 use lapin::options::{
     BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions,
@@ -36,6 +36,8 @@ struct Current {
     got: u64,
     batch: u64,
     cancelled: bool,
+    /// What the consumer yielded when `ready` looked, not yet handed out by `next`.
+    peeked: Option<Option<lapin::Result<Delivery>>>,
 }
 
 pub struct Taker {
@@ -107,6 +109,7 @@ impl Taker {
                     got: 0,
                     batch,
                     cancelled: false,
+                    peeked: None,
                 });
             }
             let cur = self.current.as_mut().expect("set above");
@@ -118,6 +121,9 @@ impl Taker {
             }
             let mut stalled = Duration::ZERO;
             let next = loop {
+                if let Some(n) = cur.peeked.take() {
+                    break n;
+                }
                 match tokio::time::timeout(IDLE, cur.consumer.next()).await {
                     Ok(n) => break n,
                     Err(_) if cur.cancelled => {
@@ -177,6 +183,27 @@ impl Taker {
                     return Ok(Some(d));
                 }
             }
+        }
+    }
+
+    /// Whether `next` would return at once, without waiting for the broker: callers batch
+    /// work until it would wait.
+    pub fn ready(&mut self) -> bool {
+        let Some(cur) = self.current.as_mut() else {
+            return self.taken >= self.want;
+        };
+        if cur.peeked.is_some() {
+            return true;
+        }
+        if cur.got >= cur.batch && !cur.cancelled {
+            return false; // `next` cancels the consumer first: a round trip
+        }
+        match cur.consumer.next().now_or_never() {
+            Some(n) => {
+                cur.peeked = Some(n);
+                true
+            }
+            None => false,
         }
     }
 
