@@ -62,7 +62,9 @@ FULL = {
     "scan_rows": 1_000_000,
     "scan_repeats": 2,
     "queue_msgs": 100_000,
-    "queue_windows": [16, 64],
+    # 64 is dlq's default; 1000 is the shovel's prefetch: the same duplicate window (what a
+    # killed mover can leave in both queues) as the broker's own mover.
+    "queue_windows": [16, 64, 1000],
     "mover_prefetch": 100,
     "queue_scan_msgs": 1_000_000,
     "list_dlqs": 200,
@@ -510,6 +512,8 @@ class Bench:
             self.cfg["replay_sizes"] = [int(x) for x in args.replay_sizes.split(",")]
         if args.windows:
             self.cfg["windows"] = {n: [int(x) for x in args.windows.split(",")] for n in self.cfg["replay_sizes"]}
+        if args.queue_windows:
+            self.cfg["queue_windows"] = [int(x) for x in args.queue_windows.split(",")]
         for key in ("scan_rows", "queue_msgs", "queue_scan_msgs", "list_dlqs"):
             if getattr(args, key) is not None:
                 self.cfg[key] = getattr(args, key)
@@ -1081,14 +1085,20 @@ class Bench:
                 targets.append({"target": f"{s['scenario']} {s['case']}: peak RSS <= 64 MiB",
                                 "measured": v, "unit": "MiB", "goal": 64.0, "met": v is not None and v <= 64})
         qcase = f"{self.cfg['queue_msgs']} messages"
-        qb = max((s for s in summary if s["scenario"] == "queue_replay" and s["case"] == qcase
-                  and s["role"] == "dlq" and s["median_rate"]), key=lambda s: s["median_rate"], default=None)
+        qruns = [s for s in summary if s["scenario"] == "queue_replay" and s["case"] == qcase
+                 and s["role"] == "dlq" and s["median_rate"]]
+        # Judged at the default window, and again at the shovel's own duplicate window.
+        qdefault = next((s for s in qruns if s["variant"].endswith("--window 64")), None)
+        qsame = next((s for s in qruns if s["variant"].endswith("--window 1000")), None)
         if "queue_replay" in self.only:
-            for base, goal in (("dynamic shovel", 0.8), ("aio-pika", 3.0)):
-                r = next((v for k, v in (qb or {}).get("ratios", {}).items() if k.startswith(base)), None)
-                targets.append({"target": f"queue replay {qcase} >= {goal}x {base}", "measured": r, "unit": "x",
-                                "goal": goal, "met": r is not None and r >= goal,
-                                "best": qb["variant"] if qb else "dlq replay -Q not available yet"})
+            for label, qb in (("", qdefault), (" at the shovel's window (1000)", qsame)):
+                if qb is None and label:
+                    continue
+                for base, goal in (("dynamic shovel", 0.8), ("aio-pika", 3.0)):
+                    r = next((v for k, v in (qb or {}).get("ratios", {}).items() if k.startswith(base)), None)
+                    targets.append({"target": f"queue replay {qcase} >= {goal}x {base}{label}", "measured": r,
+                                    "unit": "x", "goal": goal, "met": r is not None and r >= goal,
+                                    "best": qb["variant"] if qb else "dlq replay -Q --window 64 not measured"})
         if "queue_scan" in self.only and not any(s["scenario"] == "queue_scan" for s in summary):
             targets.append({"target": f"queue_scan {self.cfg['queue_scan_msgs']} messages: peak RSS <= 64 MiB",
                             "measured": None, "unit": "MiB", "goal": 64.0, "met": False,
@@ -1230,6 +1240,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, help="repeat every measurement this many times")
     ap.add_argument("--scan-rows", type=int, help="rows in the scanned table")
     ap.add_argument("--queue-msgs", type=int, help="dead letters moved by the queue replay")
+    ap.add_argument("--queue-windows", help="dlq --window values for the queue replay, e.g. 64,1000")
     ap.add_argument("--queue-scan-msgs", type=int, help="messages in the scanned DLQ")
     ap.add_argument("--list-dlqs", type=int, help="DLQs for dlq list")
     ap.add_argument("--results-dir", default=str(HERE / "results"))

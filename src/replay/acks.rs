@@ -9,15 +9,16 @@
 //! Batching halved what the broker spends on acknowledgements in a full replay.
 //!
 //! Acknowledgements are handed to lapin as soon as their messages are confirmed, and their
-//! writes are collected later. lapin runs each acknowledgement as a task of its own, so two
-//! sent together may reach the wire in either order: a channel has at most one multiple
-//! acknowledgement in flight, or a lower one arriving second would name a tag the broker
-//! has already forgotten, and the broker would close the channel.
+//! writes are collected later. They go through the take channel itself, which queues the
+//! frame when called, in call order: a delivery's `Acker` runs each acknowledgement as a
+//! task of its own, so two sent together could reach the wire in either order, and a
+//! multiple acknowledgement arriving after a higher one names a tag the broker has already
+//! forgotten (it closes the channel). It also costs a hand-off between threads each.
 
 use crate::model::RecordId;
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
-use lapin::Acker;
+use lapin::Channel;
 use lapin::options::BasicAckOptions;
 use std::collections::HashMap;
 
@@ -26,40 +27,38 @@ pub struct Acked {
     /// Index of its DLQ.
     pub queue: usize,
     pub id: RecordId,
-    /// `Ok(true)`: sent; anything else: the message may now be in both places.
-    pub result: Result<bool, lapin::Error>,
+    /// `Ok`: written; an error: the message may now be in both places.
+    pub result: Result<(), lapin::Error>,
 }
 
 struct Chan {
     /// The tag a batch acknowledgement can extend to next.
     next: u64,
     batch: bool,
-    /// Acker of the highest confirmed tag of the batch, and the messages it covers.
-    last: Option<Acker>,
+    /// The highest confirmed tag of the batch, and the messages it covers.
+    last: Option<u64>,
     covered: Vec<RecordId>,
     /// Single mode: messages to acknowledge one by one at the next send.
-    single: Vec<(RecordId, Acker)>,
-    /// A multiple acknowledgement of this channel is being written.
-    in_flight: bool,
+    single: Vec<(RecordId, u64)>,
+    /// The take channel, which delivered these tags.
+    channel: Channel,
 }
 
 impl Chan {
-    fn new() -> Chan {
+    fn new(channel: Channel) -> Chan {
         Chan {
             next: 1,
             batch: true,
             last: None,
             covered: Vec::new(),
             single: Vec::new(),
-            in_flight: false,
+            channel,
         }
     }
 }
 
-/// One acknowledgement being written: the channel of a multiple one, and how it went.
-type Sending = std::pin::Pin<
-    Box<dyn std::future::Future<Output = (Option<(usize, usize)>, Vec<Acked>)> + Send>,
->;
+/// One acknowledgement being written, and how it went.
+type Sending = std::pin::Pin<Box<dyn std::future::Future<Output = Vec<Acked>> + Send>>;
 
 /// Acknowledgements waiting to be sent, per (DLQ index, take channel index), and those
 /// handed to lapin but not yet written.
@@ -87,16 +86,30 @@ impl Acks {
         !self.sending.is_empty() || !self.done.is_empty()
     }
 
+    /// Take channel `chan` of DLQ `queue`: announced before any of its messages is
+    /// confirmed or skipped.
+    pub fn channel(&mut self, queue: usize, chan: usize, channel: &Channel) {
+        self.chans
+            .entry((queue, chan))
+            .or_insert_with(|| Chan::new(channel.clone()));
+    }
+
+    fn chan(&mut self, queue: usize, chan: usize) -> &mut Chan {
+        self.chans
+            .get_mut(&(queue, chan))
+            .expect("take channels are announced before their messages")
+    }
+
     /// A message whose publish was cleanly confirmed: acknowledged at the next send.
-    pub fn confirmed(&mut self, queue: usize, chan: usize, tag: u64, acker: Acker, id: RecordId) {
-        let c = self.chans.entry((queue, chan)).or_insert_with(Chan::new);
+    pub fn confirmed(&mut self, queue: usize, chan: usize, tag: u64, id: RecordId) {
+        let c = self.chan(queue, chan);
         if c.batch && tag == c.next {
             c.next = tag + 1;
-            c.last = Some(acker);
+            c.last = Some(tag);
             c.covered.push(id);
         } else {
             c.batch = false;
-            c.single.push((id, acker));
+            c.single.push((id, tag));
         }
         self.waiting += 1;
     }
@@ -104,55 +117,41 @@ impl Acks {
     /// A taken message of this channel that will not be acknowledged: batches on that
     /// channel cannot reach past it any more.
     pub fn not_moved(&mut self, queue: usize, chan: usize) {
-        self.chans
-            .entry((queue, chan))
-            .or_insert_with(Chan::new)
-            .batch = false;
+        self.chan(queue, chan).batch = false;
     }
 
-    /// Hands the waiting acknowledgements to lapin now (a batch as one frame per channel,
-    /// unless that channel's previous one is still being written; the rest one per
-    /// message), without waiting for the writes: `written` and `next_written` say how each
-    /// went.
+    /// Hands the waiting acknowledgements to lapin now, in order (a batch as one frame per
+    /// channel, the rest one per message), without waiting for the writes: `written` and
+    /// `next_written` say how each went.
     pub fn send(&mut self) {
         if self.waiting == 0 {
             return;
         }
         let mut sends: Vec<Sending> = Vec::new();
-        for (&(queue, chan), c) in self.chans.iter_mut() {
-            if !c.in_flight
-                && let Some(acker) = c.last.take()
-            {
+        for (&(queue, _), c) in self.chans.iter_mut() {
+            if let Some(tag) = c.last.take() {
                 let ids = std::mem::take(&mut c.covered);
-                c.in_flight = true;
-                self.waiting -= ids.len();
-                self.in_sending += ids.len();
+                let ch = c.channel.clone();
                 sends.push(Box::pin(async move {
-                    let r = acker.ack(BasicAckOptions { multiple: true }).await;
-                    (Some((queue, chan)), fan_out(queue, ids, r))
+                    let r = ch.basic_ack(tag, BasicAckOptions { multiple: true }).await;
+                    fan_out(queue, ids, r)
                 }));
             }
-            for (id, acker) in c.single.drain(..) {
-                self.waiting -= 1;
-                self.in_sending += 1;
+            for (id, tag) in c.single.drain(..) {
+                let ch = c.channel.clone();
                 sends.push(Box::pin(async move {
-                    let r = acker.ack(BasicAckOptions::default()).await;
-                    (
-                        None,
-                        vec![Acked {
-                            queue,
-                            id,
-                            result: r,
-                        }],
-                    )
+                    let r = ch.basic_ack(tag, BasicAckOptions::default()).await;
+                    fan_out(queue, vec![id], r)
                 }));
             }
         }
-        // The first poll queues the acknowledgement in lapin, now.
+        self.in_sending += self.waiting;
+        self.waiting = 0;
+        // The first poll queues the frame in lapin, now, in this order.
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         for mut s in sends {
             match s.as_mut().poll(&mut cx) {
-                std::task::Poll::Ready(out) => self.finished(out),
+                std::task::Poll::Ready(acked) => self.finished(acked),
                 std::task::Poll::Pending => self.sending.push(s),
             }
         }
@@ -160,8 +159,8 @@ impl Acks {
 
     /// The acknowledgements written since the last call, without waiting.
     pub fn written(&mut self) -> Vec<Acked> {
-        while let Some(Some(out)) = self.sending.next().now_or_never() {
-            self.finished(out);
+        while let Some(Some(acked)) = self.sending.next().now_or_never() {
+            self.finished(acked);
         }
         std::mem::take(&mut self.done)
     }
@@ -169,43 +168,34 @@ impl Acks {
     /// Waits for the next acknowledgement write; `None` when none is being sent.
     pub async fn next_written(&mut self) -> Option<Vec<Acked>> {
         if self.done.is_empty() {
-            let out = self.sending.next().await?;
-            self.finished(out);
+            let acked = self.sending.next().await?;
+            self.finished(acked);
         }
         Some(std::mem::take(&mut self.done))
     }
 
-    fn finished(&mut self, (chan, acked): (Option<(usize, usize)>, Vec<Acked>)) {
-        if let Some(c) = chan.and_then(|k| self.chans.get_mut(&k)) {
-            c.in_flight = false;
-        }
+    fn finished(&mut self, acked: Vec<Acked>) {
         self.in_sending = self.in_sending.saturating_sub(acked.len());
         self.done.extend(acked);
     }
 
     /// Sends every waiting acknowledgement and waits until all are written.
     pub async fn flush(&mut self) -> Vec<Acked> {
+        self.send();
         let mut out = Vec::new();
-        loop {
-            self.send();
-            match self.next_written().await {
-                Some(acked) => out.extend(acked),
-                None if self.waiting == 0 => return out,
-                None => {} // cannot happen: nothing in flight lets every batch go
-            }
+        while let Some(acked) = self.next_written().await {
+            out.extend(acked);
         }
+        out
     }
 }
 
-fn fan_out(queue: usize, ids: Vec<RecordId>, r: Result<bool, lapin::Error>) -> Vec<Acked> {
+fn fan_out(queue: usize, ids: Vec<RecordId>, r: Result<(), lapin::Error>) -> Vec<Acked> {
     ids.into_iter()
         .map(|id| Acked {
             queue,
             id,
-            result: match &r {
-                Ok(b) => Ok(*b),
-                Err(e) => Err(e.clone()),
-            },
+            result: r.clone(),
         })
         .collect()
 }

@@ -76,8 +76,8 @@ fn hold_budget() -> usize {
         .unwrap_or(192 << 20)
 }
 
-/// Memory a held message takes besides its body and encoded properties (the struct, the
-/// acker's shared state, allocator slack): measured as RSS growth per held message.
+/// Memory a held message takes besides its body and encoded properties (the struct,
+/// allocator slack): measured as RSS growth per held message (with the acker it held then).
 const HELD_OVERHEAD: usize = 640;
 
 /// A selected message held by the plan, ready to move.
@@ -90,7 +90,6 @@ struct Held {
     /// The properties to publish (already rewritten), wire-encoded.
     props: Box<[u8]>,
     body: Vec<u8>,
-    acker: lapin::Acker,
     /// Take channel and delivery tag, for batched acknowledgements.
     chan: usize,
     tag: u64,
@@ -293,7 +292,6 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
                         route: routes.intern(route),
                         props,
                         body: d.data,
-                        acker: d.acker,
                         chan: taker.channel_index(),
                         tag: d.delivery_tag,
                     }),
@@ -399,7 +397,14 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         acks: Acks::default(),
         moved_now: 0,
     };
-    if !single_pass {
+    if single_pass {
+        // Held messages are acknowledged on the take channels that delivered them.
+        for (qi, t) in takers.iter().enumerate() {
+            for (ci, ch) in t.channels().iter().enumerate() {
+                mover.acks.channel(qi, ci, ch);
+            }
+        }
+    } else {
         // The plan did not fit in memory: give everything back, then read again.
         release_all(&conn, std::mem::take(&mut takers), &[]).await;
     }
@@ -668,7 +673,6 @@ struct Pending {
     queue: usize,
     chan: usize,
     tag: u64,
-    acker: lapin::Acker,
     id: RecordId,
 }
 
@@ -715,7 +719,6 @@ impl Mover<'_> {
                     queue: h.queue,
                     chan: h.chan,
                     tag: h.tag,
-                    acker: h.acker,
                     id: h.id,
                 },
             );
@@ -829,6 +832,7 @@ impl Mover<'_> {
                     }
                 };
                 let (chan, tag) = (taker.channel_index(), d.delivery_tag);
+                self.acks.channel(qi, chan, taker.channel(chan));
                 let Some(rec) = self.picks.pick(&q.name, &d, self.opts) else {
                     self.acks.not_moved(qi, chan);
                     continue;
@@ -869,7 +873,6 @@ impl Mover<'_> {
                         queue: qi,
                         chan,
                         tag,
-                        acker: d.acker,
                         id: rec.id,
                     },
                 );
@@ -888,14 +891,13 @@ impl Mover<'_> {
             queue,
             chan,
             tag,
-            acker,
             id,
         } = p;
         if !matches!(out, Ok(Outcome::Confirmed)) {
             self.acks.not_moved(queue, chan);
         }
         match out {
-            Ok(Outcome::Confirmed) => self.acks.confirmed(queue, chan, tag, acker, id),
+            Ok(Outcome::Confirmed) => self.acks.confirmed(queue, chan, tag, id),
             Ok(Outcome::Returned { code, text }) => {
                 self.report.fail(
                     id,
@@ -926,16 +928,13 @@ impl Mover<'_> {
     fn count_acked(&mut self, acked: Vec<Acked>) {
         for a in acked {
             match a.result {
-                Ok(true) => {
+                Ok(()) => {
                     self.report.success();
                     self.acked[a.queue] += 1;
                     self.moved_now += 1;
                 }
-                other => {
-                    let why = match other {
-                        Err(e) => redact::scrub(&e.to_string()),
-                        _ => "nothing was sent".into(),
-                    };
+                Err(e) => {
+                    let why = redact::scrub(&e.to_string());
                     self.report.fail(
                         a.id,
                         format!("published, but its DLQ copy could not be acknowledged ({why}): it is in both places"),

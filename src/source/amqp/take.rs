@@ -212,6 +212,16 @@ impl Taker {
         self.channels.len().saturating_sub(1)
     }
 
+    /// Take channel `i` (see `channel_index`).
+    pub fn channel(&self, i: usize) -> &Channel {
+        &self.channels[i]
+    }
+
+    /// Every take channel so far, oldest first (indices as `channel_index`).
+    pub fn channels(&self) -> &[Channel] {
+        &self.channels
+    }
+
     /// Acknowledges (removes) one taken message by channel and delivery tag: lighter to keep
     /// than its acker when a whole archive must be on disk before anything is removed.
     pub async fn ack(&self, channel: usize, delivery_tag: u64) -> Result<()> {
