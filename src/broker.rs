@@ -184,6 +184,12 @@ impl<T> Pipeline<T> {
         self.staged.push_back((msg, tag));
     }
 
+    /// Takes back every staged message not yet handed to lapin (nothing of them was sent),
+    /// returning their tags in order.
+    pub fn unstage(&mut self) -> Vec<T> {
+        self.staged.drain(..).map(|(_, tag)| tag).collect()
+    }
+
     /// Publishes every staged message, in order (pacing `--rate`, and waiting while a
     /// misattributed return is being sorted out).
     pub async fn flush(&mut self) {

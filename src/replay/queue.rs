@@ -722,8 +722,28 @@ impl Mover<'_> {
                     id: h.id,
                 },
             );
+            self.paced().await;
         }
+        self.drop_staged_if_stopped();
         moved + self.settle_all().await
+    }
+
+    /// Under `--rate`, publishes one by one (paced), so a stop is seen between messages.
+    async fn paced(&mut self) {
+        if self.opts.rate.is_some() {
+            self.pipeline.flush().await;
+        }
+    }
+
+    /// A stopped run publishes nothing more: what is staged was never sent and stays in the
+    /// DLQ (given back when the take channels close).
+    fn drop_staged_if_stopped(&mut self) {
+        if self.report.stopped.is_none() {
+            return;
+        }
+        for p in self.pipeline.unstage() {
+            self.acks.not_moved(p.queue, p.chan);
+        }
     }
 
     /// Published (or staged) and not yet acknowledged in their DLQ: at most `--window`.
@@ -876,7 +896,9 @@ impl Mover<'_> {
                         id: rec.id,
                     },
                 );
+                self.paced().await;
             }
+            self.drop_staged_if_stopped();
             moved += self.settle_all().await;
             let held = taker.taken.saturating_sub(self.acked[qi] - acked_before);
             taker.release(self.conn, held).await;

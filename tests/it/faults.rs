@@ -89,17 +89,22 @@ async fn check_conserved(b: &Broker, n: usize, allowed: usize) -> (usize, usize)
 
 /// `rate` 0: as fast as it goes.
 fn spawn_replay(b: &Broker, rate: u32) -> std::process::Child {
-    spawn_replay_with(b, rate, false)
+    spawn_replay_with(b, rate, false, WINDOW)
 }
 
-fn spawn_replay_with(b: &Broker, rate: u32, plan_first: bool) -> std::process::Child {
+fn spawn_replay_with(
+    b: &Broker,
+    rate: u32,
+    plan_first: bool,
+    window: usize,
+) -> std::process::Child {
     let mut args = vec![
         "replay".to_string(),
         "-Q".into(),
         DLQ.into(),
         "--yes".into(),
         "--window".into(),
-        WINDOW.to_string(),
+        window.to_string(),
     ];
     if rate > 0 {
         args.extend(["--rate".to_string(), rate.to_string()]);
@@ -148,7 +153,7 @@ async fn kill_9_mid_queue_replay_with(plan_first: bool) {
     .await;
     let n = 3000;
     fill(&b, n).await;
-    let mut child = spawn_replay_with(&b, 1000, plan_first);
+    let mut child = spawn_replay_with(&b, 1000, plan_first, WINDOW);
     wait_moved(&b, 300).await;
     child.kill().unwrap();
     child.wait().unwrap();
@@ -164,6 +169,49 @@ async fn kill_9_mid_queue_replay_with(plan_first: bool) {
     let dest = ids_in(&b, MAIN).await;
     assert_eq!(dest.len(), n);
     assert!(dest.values().map(|c| c - 1).sum::<usize>() <= WINDOW);
+    b.delete().await;
+}
+
+/// Ctrl-C (SIGINT) mid queue replay: dlq stops after what is in flight, publishes nothing
+/// more, and leaves every message in exactly one place; a re-run finishes the job.
+#[tokio::test]
+async fn interrupted_queue_replay_stops_cleanly() {
+    let b = Broker::new("fault-sigint").await;
+    let n = 400;
+    fill(&b, n).await;
+    // 20 a second: ~20 s for everything, so the signal comes well before the end. A wide
+    // window: what is waiting to be published must not be paced out first (256 at 20/s
+    // would take ~13 s; a stop takes well under a second).
+    let child = spawn_replay_with(&b, 20, false, 256);
+    wait_moved(&b, 20).await;
+    let signalled = Instant::now();
+    let status = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("STOPPED: interrupted"), "{stderr}");
+    // Paced one by one: the stop is seen at the next message, not after a whole window.
+    assert!(
+        signalled.elapsed() < Duration::from_secs(5),
+        "took {:?} to stop",
+        signalled.elapsed()
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A clean stop: nothing in both places.
+    let (dlq, dest) = check_conserved(&b, n, 0).await;
+    assert!(dlq > 0 && dest > 0, "dlq {dlq}, dest {dest}");
+    let moved: usize = stderr
+        .lines()
+        .find_map(|l| l.split("replay: ").nth(1)?.split(' ').next()?.parse().ok())
+        .expect("summary line");
+    assert_eq!(moved, dest, "the report counts what moved: {stderr}");
+    b.run(&["replay", "-Q", DLQ, "--yes"]).await.ok();
+    b.wait_depth(DLQ, 0).await;
+    assert_eq!(ids_in(&b, MAIN).await.len(), n);
     b.delete().await;
 }
 
