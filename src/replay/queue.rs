@@ -389,6 +389,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         pipeline,
         publish_ids,
         opts: &opts,
+        printer,
         report: &mut report,
         bar: &bar,
         stop: &stop,
@@ -444,9 +445,11 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     let acked = std::mem::take(&mut mover.acked);
     drop(mover);
     drop(held);
+    printer.debug(2, "replay: giving back what was not moved");
     release_all(&conn, takers, &acked).await;
     bar.finish_and_clear();
     signals.abort();
+    printer.debug(2, "replay: closing the connection");
     amqp::close(&conn, "dlq replay done").await;
     print_report(printer, &report, "replayed");
     if report.stopped.is_some() && canary_ok {
@@ -589,6 +592,7 @@ async fn stream(
         pipeline,
         publish_ids: PublishIds::new(replay_id),
         opts,
+        printer,
         report: &mut report,
         bar: &bar,
         stop: &stop,
@@ -607,6 +611,7 @@ async fn stream(
     bar.finish_and_clear();
     signals.abort();
     passed?;
+    printer.debug(2, "replay: closing the connection");
     amqp::close(conn, "dlq replay done").await;
     if let Picks::Streaming {
         picked, jq_errors, ..
@@ -657,6 +662,8 @@ struct Mover<'a> {
     pipeline: Pipeline<Pending>,
     publish_ids: PublishIds,
     opts: &'a Options,
+    /// Stage lines at -vv: where a stuck run waits.
+    printer: &'a Printer,
     report: &'a mut Report,
     bar: &'a indicatif::ProgressBar,
     stop: &'a AtomicBool,
@@ -725,6 +732,13 @@ impl Mover<'_> {
             self.paced().await;
         }
         self.drop_staged_if_stopped();
+        self.printer.debug(
+            2,
+            format!(
+                "replay: settling {} publish(es) and acknowledgement(s)",
+                self.unsettled()
+            ),
+        );
         moved + self.settle_all().await
     }
 
@@ -820,6 +834,10 @@ impl Mover<'_> {
             };
             let mut now = q.clone();
             now.depth = depth;
+            self.printer.debug(
+                2,
+                format!("replay: taking from {:?} ({} ready)", q.name, depth.ready),
+            );
             let spec = ReadSpec::for_checked(&now, None);
             let mut taker = Taker::open(&spec).await?;
             let stamp = stamp_for(&q.name);
@@ -899,8 +917,21 @@ impl Mover<'_> {
                 self.paced().await;
             }
             self.drop_staged_if_stopped();
+            self.printer.debug(
+                2,
+                format!(
+                    "replay: {:?}: {} taken; settling {} publish(es) and acknowledgement(s)",
+                    q.name,
+                    taker.taken,
+                    self.unsettled()
+                ),
+            );
             moved += self.settle_all().await;
             let held = taker.taken.saturating_sub(self.acked[qi] - acked_before);
+            self.printer.debug(
+                2,
+                format!("replay: {:?}: giving back {held} not moved", q.name),
+            );
             taker.release(self.conn, held).await;
         }
         Ok(moved)

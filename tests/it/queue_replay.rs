@@ -701,13 +701,35 @@ async fn volume_replay_moves_every_message_once_in_order() {
     b.wait_depth(MAIN, 4000).await;
     b.wait_depth(DLQ, 1000).await;
     // Then a selection among the rest, at the default window: one acknowledgement each.
-    let run = b.run(&["replay", "-Q", DLQ, "--yes", "-e", "stay"]).await;
+    let run = b
+        .run(&["replay", "-Q", DLQ, "--yes", "-e", "stay", "-vv"])
+        .await;
     run.ok();
     assert!(
         run.stderr().contains("100 replayed, 0 failed"),
         "{}",
         run.stderr()
     );
+    // -vv: the stages, in order, so a stuck run shows where it waits (how much is still
+    // in flight when the DLQ is exhausted varies).
+    let stderr = run.stderr();
+    let stages: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("replay: ") && !l.contains("replayed,"))
+        .collect();
+    let want = [
+        format!("replay: taking from {DLQ:?} (1000 ready)"),
+        format!("replay: {DLQ:?}: 1000 taken; settling "),
+        format!("replay: {DLQ:?}: giving back 900 not moved"),
+        "replay: closing the connection".to_string(),
+    ];
+    assert_eq!(stages.len(), want.len(), "{stderr}");
+    for (got, want) in stages.iter().zip(&want) {
+        assert!(
+            got.starts_with(want.as_str()),
+            "{got:?} vs {want:?}: {stderr}"
+        );
+    }
     b.wait_depth(MAIN, 4100).await;
     b.wait_depth(DLQ, 900).await;
 
