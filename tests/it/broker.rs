@@ -137,6 +137,15 @@ impl Broker {
             .unwrap_or_else(|e| panic!("declare {name}: {e}"));
     }
 
+    /// Deletes a queue (and what it holds) and declares it again with other arguments.
+    pub async fn redeclare(&self, name: &str, args: FieldTable) {
+        self.ch
+            .queue_delete(name.into(), Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("delete {name}: {e}"));
+        self.queue(name, args).await;
+    }
+
     pub async fn exchange(&self, name: &str, kind: ExchangeKind) {
         self.ch
             .exchange_declare(

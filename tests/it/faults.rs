@@ -270,10 +270,7 @@ async fn full_target_nacks_leave_messages_in_the_dlq() {
     let b = Broker::new("fault-full").await;
     let n = 300;
     fill(&b, n).await;
-    b.ch.queue_delete(MAIN.into(), Default::default())
-        .await
-        .unwrap();
-    b.queue(
+    b.redeclare(
         MAIN,
         table(vec![
             ("x-max-length", lapin::types::AMQPValue::LongLongInt(100)),

@@ -663,10 +663,7 @@ async fn volume_replay_moves_every_message_once_in_order() {
     topology(&b, false).await;
     // Dead-lettered at once by a TTL of 0 (reason "expired"); then the queue is declared
     // again without it, so the replayed messages stay.
-    b.ch.queue_delete(MAIN.into(), Default::default())
-        .await
-        .unwrap();
-    b.queue(
+    b.redeclare(
         MAIN,
         table(vec![
             ("x-dead-letter-exchange", ls(DLX)),
@@ -680,10 +677,7 @@ async fn volume_replay_moves_every_message_once_in_order() {
     };
     b.publish_many(MAIN, (0..N).map(body)).await;
     b.wait_depth(DLQ, N as u32).await;
-    b.ch.queue_delete(MAIN.into(), Default::default())
-        .await
-        .unwrap();
-    b.queue(MAIN, table(vec![("x-dead-letter-exchange", ls(DLX))]))
+    b.redeclare(MAIN, table(vec![("x-dead-letter-exchange", ls(DLX))]))
         .await;
 
     // The first 4000, in batches of acknowledgements, with a small window.
