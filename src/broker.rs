@@ -104,6 +104,20 @@ struct InFlight<T> {
     tag: T,
 }
 
+impl<T> InFlight<T> {
+    /// Takes the confirm's result if it has resolved, without waiting.
+    fn harvest(&mut self) -> Result<(), lapin::Error> {
+        if self.result.is_none()
+            && let Some(c) = self.confirm.as_mut()
+            && let Some(r) = c.now_or_never()
+        {
+            self.confirm = None;
+            self.result = Some(r?);
+        }
+        Ok(())
+    }
+}
+
 type Write =
     std::pin::Pin<Box<dyn std::future::Future<Output = lapin::Result<PublisherConfirm>> + Send>>;
 
@@ -276,30 +290,15 @@ impl<T> Pipeline<T> {
         self.promote_written()?;
         // Nothing can be decided before the oldest confirm resolved: until then only it is
         // looked at (polling a whole window of confirms per publish cost O(window) each).
-        let head_done = match self.inflight.front_mut() {
-            None => false,
-            Some(f) => {
-                if f.result.is_none()
-                    && let Some(c) = f.confirm.as_mut()
-                    && let Some(r) = c.now_or_never()
-                {
-                    f.confirm = None;
-                    f.result = Some(r?);
-                }
-                f.result.is_some()
-            }
-        };
+        if let Some(f) = self.inflight.front_mut() {
+            f.harvest()?;
+        }
+        let head_done = self.inflight.front().is_some_and(|f| f.result.is_some());
         if !head_done && !self.draining {
             return Ok(());
         }
         for f in self.inflight.iter_mut() {
-            if f.result.is_none()
-                && let Some(c) = f.confirm.as_mut()
-                && let Some(r) = c.now_or_never()
-            {
-                f.confirm = None;
-                f.result = Some(r?);
-            }
+            f.harvest()?;
         }
         for f in self.inflight.iter_mut() {
             if let Some(Confirmation::Ack(Some(m)) | Confirmation::Nack(Some(m))) =

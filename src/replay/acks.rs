@@ -131,18 +131,10 @@ impl Acks {
         for (&(queue, _), c) in self.chans.iter_mut() {
             if let Some(tag) = c.last.take() {
                 let ids = std::mem::take(&mut c.covered);
-                let ch = c.channel.clone();
-                sends.push(Box::pin(async move {
-                    let r = ch.basic_ack(tag, BasicAckOptions { multiple: true }).await;
-                    fan_out(queue, ids, r)
-                }));
+                sends.push(ack(queue, c.channel.clone(), tag, true, ids));
             }
             for (id, tag) in c.single.drain(..) {
-                let ch = c.channel.clone();
-                sends.push(Box::pin(async move {
-                    let r = ch.basic_ack(tag, BasicAckOptions::default()).await;
-                    fan_out(queue, vec![id], r)
-                }));
+                sends.push(ack(queue, c.channel.clone(), tag, false, vec![id]));
             }
         }
         self.in_sending += self.waiting;
@@ -190,12 +182,16 @@ impl Acks {
     }
 }
 
-fn fan_out(queue: usize, ids: Vec<RecordId>, r: Result<(), lapin::Error>) -> Vec<Acked> {
-    ids.into_iter()
-        .map(|id| Acked {
-            queue,
-            id,
-            result: r.clone(),
-        })
-        .collect()
+/// One acknowledgement (up to `tag` with `multiple`) and how it went for each message it covers.
+fn ack(queue: usize, ch: Channel, tag: u64, multiple: bool, ids: Vec<RecordId>) -> Sending {
+    Box::pin(async move {
+        let r = ch.basic_ack(tag, BasicAckOptions { multiple }).await;
+        ids.into_iter()
+            .map(|id| Acked {
+                queue,
+                id,
+                result: r.clone(),
+            })
+            .collect()
+    })
 }
