@@ -715,7 +715,7 @@ impl Mover<'_> {
                 continue;
             };
             let (exchange, routing_key) = routes.list[h.route as usize].clone();
-            self.pipeline.stage(
+            self.publish(
                 Outgoing {
                     exchange,
                     routing_key,
@@ -728,10 +728,9 @@ impl Mover<'_> {
                     tag: h.tag,
                     id: h.id,
                 },
-            );
-            self.paced().await;
+            )
+            .await;
         }
-        self.drop_staged_if_stopped();
         self.printer.debug(
             2,
             format!(
@@ -742,21 +741,12 @@ impl Mover<'_> {
         moved + self.settle_all().await
     }
 
-    /// Under `--rate`, publishes one by one (paced), so a stop is seen between messages.
-    async fn paced(&mut self) {
+    /// Stages a message, published with the others ready now; under `--rate` one by one
+    /// (paced), so a stop is seen between messages.
+    async fn publish(&mut self, msg: Outgoing, p: Pending) {
+        self.pipeline.stage(msg, p);
         if self.opts.rate.is_some() {
             self.pipeline.flush().await;
-        }
-    }
-
-    /// A stopped run publishes nothing more: what is staged was never sent and stays in the
-    /// DLQ (given back when the take channels close).
-    fn drop_staged_if_stopped(&mut self) {
-        if self.report.stopped.is_none() {
-            return;
-        }
-        for p in self.pipeline.unstage() {
-            self.acks.not_moved(p.queue, p.chan);
         }
     }
 
@@ -801,8 +791,15 @@ impl Mover<'_> {
         std::mem::take(&mut self.moved_now)
     }
 
-    /// Settles everything still in flight and sends every acknowledgement due.
+    /// Settles everything still in flight and sends every acknowledgement due. A stopped
+    /// run publishes nothing more: what is staged was never sent and stays in the DLQ
+    /// (given back when the take channels close).
     async fn settle_all(&mut self) -> u64 {
+        if self.report.stopped.is_some() {
+            for p in self.pipeline.unstage() {
+                self.acks.not_moved(p.queue, p.chan);
+            }
+        }
         while let Some(done) = self.pipeline.next().await {
             self.settle(done);
         }
@@ -870,7 +867,7 @@ impl Mover<'_> {
                     }
                 };
                 let (chan, tag) = (taker.channel_index(), d.delivery_tag);
-                self.acks.channel(qi, chan, taker.channel(chan));
+                self.acks.channel(qi, chan, &taker.channels()[chan]);
                 let Some(rec) = self.picks.pick(&q.name, &d, self.opts) else {
                     self.acks.not_moved(qi, chan);
                     continue;
@@ -899,8 +896,8 @@ impl Mover<'_> {
                     }
                 };
                 self.picks.taken(&q.name, &rec.id);
-                // Staged in queue order; published together with the others ready now.
-                self.pipeline.stage(
+                // In queue order.
+                self.publish(
                     Outgoing {
                         exchange: route.0,
                         routing_key: route.1,
@@ -913,10 +910,9 @@ impl Mover<'_> {
                         tag,
                         id: rec.id,
                     },
-                );
-                self.paced().await;
+                )
+                .await;
             }
-            self.drop_staged_if_stopped();
             self.printer.debug(
                 2,
                 format!(

@@ -282,8 +282,6 @@ pub struct Depth {
     pub consumers: u32,
 }
 
-/// Passive `queue.declare` on a channel of its own: a missing queue is `None` (the 404
-/// closes that channel, never one in use), and nothing is ever created.
 /// How long a closing handshake (channel or connection) may take once the work is done.
 pub const CLOSE_LIMIT: Duration = Duration::from_secs(10);
 
@@ -294,6 +292,8 @@ pub async fn close(conn: &Connection, why: &str) {
     let _ = tokio::time::timeout(CLOSE_LIMIT, conn.close(200, why.into())).await;
 }
 
+/// Passive `queue.declare` on a channel of its own: a missing queue is `None` (the 404
+/// closes that channel, never one in use), and nothing is ever created.
 pub async fn passive_declare(conn: &Connection, queue: &str) -> Result<Option<Depth>> {
     Ok(match passive_declare_keep(conn, queue).await? {
         Some((depth, ch)) => {

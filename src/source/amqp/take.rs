@@ -212,11 +212,6 @@ impl Taker {
         self.channels.len().saturating_sub(1)
     }
 
-    /// Take channel `i` (see `channel_index`).
-    pub fn channel(&self, i: usize) -> &Channel {
-        &self.channels[i]
-    }
-
     /// Every take channel so far, oldest first (indices as `channel_index`).
     pub fn channels(&self) -> &[Channel] {
         &self.channels
