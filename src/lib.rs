@@ -1,8 +1,6 @@
 //! dlq: list, inspect, filter, replay and archive dead letters from RabbitMQ DLQs and
 //! a Celery failed-task table.
-pub mod amqp_codec;
 pub mod archive;
-pub mod broker;
 pub mod celery;
 pub mod cli;
 pub mod commands;
@@ -12,6 +10,7 @@ pub mod generated;
 pub mod jq;
 pub mod model;
 pub mod output;
+pub mod rabbit;
 pub mod redact;
 pub mod replay;
 pub mod report;

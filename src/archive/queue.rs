@@ -10,13 +10,14 @@
 use super::ArchiveWriter;
 use crate::error::{Exit, usage};
 use crate::output::Printer;
+use crate::rabbit;
+use crate::rabbit::reader::ReadSpec;
+use crate::rabbit::take::Taker;
+use crate::rabbit::topology::QueueKind;
 use crate::select::{Selected, Selection};
 use crate::settings::Settings;
-use crate::source::amqp::reader::ReadSpec;
-use crate::source::amqp::record::{self, RecordOptions};
-use crate::source::amqp::take::Taker;
-use crate::source::amqp::topology::QueueKind;
-use crate::source::amqp::{self, StreamOptions};
+use crate::source::queue::StreamOptions;
+use crate::source::queue::{self as record, RecordOptions};
 use anyhow::{Result, anyhow};
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
@@ -74,10 +75,10 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             "--delete needs an archive file: stdout cannot be fsynced before deleting",
         ));
     }
-    let target = amqp::Target::from_settings(settings)?;
-    let conn = amqp::connect(&target).await?;
+    let target = rabbit::Target::from_settings(settings)?;
+    let conn = rabbit::connect(&target).await?;
     let checked =
-        amqp::check_queues(&conn, &target, settings, printer, &opts.queues, opts.force).await?;
+        rabbit::check_queues(&conn, &target, settings, printer, &opts.queues, opts.force).await?;
     if opts.delete
         && let Some(s) = checked.iter().find(|q| q.facts.kind == QueueKind::Stream)
     {
@@ -100,7 +101,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
 
     if opts.dry_run || (opts.delete && !opts.yes) {
         let mut selected = Selected::new(
-            amqp::open_stream(settings, &stream_opts, &opts.selection).await?,
+            crate::source::queue::open_stream(settings, &stream_opts, &opts.selection).await?,
             &opts.selection,
         );
         let mut n = 0u64;
@@ -129,7 +130,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     let bar = printer.progress(None, "archiving");
     if !opts.delete {
         let mut selected = Selected::new(
-            amqp::open_stream(settings, &stream_opts, &opts.selection).await?,
+            crate::source::queue::open_stream(settings, &stream_opts, &opts.selection).await?,
             &opts.selection,
         );
         while let Some(rec) = selected.next().await {
@@ -220,7 +221,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         taker.release(&conn, held).await;
     }
     drop(locks);
-    crate::source::amqp::close(&conn, "dlq archive done").await;
+    crate::rabbit::close(&conn, "dlq archive done").await;
     bar.finish_and_clear();
     if jq_errors > 0 {
         printer.warn(format!(

@@ -12,7 +12,7 @@ use crate::model::RecordId;
 use crate::output::Printer;
 use crate::select::Selection;
 use crate::settings::{Dialect, Settings};
-use crate::source::sql::{DecodeRecord, FailedTable, SqlBuilder, scrubbed};
+use crate::source::table::{DecodeRecord, FailedTable, SqlBuilder, scrubbed};
 use crate::{bind_all, with_pool};
 use anyhow::{Context, Result};
 use futures_util::TryStreamExt;

@@ -30,7 +30,7 @@ pub async fn run(
         SourceChoice::Queues(q) => {
             let opts = archive::queue::Options {
                 queues: q.names,
-                record: crate::source::amqp::record::RecordOptions {
+                record: crate::source::queue::RecordOptions {
                     motivo_headers: q.motivo_headers,
                     ..Default::default()
                 },

@@ -153,6 +153,6 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
 
 async fn count_in_sql(settings: &Settings, sel: &Selection) -> Result<Option<u64>> {
     let db = settings.require_database()?;
-    let table = source::sql::FailedTable::open(db, &settings.table).await?;
+    let table = source::table::FailedTable::open(db, &settings.table).await?;
     table.count_exact(sel).await
 }

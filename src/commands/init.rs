@@ -3,7 +3,7 @@
 use crate::error::Exit;
 use crate::output::Printer;
 use crate::settings::Settings;
-use crate::source::sql;
+use crate::source::table;
 use anyhow::Result;
 
 pub struct Options {
@@ -12,17 +12,17 @@ pub struct Options {
 
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
     let db = settings.require_database()?;
-    let statements = sql::init_statements(db.dialect, &settings.table);
+    let statements = table::init_statements(db.dialect, &settings.table);
     if opts.dry_run {
         for s in statements {
             println!("{s};");
         }
         return Ok(Exit::Ok);
     }
-    let pool = sql::connect(db, true).await?;
-    sql::init(&pool, db.dialect, &settings.table).await?;
+    let pool = table::connect(db, true).await?;
+    table::init(&pool, db.dialect, &settings.table).await?;
     // An existing table with the same name must still have what dlq needs.
-    sql::FailedTable::check(pool, db.dialect, &settings.table).await?;
+    table::FailedTable::check(pool, db.dialect, &settings.table).await?;
     printer.info(format!("table {} is ready", settings.table));
     Ok(Exit::Ok)
 }

@@ -5,9 +5,8 @@ use crate::fingerprint;
 use crate::model::rfc3339;
 use crate::output::{Printer, ellipsize, short_time};
 use crate::settings::Settings;
-use crate::source::amqp;
-use crate::source::amqp::summary::{ListOptions, QueueSummary, Sample};
-use crate::source::sql::FailedTable;
+use crate::source::summary::{ListOptions, QueueSummary, Sample};
+use crate::source::table::FailedTable;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -109,7 +108,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         sample: opts.sample,
         motivo_headers: opts.motivo_headers.clone(),
     };
-    match amqp::summary::list(settings, &list_opts).await {
+    match crate::source::summary::list(settings, &list_opts).await {
         Ok(listing) => {
             for w in &listing.warnings {
                 printer.warn(w);

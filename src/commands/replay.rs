@@ -9,9 +9,6 @@ use crate::settings::Settings;
 use crate::source::SourceChoice;
 use anyhow::Result;
 
-/// The Celery default queue: where table rows go unless told otherwise.
-pub const DEFAULT_CELERY_QUEUE: &str = "celery";
-
 pub async fn run(
     settings: &Settings,
     printer: &Printer,
@@ -71,7 +68,7 @@ pub async fn run(
             let opts = replay::table::Options {
                 selection,
                 target: explicit_target
-                    .unwrap_or_else(|| Target::Queue(DEFAULT_CELERY_QUEUE.into())),
+                    .unwrap_or_else(|| Target::Queue(crate::celery::DEFAULT_CELERY_QUEUE.into())),
                 dry_run: a.safety.dry_run,
                 yes: a.safety.yes,
                 rate: a.rate,
@@ -90,7 +87,7 @@ pub async fn run(
             }
             let opts = replay::queue::Options {
                 queues: q.names,
-                record: crate::source::amqp::record::RecordOptions {
+                record: crate::source::queue::RecordOptions {
                     motivo_headers: q.motivo_headers,
                     // Only jq can look at headers, properties or the raw copy.
                     lean: selection.jq.is_none(),

@@ -6,9 +6,9 @@ pub mod requeue;
 pub mod restore;
 pub mod table;
 
-use crate::broker;
 use crate::error::usage;
 use crate::output::{Printer, ellipsize};
+use crate::rabbit::publish as broker;
 use crate::report::Report;
 use anyhow::Result;
 use std::collections::BTreeMap;
@@ -56,7 +56,7 @@ impl Target {
         printer: &Printer,
     ) -> Result<Option<String>> {
         match self {
-            Target::Queue(q) => match crate::source::amqp::passive_declare(conn, q).await? {
+            Target::Queue(q) => match crate::rabbit::passive_declare(conn, q).await? {
                 None => Err(usage(format!(
                     "target queue {q:?} does not exist: nothing was replayed (declare it, start its workers, or pass --to-queue)"
                 ))),

@@ -16,18 +16,18 @@
 use super::acks::{Acked, Acks};
 use super::requeue::{self, Refusal, Stamp};
 use super::{Target, print_plan_groups, print_report};
-use crate::broker::{Outcome, Outgoing, Pipeline};
 use crate::error::{Exit, usage};
 use crate::model::RecordId;
 use crate::output::{Printer, ellipsize};
+use crate::rabbit::publish::{Outcome, Outgoing, Pipeline};
+use crate::rabbit::reader::{self, ReadSpec};
+use crate::rabbit::take::Taker;
+use crate::rabbit::topology::QueueKind;
+use crate::rabbit::{self, Checked};
 use crate::report::Report;
 use crate::select::Selection;
 use crate::settings::Settings;
-use crate::source::amqp::reader::{self, ReadSpec};
-use crate::source::amqp::record::{self, RecordOptions};
-use crate::source::amqp::take::Taker;
-use crate::source::amqp::topology::QueueKind;
-use crate::source::amqp::{self, Checked};
+use crate::source::queue::{self as record, RecordOptions};
 use crate::{fingerprint, redact};
 use anyhow::Result;
 use serde_json::{Value, json};
@@ -169,9 +169,9 @@ fn describe_dest((exchange, rk): &(String, String)) -> String {
 }
 
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
-    let target_conn = amqp::Target::from_settings(settings)?;
-    let conn = amqp::connect(&target_conn).await?;
-    let checked = amqp::check_queues(
+    let target_conn = rabbit::Target::from_settings(settings)?;
+    let conn = rabbit::connect(&target_conn).await?;
+    let checked = rabbit::check_queues(
         &conn,
         &target_conn,
         settings,
@@ -272,8 +272,8 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
                     "from": q.name,
                     "exchange": route.0,
                     "routing_key": route.1,
-                    "properties": crate::amqp_codec::properties_to_json(&props),
-                    "headers": props.headers().as_ref().map(crate::amqp_codec::table_to_json),
+                    "properties": crate::rabbit::codec::properties_to_json(&props),
+                    "headers": props.headers().as_ref().map(crate::rabbit::codec::table_to_json),
                     "payload": rec.payload,
                 }))?;
             }
@@ -283,7 +283,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
                 // few hundred bytes, where parsed dead-letter headers take ~3 KiB).
                 let props = requeue::prepare(&stored, &stamp, &publish_ids.next())
                     .ok()
-                    .and_then(|p| crate::amqp_codec::encode_properties(&p));
+                    .and_then(|p| crate::rabbit::codec::encode_properties(&p));
                 held_bytes += d.data.len() + props.as_ref().map_or(0, |p| p.len()) + HELD_OVERHEAD;
                 match props {
                     Some(props) if held_bytes <= budget => held.push_back(Held {
@@ -319,7 +319,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     // Destinations must exist before anything moves.
     let mut missing = Vec::new();
     for d in &plan.destinations {
-        if amqp::passive_declare(&conn, d).await?.is_none() {
+        if rabbit::passive_declare(&conn, d).await?.is_none() {
             missing.push(d.clone());
         }
     }
@@ -450,7 +450,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     bar.finish_and_clear();
     signals.abort();
     printer.debug(2, "replay: closing the connection");
-    amqp::close(&conn, "dlq replay done").await;
+    rabbit::close(&conn, "dlq replay done").await;
     print_report(printer, &report, "replayed");
     if report.stopped.is_some() && canary_ok {
         warn_unfinished(printer, opts.window);
@@ -535,7 +535,7 @@ impl Picks {
         let exists = match destinations.get(queue) {
             Some(&e) => e,
             None => {
-                let e = amqp::passive_declare(conn, queue)
+                let e = rabbit::passive_declare(conn, queue)
                     .await
                     .map_err(|e| format!("{e:#}; left in the DLQ"))?
                     .is_some();
@@ -612,7 +612,7 @@ async fn stream(
     signals.abort();
     passed?;
     printer.debug(2, "replay: closing the connection");
-    amqp::close(conn, "dlq replay done").await;
+    rabbit::close(conn, "dlq replay done").await;
     if let Picks::Streaming {
         picked, jq_errors, ..
     } = picks
@@ -705,7 +705,7 @@ impl Mover<'_> {
                 break;
             }
             let Some(h) = held.pop_front() else { break };
-            let Some(props) = crate::amqp_codec::decode_properties(&h.props) else {
+            let Some(props) = crate::rabbit::codec::decode_properties(&h.props) else {
                 // Encoded by this process a moment ago: cannot happen, but never guess.
                 self.acks.not_moved(h.queue, h.chan);
                 self.report.fail(
@@ -824,7 +824,7 @@ impl Mover<'_> {
             {
                 break;
             }
-            let Some(depth) = amqp::passive_declare(self.conn, &q.name).await? else {
+            let Some(depth) = rabbit::passive_declare(self.conn, &q.name).await? else {
                 self.report.stopped =
                     Some(format!("queue {:?} disappeared during the replay", q.name));
                 break;
@@ -1001,7 +1001,7 @@ impl Mover<'_> {
 async fn died_again(conn: &lapin::Connection, checked: &[Checked], replay_id: &str) -> Result<u64> {
     let mut n = 0;
     for q in checked {
-        let Some(depth) = amqp::passive_declare(conn, &q.name).await? else {
+        let Some(depth) = rabbit::passive_declare(conn, &q.name).await? else {
             continue;
         };
         let mut now = q.clone();

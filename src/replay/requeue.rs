@@ -16,7 +16,7 @@
 //! - Added: `dlq-replay-count` (loop guard), `dlq-replay-id` (this run), `dlq-replayed-at`,
 //!   `dlq-replayed-from` (the DLQ), and `dlq-publish-id` (correlates broker returns).
 
-use crate::amqp_codec::DeathInfo;
+use crate::rabbit::death::DeathInfo;
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString};
 
@@ -125,7 +125,7 @@ pub fn prepare(
         // Lossless typed JSON in one string rather than nested tables: RabbitMQ decodes every
         // published message's headers, and a nested x-death table cost it ~20% more CPU per
         // replayed message (measured: 30k publishes, docs/BENCHMARKS.md).
-        let text = crate::amqp_codec::table_to_typed_json(&saved).to_string();
+        let text = crate::rabbit::codec::table_to_typed_json(&saved).to_string();
         map.insert(SAVED_DEATHS.into(), long(text));
     }
     map.insert(REPLAY_COUNT.into(), AMQPValue::LongLongInt(count + 1));
@@ -133,7 +133,7 @@ pub fn prepare(
     map.insert(REPLAYED_AT.into(), long(crate::model::rfc3339(&stamp.at)));
     map.insert(REPLAYED_FROM.into(), long(stamp.from_queue.clone()));
     map.insert(
-        crate::broker::PUBLISH_ID_HEADER.into(),
+        crate::rabbit::publish::PUBLISH_ID_HEADER.into(),
         long(publish_id.to_string()),
     );
 
@@ -188,7 +188,7 @@ pub fn url_user(amqp_url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::amqp_codec::parse_deaths;
+    use crate::rabbit::death::parse_deaths;
 
     fn stamp(max: u32) -> Stamp {
         Stamp {
@@ -277,7 +277,7 @@ mod tests {
             panic!("saved history")
         };
         let saved: serde_json::Value = serde_json::from_slice(saved.as_bytes()).unwrap();
-        let saved = crate::amqp_codec::table_from_typed_json(&saved).unwrap();
+        let saved = crate::rabbit::codec::table_from_typed_json(&saved).unwrap();
         assert_eq!(
             saved.inner().get("x-first-death-queue"),
             Some(&long("matriculas.processar"))
@@ -293,7 +293,10 @@ mod tests {
         assert_eq!(h.get(REPLAY_ID), Some(&long("run-1")));
         assert_eq!(h.get(REPLAYED_FROM), Some(&long("matriculas.dlq")));
         assert_eq!(h.get(ORIGINAL_USER), Some(&long("someone-else")));
-        assert_eq!(crate::broker::correlation_key(&out).as_deref(), Some("p-1"));
+        assert_eq!(
+            crate::rabbit::publish::correlation_key(&out).as_deref(),
+            Some("p-1")
+        );
     }
 
     #[test]
@@ -314,7 +317,7 @@ mod tests {
             panic!("saved history")
         };
         let saved: serde_json::Value = serde_json::from_slice(saved.as_bytes()).unwrap();
-        let saved = crate::amqp_codec::table_from_typed_json(&saved).unwrap();
+        let saved = crate::rabbit::codec::table_from_typed_json(&saved).unwrap();
         assert!(saved.inner().contains_key("x-death"));
         assert_eq!(saved.inner().get(SAVED_DEATHS), Some(&first));
     }

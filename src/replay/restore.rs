@@ -11,11 +11,11 @@
 use super::requeue::{self, Stamp};
 use super::{Target, print_plan_groups, print_report};
 use crate::archive::{self, Journal};
-use crate::broker::{self, Outcome, Outgoing, Publisher};
 use crate::celery::{self, ReplayOrigin};
 use crate::error::{Exit, usage};
 use crate::model::{DeadLetter, RecordId, SourceKind};
 use crate::output::Printer;
+use crate::rabbit::publish::{self as broker, Outcome, Outgoing, Publisher};
 use crate::report::Report;
 use crate::select::Selection;
 use crate::settings::Settings;
@@ -73,9 +73,7 @@ impl Context<'_> {
                 let (exchange, routing_key) = self
                     .target
                     .clone()
-                    .unwrap_or_else(|| {
-                        Target::Queue(crate::commands::replay::DEFAULT_CELERY_QUEUE.into())
-                    })
+                    .unwrap_or_else(|| Target::Queue(crate::celery::DEFAULT_CELERY_QUEUE.into()))
                     .route();
                 Ok(Outgoing {
                     exchange,
@@ -89,7 +87,7 @@ impl Context<'_> {
                     .raw
                     .as_ref()
                     .ok_or("the archived message has no raw copy")?;
-                let props = crate::amqp_codec::properties_from_typed_json(&raw["properties"])
+                let props = crate::rabbit::codec::properties_from_typed_json(&raw["properties"])
                     .map_err(|e| format!("archived properties: {e}"))?;
                 let body = base64::engine::general_purpose::STANDARD
                     .decode(raw["body"].as_str().unwrap_or(""))
@@ -100,7 +98,7 @@ impl Context<'_> {
                         let origin = rec
                             .death
                             .as_ref()
-                            .and_then(crate::source::amqp::record::origin_queue)
+                            .and_then(crate::source::queue::origin_queue)
                             .filter(|q| !q.is_empty())
                             .ok_or_else(|| requeue::Refusal::NoOrigin.to_string())?;
                         (String::new(), origin.to_string())
@@ -156,8 +154,8 @@ fn dry_view(rec: &DeadLetter, m: &Outgoing) -> Value {
         "task": rec.task,
         "exchange": m.exchange,
         "routing_key": m.routing_key,
-        "properties": crate::amqp_codec::properties_to_json(&m.properties),
-        "headers": m.properties.headers().as_ref().map(crate::amqp_codec::table_to_json),
+        "properties": crate::rabbit::codec::properties_to_json(&m.properties),
+        "headers": m.properties.headers().as_ref().map(crate::rabbit::codec::table_to_json),
         "body": serde_json::from_slice::<Value>(&m.body).unwrap_or_else(|_| crate::model::payload_from_bytes(&m.body)),
     })
 }
@@ -203,7 +201,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
             journal.done_count()
         ));
     }
-    let amqp_target = crate::source::amqp::Target::from_settings(settings)?;
+    let amqp_target = crate::rabbit::Target::from_settings(settings)?;
     let conn = broker::connect(settings).await?;
     let ctx = Context {
         kind,
@@ -257,10 +255,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
         None => {
             let mut missing = Vec::new();
             for d in &destinations {
-                if crate::source::amqp::passive_declare(&conn, d)
-                    .await?
-                    .is_none()
-                {
+                if crate::rabbit::passive_declare(&conn, d).await?.is_none() {
                     missing.push(d.clone());
                 }
             }

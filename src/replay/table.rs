@@ -10,15 +10,15 @@
 //! docs/BENCHMARKS.md.)
 
 use super::{Target, print_plan_groups};
-use crate::broker::{self, Outcome, Outgoing, Publisher};
 use crate::celery::{self, ReplayOrigin};
 use crate::error::Exit;
 use crate::model::{DeadLetter, RecordId};
 use crate::output::{Printer, ellipsize};
+use crate::rabbit::publish::{self as broker, Outcome, Outgoing, Publisher};
 use crate::report::Report;
 use crate::select::{Selected, Selection};
 use crate::settings::{Dialect, Settings};
-use crate::source::sql::{DecodeRecord, FailedTable, SqlBuilder, scrubbed};
+use crate::source::table::{DecodeRecord, FailedTable, SqlBuilder, scrubbed};
 use crate::{bind_all, redact, with_pool};
 use anyhow::Result;
 use chrono::Utc;
@@ -407,8 +407,8 @@ pub fn dry_run_view(
         "task": msg.task,
         "exchange": exchange,
         "routing_key": routing_key,
-        "properties": crate::amqp_codec::properties_to_json(&msg.properties),
-        "headers": crate::amqp_codec::table_to_json(&msg.headers),
+        "properties": crate::rabbit::codec::properties_to_json(&msg.properties),
+        "headers": crate::rabbit::codec::table_to_json(&msg.headers),
         "body": serde_json::from_slice::<serde_json::Value>(&msg.body).unwrap_or(serde_json::Value::Null),
     })
 }

@@ -1,6 +1,7 @@
 //! Where dead letters live: the failed-task table and RabbitMQ queues.
-pub mod amqp;
-pub mod sql;
+pub mod queue;
+pub mod summary;
+pub mod table;
 
 use crate::model::DeadLetter;
 use crate::select::Selection;
@@ -37,19 +38,19 @@ pub async fn open_stream(
     match source {
         SourceChoice::Table => {
             let db = settings.require_database()?;
-            let table = sql::FailedTable::open(db, &settings.table).await?;
+            let table = table::FailedTable::open(db, &settings.table).await?;
             table.stream(sel)
         }
         SourceChoice::Queues(q) => {
-            let opts = amqp::StreamOptions {
+            let opts = queue::StreamOptions {
                 names: q.names.clone(),
-                record: amqp::record::RecordOptions {
+                record: queue::RecordOptions {
                     motivo_headers: q.motivo_headers.clone(),
                     ..Default::default()
                 },
                 force: q.force,
             };
-            amqp::open_stream(settings, &opts, sel).await
+            queue::open_stream(settings, &opts, sel).await
         }
     }
 }

@@ -32,7 +32,7 @@ pub struct TestDb {
     pub dialect: Dialect,
     pub url: String,
     pub table: String,
-    pub pool: dlq::source::sql::Pool,
+    pub pool: dlq::source::table::Pool,
     /// An empty RabbitMQ virtual host: `list` here shows the table and no queue.
     pub amqp_url: String,
     _dir: Option<tempfile::TempDir>,
@@ -50,7 +50,7 @@ impl TestDb {
             }
         };
         let db = dlq::settings::DatabaseUrl::parse(&url).unwrap();
-        let pool = dlq::source::sql::connect(&db, true)
+        let pool = dlq::source::table::connect(&db, true)
             .await
             .expect("connect to test database");
         TestDb {
@@ -66,7 +66,7 @@ impl TestDb {
     /// A fresh pool, after the database server was restarted under the test.
     pub async fn reconnect(&mut self) {
         let db = dlq::settings::DatabaseUrl::parse(&self.url).unwrap();
-        self.pool = dlq::source::sql::connect(&db, false)
+        self.pool = dlq::source::table::connect(&db, false)
             .await
             .expect("reconnect");
     }
@@ -74,7 +74,7 @@ impl TestDb {
     /// Runs SQL with `{t}` replaced by the quoted table name.
     pub async fn exec(&self, sql: &str) {
         let t = dlq::settings::TableName::parse(&self.table).unwrap();
-        let sql = sql.replace("{t}", &dlq::source::sql::quote_ident(self.dialect, &t));
+        let sql = sql.replace("{t}", &dlq::source::table::quote_ident(self.dialect, &t));
         dlq::with_pool!(&self.pool, p => {
             sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(p).await.expect("exec");
         });
@@ -82,7 +82,7 @@ impl TestDb {
 
     pub async fn scalar_i64(&self, sql: &str) -> i64 {
         let t = dlq::settings::TableName::parse(&self.table).unwrap();
-        let sql = sql.replace("{t}", &dlq::source::sql::quote_ident(self.dialect, &t));
+        let sql = sql.replace("{t}", &dlq::source::table::quote_ident(self.dialect, &t));
         dlq::with_pool!(&self.pool, p => {
             sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql)).fetch_one(p).await.expect("scalar")
         })
@@ -96,19 +96,19 @@ impl TestDb {
     /// Inserts rows: (task, args JSON text or None, motivo, created RFC 3339, replayed).
     pub async fn insert(&self, rows: &[Row]) {
         let t = dlq::settings::TableName::parse(&self.table).unwrap();
-        let q = dlq::source::sql::quote_ident(self.dialect, &t);
+        let q = dlq::source::table::quote_ident(self.dialect, &t);
         for chunk in rows.chunks(200) {
-            let mut b = dlq::source::sql::SqlBuilder::new(self.dialect);
+            let mut b = dlq::source::table::SqlBuilder::new(self.dialect);
             let mut values = Vec::new();
             for r in chunk {
                 let created = chrono::DateTime::parse_from_rfc3339(&r.created)
                     .unwrap()
                     .with_timezone(&chrono::Utc);
                 let ph = [
-                    b.param(dlq::source::sql::Bind::Text(r.task.clone())),
+                    b.param(dlq::source::table::Bind::Text(r.task.clone())),
                     match &r.args {
                         Some(a) => {
-                            let p = b.param(dlq::source::sql::Bind::Text(a.clone()));
+                            let p = b.param(dlq::source::table::Bind::Text(a.clone()));
                             match self.dialect {
                                 Dialect::Postgres => format!("CAST({p} AS jsonb)"),
                                 _ => p,
@@ -116,17 +116,17 @@ impl TestDb {
                         }
                         None => "NULL".into(),
                     },
-                    b.param(dlq::source::sql::Bind::Text(r.motivo.clone())),
+                    b.param(dlq::source::table::Bind::Text(r.motivo.clone())),
                     b.param(match self.dialect {
-                        Dialect::Postgres => dlq::source::sql::Bind::Tz(created),
-                        Dialect::MySql => dlq::source::sql::Bind::Naive(created.naive_utc()),
-                        Dialect::Sqlite => dlq::source::sql::Bind::Text(
+                        Dialect::Postgres => dlq::source::table::Bind::Tz(created),
+                        Dialect::MySql => dlq::source::table::Bind::Naive(created.naive_utc()),
+                        Dialect::Sqlite => dlq::source::table::Bind::Text(
                             created.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
                         ),
                     }),
                     b.param(match self.dialect {
-                        Dialect::Postgres => dlq::source::sql::Bind::Bool(r.replayed),
-                        _ => dlq::source::sql::Bind::I64(r.replayed as i64),
+                        Dialect::Postgres => dlq::source::table::Bind::Bool(r.replayed),
+                        _ => dlq::source::table::Bind::I64(r.replayed as i64),
                     }),
                 ];
                 values.push(format!("({})", ph.join(", ")));

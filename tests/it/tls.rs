@@ -610,7 +610,7 @@ async fn sslmode_against_the_local_servers() {
     pg.init();
     pg.insert(&scenario2()[..3]).await;
     let pg_tls = {
-        let dlq::source::sql::Pool::Postgres(p) = &pg.pool else {
+        let dlq::source::table::Pool::Postgres(p) = &pg.pool else {
             unreachable!()
         };
         sqlx::query_scalar::<_, String>("SHOW ssl")
@@ -662,7 +662,7 @@ async fn sslmode_against_the_local_servers() {
     my.init();
     my.insert(&scenario2()[..3]).await;
     let my_tls = {
-        let dlq::source::sql::Pool::MySql(p) = &my.pool else {
+        let dlq::source::table::Pool::MySql(p) = &my.pool else {
             unreachable!()
         };
         let (_, v): (String, String) = sqlx::query_as("SHOW VARIABLES LIKE 'have_ssl'")

@@ -37,9 +37,9 @@ pub enum Pool {
 macro_rules! with_pool {
     ($pool:expr, $p:ident => $body:expr) => {
         match $pool {
-            $crate::source::sql::Pool::Postgres($p) => $body,
-            $crate::source::sql::Pool::MySql($p) => $body,
-            $crate::source::sql::Pool::Sqlite($p) => $body,
+            $crate::source::table::Pool::Postgres($p) => $body,
+            $crate::source::table::Pool::MySql($p) => $body,
+            $crate::source::table::Pool::Sqlite($p) => $body,
         }
     };
 }
@@ -61,11 +61,11 @@ macro_rules! bind_all {
         let mut q = $query;
         for b in $binds {
             q = match b {
-                $crate::source::sql::Bind::I64(v) => q.bind(v),
-                $crate::source::sql::Bind::Text(v) => q.bind(v),
-                $crate::source::sql::Bind::Bool(v) => q.bind(v),
-                $crate::source::sql::Bind::Tz(v) => q.bind(v),
-                $crate::source::sql::Bind::Naive(v) => q.bind(v),
+                $crate::source::table::Bind::I64(v) => q.bind(v),
+                $crate::source::table::Bind::Text(v) => q.bind(v),
+                $crate::source::table::Bind::Bool(v) => q.bind(v),
+                $crate::source::table::Bind::Tz(v) => q.bind(v),
+                $crate::source::table::Bind::Naive(v) => q.bind(v),
             };
         }
         q

@@ -18,10 +18,10 @@ use tokio::sync::{mpsc, oneshot};
 pub const PUBLISH_ID_HEADER: &str = "dlq-publish-id";
 
 /// Connects to the broker the settings name (one place builds the URI: see
-/// `source::amqp::Target`); errors never show the password.
+/// `rabbit::Target`); errors never show the password.
 pub async fn connect(settings: &crate::settings::Settings) -> Result<Connection> {
-    let target = crate::source::amqp::Target::from_settings(settings)?;
-    crate::source::amqp::connect(&target).await
+    let target = crate::rabbit::Target::from_settings(settings)?;
+    crate::rabbit::connect(&target).await
 }
 
 /// Scrubs a lapin error for display.
@@ -30,7 +30,7 @@ pub fn scrubbed(e: lapin::Error) -> anyhow::Error {
 }
 
 fn is_not_found(e: &lapin::Error) -> bool {
-    crate::source::amqp::is_not_found(e)
+    crate::rabbit::is_not_found(e)
 }
 
 /// Passive exchange declare: false when it does not exist. The default exchange always exists.

@@ -7,18 +7,17 @@
 //! offset and never change. See `reader` for the details and the README for what a
 //! reader can still observe (`redelivered`, quorum delivery counts).
 
+pub mod codec;
+pub mod death;
 pub mod management;
+pub mod publish;
 pub mod reader;
-pub mod record;
-pub mod summary;
 pub mod take;
 pub mod topology;
 
 use crate::error::usage;
-use crate::model::DeadLetter;
 use crate::output::Printer;
 use crate::redact;
-use crate::select::Selection;
 use crate::settings::{AmqpTls, Settings};
 use crate::tls::{self, Problem};
 use anyhow::{Result, anyhow};
@@ -28,13 +27,12 @@ use lapin::uri::{AMQPAuthority, AMQPQueryString, AMQPScheme, AMQPUri, AMQPUserIn
 use lapin::{Connection, ConnectionProperties};
 use management::{ApiError, Management};
 use std::time::Duration;
-use tokio::sync::mpsc;
 use topology::{QueueFacts, QueueKind, ReadVerdict, Version};
 
 /// A dead broker address must fail fast, not hang a cron job.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Records in flight between the reader and the command: bounds memory.
-const CHANNEL_DEPTH: usize = 256;
+pub(crate) const CHANNEL_DEPTH: usize = 256;
 
 /// Where and as whom to connect, resolved once from the settings.
 #[derive(Debug, Clone)]
@@ -437,55 +435,6 @@ fn unknown_facts() -> QueueFacts {
 }
 
 /// Options for reading queues as a record source.
-#[derive(Debug, Clone, Default)]
-pub struct StreamOptions {
-    pub names: Vec<String>,
-    pub record: record::RecordOptions,
-    pub force: bool,
-}
-
-/// Records of every message in the named queues, queue by queue, in queue order. Every
-/// queue is checked before the first message is read.
-pub async fn open_stream(
-    settings: &Settings,
-    opts: &StreamOptions,
-    _sel: &Selection,
-) -> Result<mpsc::Receiver<Result<DeadLetter>>> {
-    let printer = Printer::new(settings);
-    let target = Target::from_settings(settings)?;
-    let conn = connect(&target).await?;
-    let checked = check_queues(&conn, &target, settings, &printer, &opts.names, opts.force).await?;
-    let (tx, rx) = mpsc::channel(CHANNEL_DEPTH);
-    let record_opts = opts.record.clone();
-    let handle = tokio::spawn(async move {
-        let make = move |q: &str, ex: &str, rk: &str, p: &lapin::BasicProperties, body: &[u8]| {
-            record::from_delivery(q, ex, rk, p, body, &record_opts)
-        };
-        for q in &checked {
-            let spec = reader::ReadSpec::for_checked(q, None);
-            match reader::read_queue(&conn, &spec, &make, &tx).await {
-                Ok(report) => {
-                    for w in report.warnings(q) {
-                        printer.warn(w);
-                    }
-                    if report.receiver_gone {
-                        break;
-                    }
-                }
-                Err(e) => {
-                    let _ = tx
-                        .send(Err(e.context(format!("reading queue {:?}", q.name))))
-                        .await;
-                    break;
-                }
-            }
-        }
-        close(&conn, "dlq done").await;
-    });
-    crate::source::track(handle);
-    Ok(rx)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

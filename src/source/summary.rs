@@ -2,11 +2,11 @@
 //! its head for the oldest message and the top reasons. Work runs concurrently so that a
 //! broker with hundreds of DLQs is listed in well under a second.
 
-use super::management::Management;
-use super::reader::{self, ReadSpec};
-use super::record::{self, RecordOptions};
-use super::topology::{self, ApiQueue, QueueFacts, QueueKind, ReadVerdict, Version};
-use super::{Checked, Target, connect, passive_declare_keep};
+use super::queue::{self as record, RecordOptions};
+use crate::rabbit::management::{ApiError, Management};
+use crate::rabbit::reader::{self, ReadSpec};
+use crate::rabbit::topology::{self, ApiQueue, QueueFacts, QueueKind, ReadVerdict, Version};
+use crate::rabbit::{Checked, Target, connect, passive_declare_keep};
 use crate::settings::Settings;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
@@ -88,7 +88,7 @@ struct ApiView {
     topology: topology::Topology,
 }
 
-async fn api_view(mgmt: &Management, vhost: &str) -> Result<ApiView, super::ApiError> {
+async fn api_view(mgmt: &Management, vhost: &str) -> Result<ApiView, ApiError> {
     let (version, queues, bindings, exchanges, policies, ops) = tokio::try_join!(
         mgmt.version(),
         mgmt.queues(vhost),
@@ -178,7 +178,7 @@ pub async fn list(settings: &Settings, opts: &ListOptions) -> Result<Listing> {
             Err(missing) => listing.missing.push(missing),
         }
     }
-    super::close(&conn, "dlq list done").await;
+    crate::rabbit::close(&conn, "dlq list done").await;
     // The biggest DLQs first: that is where an incident is.
     listing
         .queues

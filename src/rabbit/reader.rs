@@ -24,7 +24,7 @@
 //! growing stream still ends.
 
 use super::Checked;
-use super::record::{delivery_count, stream_offset};
+use super::codec::{delivery_count, stream_offset};
 use super::topology::QueueKind;
 use anyhow::{Result, anyhow, bail};
 use futures_util::StreamExt;

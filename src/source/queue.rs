@@ -11,17 +11,20 @@
 //!   `timestamp` property; else none.
 //! * `task`: the Celery `task` header, else the queue the message first died in.
 
-use crate::amqp_codec::{
-    DeathInfo, celery_task_name, parse_deaths, properties_to_json, properties_to_typed_json,
-    reason_text, table_to_json,
-};
 use crate::model::{DeadLetter, RecordId, SourceKind, payload_from_bytes};
+use crate::output::Printer;
+use crate::rabbit::codec::{properties_to_json, properties_to_typed_json, table_to_json};
+use crate::rabbit::death::{DeathInfo, celery_task_name, parse_deaths, reason_text};
+use crate::select::Selection;
+use crate::settings::Settings;
+use anyhow::Result;
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable};
 use serde_json::{Value, json};
 use sha2::Digest as _;
+use tokio::sync::mpsc;
 
 /// Headers the broker adds when it delivers a message; not part of the stored message.
 pub const DELIVERY_HEADERS: &[&str] = &["x-delivery-count", "x-stream-offset"];
@@ -63,30 +66,7 @@ pub fn stored_properties(props: &BasicProperties) -> BasicProperties {
     if let Some(m) = typed.as_object_mut() {
         m.remove("headers");
     }
-    crate::amqp_codec::properties_from_typed_json(&typed).unwrap_or_else(|_| props.clone())
-}
-
-/// The broker's delivery count for a quorum-queue message (absent = never given back).
-pub fn delivery_count(props: &BasicProperties) -> Option<i64> {
-    match props.headers().as_ref()?.inner().get("x-delivery-count")? {
-        AMQPValue::LongLongInt(n) => Some(*n),
-        AMQPValue::LongInt(n) => Some(i64::from(*n)),
-        AMQPValue::LongUInt(n) => Some(i64::from(*n)),
-        AMQPValue::ShortInt(n) => Some(i64::from(*n)),
-        AMQPValue::ShortUInt(n) => Some(i64::from(*n)),
-        AMQPValue::ShortShortInt(n) => Some(i64::from(*n)),
-        AMQPValue::ShortShortUInt(n) => Some(i64::from(*n)),
-        _ => None,
-    }
-}
-
-/// A stream message's offset.
-pub fn stream_offset(props: &BasicProperties) -> Option<i64> {
-    match props.headers().as_ref()?.inner().get("x-stream-offset")? {
-        AMQPValue::LongLongInt(n) => Some(*n),
-        AMQPValue::LongInt(n) => Some(i64::from(*n)),
-        _ => None,
-    }
+    crate::rabbit::codec::properties_from_typed_json(&typed).unwrap_or_else(|_| props.clone())
 }
 
 /// `h:` + 16 hex digits of SHA-256 over the stored message. serde_json writes the typed
@@ -225,9 +205,61 @@ pub fn origin_queue(death: &Value) -> Option<&str> {
     death.get("origin_queue").and_then(Value::as_str)
 }
 
+#[derive(Debug, Clone, Default)]
+pub struct StreamOptions {
+    pub names: Vec<String>,
+    pub record: RecordOptions,
+    pub force: bool,
+}
+
+/// Records of every message in the named queues, queue by queue, in queue order. Every
+/// queue is checked before the first message is read.
+pub async fn open_stream(
+    settings: &Settings,
+    opts: &StreamOptions,
+    _sel: &Selection,
+) -> Result<mpsc::Receiver<Result<DeadLetter>>> {
+    let printer = Printer::new(settings);
+    let target = crate::rabbit::Target::from_settings(settings)?;
+    let conn = crate::rabbit::connect(&target).await?;
+    let checked =
+        crate::rabbit::check_queues(&conn, &target, settings, &printer, &opts.names, opts.force)
+            .await?;
+    let (tx, rx) = mpsc::channel(crate::rabbit::CHANNEL_DEPTH);
+    let record_opts = opts.record.clone();
+    let handle = tokio::spawn(async move {
+        let make = move |q: &str, ex: &str, rk: &str, p: &lapin::BasicProperties, body: &[u8]| {
+            from_delivery(q, ex, rk, p, body, &record_opts)
+        };
+        for q in &checked {
+            let spec = crate::rabbit::reader::ReadSpec::for_checked(q, None);
+            match crate::rabbit::reader::read_queue(&conn, &spec, &make, &tx).await {
+                Ok(report) => {
+                    for w in report.warnings(q) {
+                        printer.warn(w);
+                    }
+                    if report.receiver_gone {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx
+                        .send(Err(e.context(format!("reading queue {:?}", q.name))))
+                        .await;
+                    break;
+                }
+            }
+        }
+        crate::rabbit::close(&conn, "dlq done").await;
+    });
+    crate::source::track(handle);
+    Ok(rx)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rabbit::codec::{delivery_count, stream_offset};
     use lapin::types::{FieldArray, LongString};
 
     fn ls(s: &str) -> AMQPValue {

@@ -1,0 +1,1 @@
+//! How a Celery task reaches the broker its workers read.

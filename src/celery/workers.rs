@@ -1,0 +1,1 @@
+//! Asking the live Celery workers what they run (remote control).
