@@ -40,6 +40,9 @@ _dlq() {
             dlq,replay)
                 cmd="dlq__subcmd__replay"
                 ;;
+            dlq,workers)
+                cmd="dlq__subcmd__workers"
+                ;;
             dlq__subcmd__help,archive)
                 cmd="dlq__subcmd__help__subcmd__archive"
                 ;;
@@ -64,6 +67,9 @@ _dlq() {
             dlq__subcmd__help,replay)
                 cmd="dlq__subcmd__help__subcmd__replay"
                 ;;
+            dlq__subcmd__help,workers)
+                cmd="dlq__subcmd__help__subcmd__workers"
+                ;;
             *)
                 ;;
         esac
@@ -71,7 +77,7 @@ _dlq() {
 
     case "${cmd}" in
         dlq)
-            opts="-o -q -v -h -V --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --output --quiet --verbose --color --no-progress --help --version list inspect filter replay archive init completions help"
+            opts="-o -q -v -h -V --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version list inspect filter replay archive init workers completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -117,6 +123,18 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --broker-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-key-prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --output)
                     COMPREPLY=($(compgen -W "table json ndjson csv" -- "${cur}"))
                     return 0
@@ -137,7 +155,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__archive)
-            opts="-Q -i -e -y -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --dry-run --yes --to --delete --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --output --quiet --verbose --color --no-progress --help --version"
+            opts="-Q -i -e -y -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --dry-run --yes --to --delete --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -239,6 +257,18 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --broker-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-key-prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --output)
                     COMPREPLY=($(compgen -W "table json ndjson csv" -- "${cur}"))
                     return 0
@@ -259,7 +289,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__completions)
-            opts="-o -q -v -h -V --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --output --quiet --verbose --color --no-progress --help --version bash elvish fish powershell zsh"
+            opts="-o -q -v -h -V --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -305,6 +335,18 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --broker-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-key-prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --output)
                     COMPREPLY=($(compgen -W "table json ndjson csv" -- "${cur}"))
                     return 0
@@ -325,7 +367,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__filter)
-            opts="-Q -i -e -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --group-by --count --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --output --quiet --verbose --color --no-progress --help --version"
+            opts="-Q -i -e -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --group-by --count --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -427,6 +469,18 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --broker-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-key-prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --output)
                     COMPREPLY=($(compgen -W "table json ndjson csv" -- "${cur}"))
                     return 0
@@ -447,7 +501,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__help)
-            opts="list inspect filter replay archive init completions help"
+            opts="list inspect filter replay archive init workers completions help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -572,8 +626,22 @@ _dlq() {
             COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
             return 0
             ;;
+        dlq__subcmd__help__subcmd__workers)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
         dlq__subcmd__init)
-            opts="-o -q -v -h -V --dry-run --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --output --quiet --verbose --color --no-progress --help --version"
+            opts="-o -q -v -h -V --dry-run --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -619,6 +687,18 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --broker-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-key-prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --output)
                     COMPREPLY=($(compgen -W "table json ndjson csv" -- "${cur}"))
                     return 0
@@ -639,7 +719,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__inspect)
-            opts="-Q -i -e -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --full --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --output --quiet --verbose --color --no-progress --help --version"
+            opts="-Q -i -e -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --full --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -737,6 +817,18 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --broker-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-key-prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --output)
                     COMPREPLY=($(compgen -W "table json ndjson csv" -- "${cur}"))
                     return 0
@@ -757,7 +849,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__list)
-            opts="-Q -o -q -v -h -V --queue --top --sample --motivo-header --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --output --quiet --verbose --color --no-progress --help --version"
+            opts="-Q -o -q -v -h -V --queue --top --sample --motivo-header --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -823,6 +915,18 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --broker-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-key-prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --output)
                     COMPREPLY=($(compgen -W "table json ndjson csv" -- "${cur}"))
                     return 0
@@ -843,7 +947,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__replay)
-            opts="-Q -i -e -y -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --dry-run --yes --to-queue --to-exchange --routing-key --rate --window --from-file --max-replays --canary --canary-wait --plan-first --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --output --quiet --verbose --color --no-progress --help --version"
+            opts="-Q -i -e -y -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --dry-run --yes --to-queue --to-exchange --routing-key --rate --window --from-file --max-replays --canary --canary-wait --plan-first --task-map --worker-timeout --no-worker-check --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -937,6 +1041,14 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --task-map)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --worker-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --config)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -974,6 +1086,100 @@ _dlq() {
                     return 0
                     ;;
                 --vhost)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --broker-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-key-prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json ndjson csv" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table json ndjson csv" -- "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlq__subcmd__workers)
+            opts="-o -q -v -h -V --full --worker-timeout --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --worker-timeout)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --profile)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --table)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --management-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-ca-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --vhost)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --broker-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-key-prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_dlq_global_optspecs
-    string join \n config= profile= database-url= table= amqp-url= management-url= amqp-ca-file= amqp-client-cert= amqp-client-key= vhost= o/output= q/quiet v/verbose color= no-progress h/help V/version
+    string join \n config= profile= database-url= table= amqp-url= management-url= amqp-ca-file= amqp-client-cert= amqp-client-key= vhost= broker-url= redis-key-prefix= redis-wait-replicas= o/output= q/quiet v/verbose color= no-progress h/help V/version
 end
 
 function __fish_dlq_needs_command
@@ -34,6 +34,9 @@ complete -c dlq -n "__fish_dlq_needs_command" -l amqp-ca-file -d 'CA certificate
 complete -c dlq -n "__fish_dlq_needs_command" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
 complete -c dlq -n "__fish_dlq_needs_command" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
 complete -c dlq -n "__fish_dlq_needs_command" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_needs_command" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_needs_command" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_needs_command" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_needs_command" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
 ndjson\t''
@@ -52,6 +55,7 @@ complete -c dlq -n "__fish_dlq_needs_command" -f -a "filter" -d 'Evaluate a sele
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "replay" -d 'Re-dispatch selected dead letters (table rows as Celery tasks, queue messages to where they died)'
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "archive" -d 'Write selected dead letters to an NDJSON archive, optionally deleting them from the source'
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "init" -d 'Create the failed-task table with the right columns and index'
+complete -c dlq -n "__fish_dlq_needs_command" -f -a "workers" -d 'The live Celery workers: the queues each consumes and the tasks each registers'
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c dlq -n "__fish_dlq_using_subcommand list" -s Q -l queue -d 'Also list this queue (repeatable; works without the management API)' -r
@@ -68,6 +72,9 @@ complete -c dlq -n "__fish_dlq_using_subcommand list" -l amqp-ca-file -d 'CA cer
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_using_subcommand list" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
 ndjson\t''
@@ -101,6 +108,9 @@ complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l amqp-ca-file -d 'CA 
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
 ndjson\t''
@@ -142,6 +152,9 @@ complete -c dlq -n "__fish_dlq_using_subcommand filter" -l amqp-ca-file -d 'CA c
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
 ndjson\t''
@@ -179,6 +192,8 @@ complete -c dlq -n "__fish_dlq_using_subcommand replay" -l from-file -d 'Replay 
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l max-replays -d 'Refuse messages already replayed this many times' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l canary -d 'Replay N messages first and stop if any of them dies again' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l canary-wait -d 'How long to watch the canary messages' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l task-map -d 'Send rows stored under task OLD as task NEW (repeatable; config key task_map)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l worker-timeout -d 'How long to wait for the workers\' answers (Celery remote control)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l profile -d 'Named profile from the config file [env: DLQ_PROFILE]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l database-url -d 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]' -r
@@ -189,6 +204,9 @@ complete -c dlq -n "__fish_dlq_using_subcommand replay" -l amqp-ca-file -d 'CA c
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
 ndjson\t''
@@ -203,6 +221,7 @@ complete -c dlq -n "__fish_dlq_using_subcommand replay" -l only-replayed -d 'Sel
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l dry-run -d 'Print the plan and what would be done, change nothing'
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -s y -l yes -d 'Do not ask for confirmation'
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l plan-first -d 'Queue replay with --yes: take and select everything before moving anything (as without --yes), so a missing destination refuses the whole run'
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l no-worker-check -d 'Send Celery tasks without asking the workers first: you accept that a worker discards a task it does not register'
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -s q -l quiet -d 'Print only data and errors'
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l no-progress -d 'Never draw progress bars'
@@ -230,6 +249,9 @@ complete -c dlq -n "__fish_dlq_using_subcommand archive" -l amqp-ca-file -d 'CA 
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
 ndjson\t''
@@ -259,6 +281,9 @@ complete -c dlq -n "__fish_dlq_using_subcommand init" -l amqp-ca-file -d 'CA cer
 complete -c dlq -n "__fish_dlq_using_subcommand init" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand init" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand init" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand init" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand init" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand init" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_using_subcommand init" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
 ndjson\t''
@@ -272,6 +297,33 @@ complete -c dlq -n "__fish_dlq_using_subcommand init" -s v -l verbose -d 'More d
 complete -c dlq -n "__fish_dlq_using_subcommand init" -l no-progress -d 'Never draw progress bars'
 complete -c dlq -n "__fish_dlq_using_subcommand init" -s h -l help -d 'Print help'
 complete -c dlq -n "__fish_dlq_using_subcommand init" -s V -l version -d 'Print version'
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l worker-timeout -d 'How long to wait for the workers\' answers' -r
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l profile -d 'Named profile from the config file [env: DLQ_PROFILE]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l database-url -d 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l amqp-ca-file -d 'CA certificates (PEM) to trust for amqps:// and an https management API, on top of the system\'s [env: DLQ_AMQP_CA_FILE]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
+json\t''
+ndjson\t''
+csv\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l full -d 'List every registered task of each worker'
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -s q -l quiet -d 'Print only data and errors'
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l no-progress -d 'Never draw progress bars'
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -s h -l help -d 'Print help'
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -s V -l version -d 'Print version'
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l profile -d 'Named profile from the config file [env: DLQ_PROFILE]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l database-url -d 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]' -r
@@ -282,6 +334,9 @@ complete -c dlq -n "__fish_dlq_using_subcommand completions" -l amqp-ca-file -d 
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
 ndjson\t''
@@ -294,11 +349,12 @@ complete -c dlq -n "__fish_dlq_using_subcommand completions" -s v -l verbose -d 
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l no-progress -d 'Never draw progress bars'
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -s h -l help -d 'Print help'
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init completions help" -f -a "list" -d 'Overview of every dead-letter source: counts, oldest, top reasons'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init completions help" -f -a "inspect" -d 'Show individual dead letters (default --limit 20; --full shows everything)'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init completions help" -f -a "filter" -d 'Evaluate a selection: group it, count it, or export its records (-o ndjson)'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init completions help" -f -a "replay" -d 'Re-dispatch selected dead letters (table rows as Celery tasks, queue messages to where they died)'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init completions help" -f -a "archive" -d 'Write selected dead letters to an NDJSON archive, optionally deleting them from the source'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init completions help" -f -a "init" -d 'Create the failed-task table with the right columns and index'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers completions help" -f -a "list" -d 'Overview of every dead-letter source: counts, oldest, top reasons'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers completions help" -f -a "inspect" -d 'Show individual dead letters (default --limit 20; --full shows everything)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers completions help" -f -a "filter" -d 'Evaluate a selection: group it, count it, or export its records (-o ndjson)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers completions help" -f -a "replay" -d 'Re-dispatch selected dead letters (table rows as Celery tasks, queue messages to where they died)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers completions help" -f -a "archive" -d 'Write selected dead letters to an NDJSON archive, optionally deleting them from the source'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers completions help" -f -a "init" -d 'Create the failed-task table with the right columns and index'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers completions help" -f -a "workers" -d 'The live Celery workers: the queues each consumes and the tasks each registers'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

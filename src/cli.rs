@@ -65,6 +65,16 @@ pub struct GlobalArgs {
     /// RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]
     #[arg(long, global = true, value_name = "VHOST")]
     pub vhost: Option<String>,
+    /// Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://,
+    /// redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]
+    #[arg(long, global = true, value_name = "URL")]
+    pub broker_url: Option<String>,
+    /// Redis: the app's `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]
+    #[arg(long, global = true, value_name = "PREFIX")]
+    pub redis_key_prefix: Option<String>,
+    /// Redis: after each group of pushes, `WAIT N` replicas before rows are marked
+    #[arg(long, global = true, value_name = "N")]
+    pub redis_wait_replicas: Option<u32>,
     /// Output format [default: table]
     #[arg(short, long, global = true, value_enum, value_name = "FORMAT")]
     pub output: Option<OutputFormat>,
@@ -113,6 +123,8 @@ pub enum Command {
     Archive(ArchiveArgs),
     /// Create the failed-task table with the right columns and index
     Init(InitArgs),
+    /// The live Celery workers: the queues each consumes and the tasks each registers
+    Workers(WorkersArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
 }
@@ -279,6 +291,33 @@ pub struct ReplayArgs {
     /// without --yes), so a missing destination refuses the whole run
     #[arg(long)]
     pub plan_first: bool,
+    #[command(flatten)]
+    pub workers: WorkerCheckArgs,
+}
+
+/// Before Celery tasks are sent: which live workers will run them.
+#[derive(Debug, Args, Default, Clone)]
+pub struct WorkerCheckArgs {
+    /// Send rows stored under task OLD as task NEW (repeatable; config key task_map)
+    #[arg(long, value_name = "OLD=NEW")]
+    pub task_map: Vec<String>,
+    /// How long to wait for the workers' answers (Celery remote control)
+    #[arg(long, value_name = "DURATION", default_value = "2s")]
+    pub worker_timeout: String,
+    /// Send Celery tasks without asking the workers first: you accept that a worker
+    /// discards a task it does not register
+    #[arg(long)]
+    pub no_worker_check: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WorkersArgs {
+    /// List every registered task of each worker
+    #[arg(long)]
+    pub full: bool,
+    /// How long to wait for the workers' answers
+    #[arg(long, value_name = "DURATION", default_value = "2s")]
+    pub worker_timeout: String,
 }
 
 #[derive(Debug, Args)]

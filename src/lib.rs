@@ -1,24 +1,38 @@
 //! dlq: list, inspect, filter, replay and archive dead letters from RabbitMQ DLQs and
 //! a Celery failed-task table.
+//!
+//! The layers, each importing only from the ones below it:
+//!
+//! ```text
+//! main -> run (this file: the one place outcomes become exit codes)
+//!   commands/          one thin file per command: validated options in, an exit code out
+//!   replay/, archive/  the actions, each a plan and a run, through bulk's gate
+//!                      ("move messages back" is replay/queue.rs)
+//!   source/            the two record sources: table.rs (all SQL) and queue.rs (deliveries -> records)
+//!   rabbit/, celery/   RabbitMQ mechanics ("take a message without removing it" is rabbit/take.rs,
+//!                      publishing with confirms rabbit/publish.rs); Celery's message, dispatch, workers
+//!   model, select, output, settings, bulk, cli, error, redact, tls, when, jq, fingerprint
+//! ```
 pub mod archive;
+pub(crate) mod bulk;
 pub mod celery;
 pub mod cli;
-pub mod commands;
+pub(crate) mod commands;
 pub mod error;
-pub mod fingerprint;
+pub(crate) mod fingerprint;
 pub mod generated;
-pub mod jq;
-pub mod model;
-pub mod output;
+pub(crate) mod jq;
+pub(crate) mod model;
+pub(crate) mod output;
 pub mod rabbit;
 pub mod redact;
-pub mod replay;
-pub mod report;
-pub mod select;
+pub(crate) mod replay;
+pub(crate) mod report;
+pub(crate) mod select;
 pub mod settings;
 pub mod source;
 pub mod tls;
-pub mod when;
+pub(crate) mod when;
 
 use error::Exit;
 

@@ -127,6 +127,42 @@ mod rfc3339_opt {
     }
 }
 
+/// Where replayed messages go.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A queue, through the default exchange: reaches exactly that queue.
+    Queue(String),
+    /// An exchange and routing key.
+    Exchange {
+        exchange: String,
+        routing_key: String,
+    },
+}
+
+impl Target {
+    pub(crate) fn route(&self) -> (String, String) {
+        match self {
+            Target::Queue(q) => (String::new(), q.clone()),
+            Target::Exchange {
+                exchange,
+                routing_key,
+            } => (exchange.clone(), routing_key.clone()),
+        }
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Target::Queue(q) => format!("to queue {q:?} (default exchange)"),
+            Target::Exchange {
+                exchange,
+                routing_key,
+            } => {
+                format!("to exchange {exchange:?} with routing key {routing_key:?}")
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

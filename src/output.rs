@@ -48,6 +48,16 @@ impl Printer {
     }
 
     /// A warning is shown even with -q: it is about something the user must know.
+    /// One line of data on stdout (a count, a report, SQL). A closed pipe comes back as an
+    /// error that `run` turns into a quiet exit, where `println!` would panic.
+    pub fn data_line(&self, line: &str) -> std::io::Result<()> {
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        out.write_all(line.as_bytes())?;
+        out.write_all(b"\n")?;
+        out.flush()
+    }
+
     pub fn warn(&self, msg: impl AsRef<str>) {
         let prefix = if self.color {
             "\x1b[33mwarning:\x1b[0m"
@@ -315,8 +325,7 @@ impl RecordWriter {
             OutputFormat::Json => {
                 self.out
                     .write_all(if self.count == 0 { b"[\n" } else { b",\n" })?;
-                let mut ser = serde_json::Serializer::with_formatter(&mut self.out, Indented);
-                serde::Serialize::serialize(r, &mut ser)?;
+                serde_json::to_writer(&mut self.out, r)?;
             }
             OutputFormat::Ndjson => {
                 serde_json::to_writer(&mut self.out, r)?;
@@ -551,10 +560,6 @@ fn death_text(d: &Value) -> String {
         lines.join("\n")
     }
 }
-
-/// Pretty JSON inside a streamed array: records indented by two spaces.
-struct Indented;
-impl serde_json::ser::Formatter for Indented {}
 
 fn pretty(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())

@@ -1,18 +1,19 @@
 //! Flags + environment + config file -> validated `Settings`, built once.
 //! Precedence: flag > env > config (profile, then top level) > default.
 
-use crate::cli::{ColorChoice, GlobalArgs, OutputFormat, SelectionArgs};
+use crate::cli::{ColorChoice, GlobalArgs, OutputFormat, ReplayArgs, SafetyArgs, SelectionArgs};
 use crate::error::usage;
 use crate::jq::JqFilter;
-use crate::model::RecordId;
+use crate::model::{RecordId, Target};
 use crate::redact;
 use crate::select::{ReplayedFilter, Selection};
 use crate::tls;
 use crate::when;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use std::collections::BTreeMap;
+use std::num::{NonZeroU64, NonZeroUsize};
 use std::path::{Path, PathBuf};
 
 pub const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
@@ -52,10 +53,15 @@ pub struct ConfigSection {
     pub amqp_client_cert: Option<PathBuf>,
     pub amqp_client_key: Option<PathBuf>,
     pub vhost: Option<String>,
+    pub broker_url: Option<String>,
+    pub redis_key_prefix: Option<String>,
+    pub redis_wait_replicas: Option<u32>,
     pub output: Option<OutputFormat>,
     pub color: Option<ColorChoice>,
     /// DLQs to list and read even without the management API.
     pub queues: Option<Vec<String>>,
+    /// Stored Celery task name -> the name to send (`--task-map`).
+    pub task_map: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -179,8 +185,16 @@ pub struct Settings {
     /// TLS material for RabbitMQ, AMQP and management API alike.
     pub amqp_tls: AmqpTls,
     pub vhost: Option<String>,
+    /// Where Celery tasks go (`--broker-url`); secret like `amqp_url`.
+    pub celery_broker: CeleryBroker,
+    /// Redis only: kombu's `global_keyprefix` (empty: none).
+    pub redis_key_prefix: String,
+    /// Redis only: replicas to `WAIT` for before rows are marked.
+    pub redis_wait_replicas: Option<u32>,
     /// Queues named in the config file.
     pub config_queues: Vec<String>,
+    /// `task_map` from the config file, as `OLD=NEW` entries (flags add to it).
+    pub config_task_map: Vec<String>,
     pub output: OutputFormat,
     pub quiet: bool,
     pub verbose: u8,
@@ -318,10 +332,16 @@ impl Settings {
         let amqp_url_explicit = amqp_url_picked.is_some();
         let amqp_url = amqp_url_picked.unwrap_or_else(|| DEFAULT_AMQP_URL.to_string());
         let management_url = pick!(g.management_url, ["DLQ_MANAGEMENT_URL"], management_url);
+        let broker_raw = pick!(
+            g.broker_url,
+            ["DLQ_BROKER_URL", "CELERY_BROKER_URL"],
+            broker_url
+        );
         for u in [
             database_raw.as_deref(),
             Some(amqp_url.as_str()),
             management_url.as_deref(),
+            broker_raw.as_deref(),
         ]
         .into_iter()
         .flatten()
@@ -376,6 +396,17 @@ impl Settings {
             pick!(g.table, ["DLQ_TABLE"], table).unwrap_or_else(|| DEFAULT_TABLE.to_string());
         let table = TableName::parse(&table_raw).map_err(usage)?;
         let vhost = pick!(g.vhost, ["DLQ_VHOST"], vhost);
+        let celery_broker = CeleryBroker::parse(broker_raw.as_deref()).map_err(usage)?;
+        let redis_key_prefix = pick!(
+            g.redis_key_prefix,
+            ["DLQ_REDIS_KEY_PREFIX"],
+            redis_key_prefix
+        )
+        .unwrap_or_default();
+        let redis_wait_replicas = g
+            .redis_wait_replicas
+            .or(profile.redis_wait_replicas)
+            .or(base.redis_wait_replicas);
         let output = g
             .output
             .or(profile.output)
@@ -398,6 +429,14 @@ impl Settings {
             .or_else(|| base.queues.clone())
             .unwrap_or_default();
         config_queues.dedup();
+        let config_task_map = profile
+            .task_map
+            .clone()
+            .or_else(|| base.task_map.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(old, new)| format!("{old}={new}"))
+            .collect();
         Ok(Settings {
             database,
             table,
@@ -406,7 +445,11 @@ impl Settings {
             management_url,
             amqp_tls,
             vhost,
+            celery_broker,
+            redis_key_prefix,
+            redis_wait_replicas,
             config_queues,
+            config_task_map,
             output,
             quiet: g.quiet,
             verbose: g.verbose,
@@ -422,6 +465,41 @@ impl Settings {
         self.database.as_ref().ok_or_else(|| {
             usage("no database configured: pass --database-url, set DLQ_DATABASE_URL or DATABASE_URL, or put database_url in the config file")
         })
+    }
+}
+
+/// Where Celery tasks are dispatched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CeleryBroker {
+    /// The AMQP URL (`--amqp-url`), today's default.
+    Rabbit,
+    /// Another RabbitMQ (`--broker-url amqp://...`): secret, never print.
+    OtherRabbit(String),
+    /// Redis (`redis://`, `rediss://`, `redis+socket://`): secret, never print.
+    Redis(String),
+}
+
+impl CeleryBroker {
+    /// Accepts the schemes kombu's transports read; anything else names its scheme.
+    pub fn parse(raw: Option<&str>) -> Result<CeleryBroker, String> {
+        let Some(raw) = raw else {
+            return Ok(CeleryBroker::Rabbit);
+        };
+        let shown = redact::url(raw);
+        let scheme = raw.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+        match scheme.as_deref() {
+            Some("amqp" | "amqps") => {
+                validate_amqp_url(raw)?;
+                Ok(CeleryBroker::OtherRabbit(raw.to_string()))
+            }
+            Some("redis" | "rediss" | "redis+socket") => Ok(CeleryBroker::Redis(raw.to_string())),
+            Some(other) => Err(format!(
+                "invalid --broker-url {shown}: scheme {other}:// is not supported (amqp://, amqps://, redis://, rediss:// or redis+socket://)"
+            )),
+            None => Err(format!(
+                "invalid --broker-url {shown}: expected a URL such as redis://host:6379/0"
+            )),
+        }
     }
 }
 
@@ -542,9 +620,160 @@ pub fn selection(args: &SelectionArgs, now: DateTime<Utc>) -> Result<Selection> 
     })
 }
 
-/// Reads a whole file with context, for commands that take file arguments.
-pub fn read_file(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))
+/// `--dry-run` and `--yes`, shared by every mutating command.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Safety {
+    pub dry_run: bool,
+    pub yes: bool,
+}
+
+impl From<&SafetyArgs> for Safety {
+    fn from(a: &SafetyArgs) -> Safety {
+        Safety {
+            dry_run: a.dry_run,
+            yes: a.yes,
+        }
+    }
+}
+
+/// What every replay shares, validated once.
+#[derive(Debug)]
+pub struct ReplayCommon {
+    pub selection: Selection,
+    /// `--to-queue` / `--to-exchange`; `None` leaves the default to the engine.
+    pub target: Option<Target>,
+    pub rate: Option<f64>,
+    /// Published but not yet settled, at most (the duplicate window).
+    pub window: NonZeroUsize,
+    pub max_replays: u32,
+    pub safety: Safety,
+    pub workers: WorkerCheck,
+}
+
+/// Asking the live Celery workers before any task is sent.
+#[derive(Debug, Clone)]
+pub struct WorkerCheck {
+    /// False only with `--no-worker-check`.
+    pub enabled: bool,
+    pub timeout: std::time::Duration,
+    pub(crate) map: crate::celery::workers::TaskMap,
+}
+
+/// `--task-map` (after the config's `task_map`), `--worker-timeout`, `--no-worker-check`.
+pub fn worker_check(settings: &Settings, a: &crate::cli::WorkerCheckArgs) -> Result<WorkerCheck> {
+    let mut entries = settings.config_task_map.clone();
+    entries.extend(a.task_map.iter().cloned());
+    let map = crate::celery::workers::TaskMap::parse(&entries)
+        .map_err(|e| usage(format!("--task-map: {e}")))?;
+    Ok(WorkerCheck {
+        enabled: !a.no_worker_check,
+        timeout: worker_timeout(&a.worker_timeout)?,
+        map,
+    })
+}
+
+/// `--worker-timeout`: a positive duration.
+pub fn worker_timeout(raw: &str) -> Result<std::time::Duration> {
+    let d = when::parse_duration(raw).map_err(|e| usage(format!("--worker-timeout: {e}")))?;
+    match d.to_std() {
+        Ok(d) if !d.is_zero() => Ok(d),
+        _ => Err(usage(format!(
+            "--worker-timeout must be a positive duration, got {raw:?}"
+        ))),
+    }
+}
+
+/// A replay request, validated: which engine runs it, with what.
+#[derive(Debug)]
+pub enum ReplayRequest {
+    /// `--from-file`: an archive goes back.
+    Restore { file: PathBuf, common: ReplayCommon },
+    /// Failed-task table rows become Celery tasks again.
+    Table { common: ReplayCommon },
+    /// Dead letters move back out of their queues.
+    Queue {
+        queues: crate::source::QueueOptions,
+        common: ReplayCommon,
+        canary: Option<NonZeroU64>,
+        canary_wait: std::time::Duration,
+        plan_first: bool,
+    },
+}
+
+/// Turns the replay flags into one validated request; every bad value or combination is a
+/// usage error naming the flag, before anything connects.
+pub fn replay_request(
+    settings: &Settings,
+    a: &ReplayArgs,
+    source: crate::source::SourceChoice,
+    selection: Selection,
+) -> Result<ReplayRequest> {
+    use crate::source::SourceChoice;
+    if let Some(r) = a.rate
+        && !(r.is_finite() && r > 0.0)
+    {
+        return Err(usage(format!(
+            "--rate must be a positive number of messages per second, got {r}"
+        )));
+    }
+    let window = NonZeroUsize::new(a.window).ok_or_else(|| usage("--window must be at least 1"))?;
+    let target = match (&a.to_queue, &a.to_exchange) {
+        (Some(q), _) if q.trim().is_empty() => return Err(usage("--to-queue must not be empty")),
+        (Some(q), _) => Some(Target::Queue(q.clone())),
+        (None, Some(ex)) => Some(Target::Exchange {
+            exchange: ex.clone(),
+            routing_key: a.routing_key.clone().unwrap_or_default(),
+        }),
+        (None, None) => None,
+    };
+    let queues = match source {
+        SourceChoice::Queues(q) => Some(q),
+        SourceChoice::Table => None,
+    };
+    if queues.is_some() && a.from_file.is_some() {
+        return Err(usage(
+            "--from-file replays an archive; it cannot be combined with -Q",
+        ));
+    }
+    if queues.is_none() && (a.canary.is_some() || a.plan_first) {
+        return Err(usage(
+            "--canary and --plan-first apply to queue replays (-Q)",
+        ));
+    }
+    if a.max_replays == 0 && queues.is_some() {
+        return Err(usage("--max-replays must be at least 1"));
+    }
+    let common = ReplayCommon {
+        selection,
+        target,
+        rate: a.rate,
+        window,
+        max_replays: a.max_replays,
+        safety: Safety::from(&a.safety),
+        workers: worker_check(settings, &a.workers)?,
+    };
+    if let Some(file) = &a.from_file {
+        return Ok(ReplayRequest::Restore {
+            file: file.clone(),
+            common,
+        });
+    }
+    let Some(queues) = queues else {
+        return Ok(ReplayRequest::Table { common });
+    };
+    let canary_wait =
+        when::parse_duration(&a.canary_wait).map_err(|e| usage(format!("--canary-wait: {e}")))?;
+    let canary = match a.canary {
+        Some(n) => Some(NonZeroU64::new(n).ok_or_else(|| usage("--canary must be at least 1"))?),
+        None => None,
+    };
+    Ok(ReplayRequest::Queue {
+        queues,
+        common,
+        canary,
+        canary_wait: canary_wait.to_std().unwrap_or_default(),
+        plan_first: a.plan_first,
+    })
 }
 
 #[cfg(test)]

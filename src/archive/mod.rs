@@ -408,8 +408,7 @@ pub struct Intent<'a> {
     pub selection: &'a str,
     pub to: &'a Path,
     pub delete: bool,
-    pub dry_run: bool,
-    pub yes: bool,
+    pub safety: crate::settings::Safety,
 }
 
 /// Where an archive goes, for messages.
@@ -439,25 +438,15 @@ pub async fn confirm(
         i.selection,
         destination(i.to)
     ));
-    if i.dry_run {
-        printer.info("dry run: nothing was written or deleted");
-        return Ok(Some(crate::error::Exit::Ok));
-    }
-    if i.count == 0 {
-        printer.info("nothing to archive");
-        return Ok(Some(crate::error::Exit::Ok));
-    }
-    if !printer
-        .confirm(
-            &format!("Archive and delete {} {}?", i.count, i.what),
-            i.yes,
-        )
-        .await?
-    {
-        printer.info("nothing done");
-        return Ok(Some(crate::error::Exit::Ok));
-    }
-    Ok(None)
+    let gate = crate::bulk::Gate {
+        safety: i.safety,
+        planned: i.count,
+        refused: 0,
+        nothing: "nothing to archive",
+        dry_run: "dry run: nothing was written or deleted",
+        prompt: format!("Archive and delete {} {}?", i.count, i.what),
+    };
+    crate::bulk::gate(printer, gate).await
 }
 
 pub fn header(source: &str, location: &str, selection: &str) -> Header {

@@ -15,7 +15,7 @@ use crate::rabbit::reader::ReadSpec;
 use crate::rabbit::take::Taker;
 use crate::rabbit::topology::QueueKind;
 use crate::select::{Selected, Selection};
-use crate::settings::Settings;
+use crate::settings::{Safety, Settings};
 use crate::source::queue::StreamOptions;
 use crate::source::queue::{self as record, RecordOptions};
 use anyhow::{Result, anyhow};
@@ -30,8 +30,7 @@ pub struct Options {
     pub selection: Selection,
     pub to: PathBuf,
     pub delete: bool,
-    pub dry_run: bool,
-    pub yes: bool,
+    pub safety: Safety,
 }
 
 /// The name of the exclusive queue that marks "an archive of `queue` is running".
@@ -99,7 +98,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         force: opts.force,
     };
 
-    if opts.dry_run || (opts.delete && !opts.yes) {
+    if opts.safety.dry_run || (opts.delete && !opts.safety.yes) {
         let mut selected = Selected::new(
             crate::source::queue::open_stream(settings, &stream_opts, &opts.selection).await?,
             &opts.selection,
@@ -117,8 +116,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             selection: &opts.selection.describe(),
             to: &opts.to,
             delete: opts.delete,
-            dry_run: opts.dry_run,
-            yes: opts.yes,
+            safety: opts.safety,
         };
         if let Some(exit) = super::confirm(printer, intent).await? {
             return Ok(exit);

@@ -11,7 +11,7 @@ use crate::error::{Exit, usage};
 use crate::model::RecordId;
 use crate::output::Printer;
 use crate::select::Selection;
-use crate::settings::{Dialect, Settings};
+use crate::settings::{Dialect, Safety, Settings};
 use crate::source::table::{DecodeRecord, FailedTable, SqlBuilder, scrubbed};
 use crate::{bind_all, with_pool};
 use anyhow::{Context, Result};
@@ -25,8 +25,7 @@ pub struct Options {
     pub selection: Selection,
     pub to: PathBuf,
     pub delete: bool,
-    pub dry_run: bool,
-    pub yes: bool,
+    pub safety: Safety,
 }
 
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
@@ -40,7 +39,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     let _lock = table.archive_lock(db).await?;
     let destination = super::destination(&opts.to);
 
-    if opts.dry_run || (opts.delete && !opts.yes) {
+    if opts.safety.dry_run || (opts.delete && !opts.safety.yes) {
         let n = count(&table, &opts.selection).await?;
         let intent = super::Intent {
             count: n,
@@ -48,8 +47,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             selection: &opts.selection.describe(),
             to: &opts.to,
             delete: opts.delete,
-            dry_run: opts.dry_run,
-            yes: opts.yes,
+            safety: opts.safety,
         };
         if let Some(exit) = super::confirm(printer, intent).await? {
             return Ok(exit);

@@ -1,1 +1,104 @@
-//! How a Celery task reaches the broker its workers read.
+//! How a Celery task reaches the broker its workers read. Table replays and restores of
+//! archived rows send tasks only through a [`Dispatcher`]; which broker is behind it is decided
+//! once, from the settings (`--broker-url`). RabbitMQ lives in `amqp.rs`, Redis in `redis.rs`
+//! (over `src/redis/`): a broker is one more variant here and a file of its own, never a
+//! branch in the replay logic.
+
+use super::amqp::AmqpDispatch;
+use super::message::TaskMessage;
+use super::redis::RedisDispatch;
+use super::workers::Worker;
+use crate::model::Target;
+use crate::rabbit::TargetFacts;
+use crate::settings::{CeleryBroker, Settings};
+use anyhow::Result;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+/// How one sent task ended, as far as the broker can tell.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Sent {
+    /// The broker has it in a queue (confirmed).
+    Delivered,
+    /// The broker refused or could not route it; the text says why.
+    Refused(String),
+}
+
+/// The outcome of a send, awaited later so that sends can be pipelined. An error means the
+/// outcome is unknown (connection lost): treat the task as not sent.
+pub(crate) type Pending = Pin<Box<dyn Future<Output = Result<Sent>> + Send>>;
+
+/// The broker connection Celery tasks are dispatched through, opened once per command.
+#[allow(clippy::large_enum_variant)] // one per command
+pub(crate) enum Dispatcher {
+    Amqp(AmqpDispatch),
+    Redis(RedisDispatch),
+}
+
+/// A clonable handle that sends tasks in submission order, at most `window` unsettled.
+#[derive(Clone)]
+pub(crate) enum TaskSender {
+    Amqp(super::amqp::AmqpSender),
+    Redis(super::redis::RedisSender),
+}
+
+impl Dispatcher {
+    pub(crate) async fn connect(settings: &Settings) -> Result<Dispatcher> {
+        Ok(match &settings.celery_broker {
+            CeleryBroker::Rabbit => {
+                let target = crate::rabbit::Target::from_settings(settings)?;
+                Dispatcher::Amqp(AmqpDispatch::connect(&target).await?)
+            }
+            CeleryBroker::OtherRabbit(url) => {
+                let target = crate::rabbit::Target::from_url(settings, url, None)?;
+                Dispatcher::Amqp(AmqpDispatch::connect(&target).await?)
+            }
+            CeleryBroker::Redis(url) => {
+                Dispatcher::Redis(RedisDispatch::connect(settings, url).await?)
+            }
+        })
+    }
+
+    /// The broker, for plans and messages (password scrubbed).
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Dispatcher::Amqp(d) => d.describe(),
+            Dispatcher::Redis(d) => d.describe(),
+        }
+    }
+
+    /// Refuses a destination no worker could ever read (nothing is sent).
+    pub(crate) async fn check_target(&self, target: &Target) -> Result<TargetFacts> {
+        match self {
+            Dispatcher::Amqp(d) => d.check_target(target).await,
+            Dispatcher::Redis(d) => d.check_target(target).await,
+        }
+    }
+
+    /// The live workers, asked once over Celery's remote control.
+    pub(crate) async fn workers(&self, timeout: Duration) -> Result<Vec<Worker>> {
+        match self {
+            Dispatcher::Amqp(d) => d.workers(timeout).await,
+            Dispatcher::Redis(d) => d.workers(timeout).await,
+        }
+    }
+
+    /// Starts sending: `window` is the most unsettled tasks at once, `rate` caps tasks per second.
+    pub(crate) async fn sender(&self, window: usize, rate: Option<f64>) -> Result<TaskSender> {
+        match self {
+            Dispatcher::Amqp(d) => Ok(TaskSender::Amqp(d.sender(window, rate).await?)),
+            Dispatcher::Redis(d) => Ok(TaskSender::Redis(d.sender(window, rate).await?)),
+        }
+    }
+}
+
+impl TaskSender {
+    /// Queues one task for `target`; the returned future resolves once the broker settled it.
+    pub(crate) async fn submit(&self, msg: TaskMessage, target: &Target) -> Result<Pending> {
+        match self {
+            TaskSender::Amqp(s) => s.submit(msg, target).await,
+            TaskSender::Redis(s) => s.submit(msg, target).await,
+        }
+    }
+}

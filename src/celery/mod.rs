@@ -1,8 +1,10 @@
 //! Celery: the protocol v2 task message (`message`) and how a task is dispatched to the
 //! broker its workers read (`dispatch`).
 
+pub mod amqp;
 pub mod dispatch;
 pub mod message;
+pub mod redis;
 pub mod workers;
 
 pub use message::{ReplayOrigin, TaskMessage, build, validate};

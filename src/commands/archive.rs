@@ -22,8 +22,7 @@ pub async fn run(
                 selection,
                 to: a.to.clone(),
                 delete: a.delete,
-                dry_run: a.safety.dry_run,
-                yes: a.safety.yes,
+                safety: (&a.safety).into(),
             };
             archive::table::run(settings, printer, opts).await
         }
@@ -38,8 +37,7 @@ pub async fn run(
                 selection,
                 to: a.to.clone(),
                 delete: a.delete,
-                dry_run: a.safety.dry_run,
-                yes: a.safety.yes,
+                safety: (&a.safety).into(),
             };
             archive::queue::run(settings, printer, opts).await
         }

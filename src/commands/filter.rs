@@ -55,7 +55,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         && matches!(opts.source, SourceChoice::Table)
         && let Some(n) = count_in_sql(settings, &opts.selection).await?
     {
-        println!("{n}");
+        printer.data_line(&n.to_string())?;
         return Ok(Exit::Ok);
     }
     let rx = source::open_stream(settings, &opts.source, &opts.selection).await?;
@@ -70,7 +70,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
                 bar.inc(1);
             }
             bar.finish_and_clear();
-            println!("{n}");
+            printer.data_line(&n.to_string())?;
         }
         Mode::Export => {
             let mut out = printer.records(false);

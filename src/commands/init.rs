@@ -15,7 +15,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     let statements = table::init_statements(db.dialect, &settings.table);
     if opts.dry_run {
         for s in statements {
-            println!("{s};");
+            printer.data_line(&format!("{s};"))?;
         }
         return Ok(Exit::Ok);
     }

@@ -7,6 +7,7 @@ pub mod init;
 pub mod inspect;
 pub mod list;
 pub mod replay;
+pub mod workers;
 
 use crate::cli::{Cli, Command, SourceArgs};
 use crate::error::Exit;
@@ -42,6 +43,9 @@ async fn run_command(cli: Cli) -> Result<Exit> {
     }
     let settings = Settings::from_env(&cli.global)?;
     let printer = Printer::new(&settings);
+    for w in &settings.warnings {
+        printer.warn(w);
+    }
     let now = chrono::Utc::now();
     match cli.command {
         Command::List(a) => {
@@ -89,6 +93,13 @@ async fn run_command(cli: Cli) -> Result<Exit> {
         }
         Command::Init(a) => {
             init::run(&settings, &printer, init::Options { dry_run: a.dry_run }).await
+        }
+        Command::Workers(a) => {
+            let opts = workers::Options {
+                full: a.full,
+                timeout: settings::worker_timeout(&a.worker_timeout)?,
+            };
+            workers::run(&settings, &printer, opts).await
         }
         Command::Completions(_) => unreachable!("handled above"),
     }

@@ -1122,7 +1122,8 @@ mod tests {
         assert_eq!(info.deaths[0].queue.as_deref(), Some("q\u{fffd}"));
         assert_eq!(info.deaths[0].routing_keys, vec!["rk".to_owned()]);
         assert_eq!(info.deaths[1], Death::default());
-        assert_eq!(info.origin_queue(), None);
+        // The one readable queue name (lossy) is where it goes back.
+        assert_eq!(info.origin_queue(), Some("q\u{fffd}"));
         assert_eq!(info.total_count(), 4);
         assert_eq!(info.latest_reason(), Some("maxlen"));
 

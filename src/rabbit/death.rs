@@ -38,12 +38,36 @@ pub struct DeathInfo {
 }
 
 impl DeathInfo {
-    /// The queue the message originally died in: `x-first-death-queue`, else the oldest `x-death`
-    /// entry's queue (the last in the array).
+    /// Where a replay sends the message by default: the queue where a consumer last gave up
+    /// on it. "First death" is wrong wherever a message passed through TTL hops (Celery's
+    /// `celery_delayed_*` chain, a retry queue): it names a queue whose only role was to
+    /// expire it on the way, where a replayed copy would expire and be dropped again.
     pub fn origin_queue(&self) -> Option<&str> {
+        self.origin().map(|(q, _)| q)
+    }
+
+    /// [`Self::origin_queue`] with the rule that chose it, for the plan.
+    pub fn origin(&self) -> Option<(&str, &'static str)> {
+        // `x-death` is most recent first.
+        let gave_up = self.deaths.iter().find(|d| {
+            matches!(d.reason.as_deref(), Some("rejected" | "delivery_limit"))
+                && death_queue(d).is_some()
+        });
+        if let Some(q) = gave_up.and_then(death_queue) {
+            return Some((q, "last rejected"));
+        }
+        let not_a_hop = self
+            .deaths
+            .iter()
+            .filter_map(death_queue)
+            .find(|q| !is_delay_hop(q));
+        if let Some(q) = not_a_hop {
+            return Some((q, "last death"));
+        }
         self.first_death_queue
             .as_deref()
-            .or_else(|| self.deaths.last().and_then(|d| d.queue.as_deref()))
+            .filter(|q| !q.is_empty() && !is_delay_hop(q))
+            .map(|q| (q, "first death"))
     }
 
     /// Why the message is where it is now: `x-last-death-reason`, else the newest `x-death`
@@ -100,6 +124,7 @@ impl DeathInfo {
             "last_death_reason": self.last_death_reason,
             "last_death_exchange": self.last_death_exchange,
             "origin_queue": self.origin_queue(),
+            "origin_rule": self.origin().map(|(_, rule)| rule),
             "total_count": self.total_count(),
             "warnings": self.warnings,
         })
@@ -278,6 +303,19 @@ pub fn parse_deaths(headers: Option<&FieldTable>) -> DeathInfo {
 // Reason text
 // ---------------------------------------------------------------------------------------------
 
+fn death_queue(d: &Death) -> Option<&str> {
+    d.queue.as_deref().filter(|q| !q.is_empty())
+}
+
+/// Celery's own delayed-delivery queues (5.5+, quorum queues): TTL hops, never where a
+/// task is consumed.
+pub fn is_delay_hop(queue: &str) -> bool {
+    queue == "celery_delayed_delivery"
+        || queue
+            .strip_prefix("celery_delayed_")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// Headers producers use for the failure text, in priority order. The second name, when present,
 /// is the exception type that goes in front of the message (`KeyError: 'usuario_id'`).
 const ERROR_HEADERS: &[(&str, Option<&str>)] = &[
@@ -404,4 +442,69 @@ pub fn celery_task_name(headers: Option<&FieldTable>) -> Option<String> {
     };
     let s = s.trim();
     (!s.is_empty()).then(|| s.to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn death(queue: &str, reason: &str) -> Death {
+        Death {
+            queue: Some(queue.into()),
+            reason: Some(reason.into()),
+            count: Some(1),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_task_delayed_then_rejected_goes_back_where_it_was_rejected() {
+        // Celery 5.5+ on quorum queues: most recent first, as the broker orders x-death.
+        let info = DeathInfo {
+            deaths: vec![
+                death("pagamentos", "rejected"),
+                death("celery_delayed_1", "expired"),
+                death("celery_delayed_0", "expired"),
+            ],
+            first_death_queue: Some("celery_delayed_1".into()),
+            ..Default::default()
+        };
+        assert_eq!(info.origin(), Some(("pagamentos", "last rejected")));
+    }
+
+    #[test]
+    fn a_classic_ttl_retry_goes_back_to_the_work_queue() {
+        // work -> (rejected) work.retry -> (expired) work -> ... -> DLQ.
+        let info = DeathInfo {
+            deaths: vec![death("work.retry", "expired"), death("work", "rejected")],
+            first_death_queue: Some("work".into()),
+            ..Default::default()
+        };
+        assert_eq!(info.origin_queue(), Some("work"));
+        // A delivery limit counts as giving up too.
+        let info = DeathInfo {
+            deaths: vec![death("orders", "delivery_limit")],
+            ..Default::default()
+        };
+        assert_eq!(info.origin(), Some(("orders", "last rejected")));
+    }
+
+    #[test]
+    fn without_a_rejection_the_last_death_that_is_not_a_delay_hop() {
+        let info = DeathInfo {
+            deaths: vec![
+                death("celery_delayed_3", "expired"),
+                death("orders", "expired"),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(info.origin(), Some(("orders", "last death")));
+        let info = DeathInfo {
+            first_death_queue: Some("orders".into()),
+            ..Default::default()
+        };
+        assert_eq!(info.origin(), Some(("orders", "first death")));
+        assert!(is_delay_hop("celery_delayed_27") && is_delay_hop("celery_delayed_delivery"));
+        assert!(!is_delay_hop("celery_delayed_") && !is_delay_hop("celery"));
+    }
 }

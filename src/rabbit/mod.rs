@@ -51,7 +51,11 @@ impl Target {
     /// The URI is assembled here rather than by `AMQPUri::from_str`, which takes the host
     /// from `Url::domain()` and so turns an IP address (`amqp://10.0.0.5`) into "localhost".
     pub fn from_settings(settings: &Settings) -> Result<Target> {
-        let raw = &settings.amqp_url;
+        Self::from_url(settings, &settings.amqp_url, settings.vhost.as_deref())
+    }
+
+    /// The same for another AMQP URL (`--broker-url`), with its own vhost unless `vhost`.
+    pub fn from_url(settings: &Settings, raw: &str, vhost: Option<&str>) -> Result<Target> {
         let shown = redact::url(raw);
         let u =
             url::Url::parse(raw).map_err(|e| usage(format!("invalid AMQP URL {shown}: {e}")))?;
@@ -89,7 +93,7 @@ impl Target {
             "" | "/" => "/".to_owned(),
             p => decode(&p[1..])?,
         };
-        let vhost = settings.vhost.clone().unwrap_or(url_vhost);
+        let vhost = vhost.map(str::to_owned).unwrap_or(url_vhost);
         // Keep the URL's tuning parameters (heartbeat, frame_max, ...).
         let query = raw
             .parse::<AMQPUri>()
@@ -435,6 +439,53 @@ fn unknown_facts() -> QueueFacts {
 }
 
 /// Options for reading queues as a record source.
+/// What a destination check found, for the plan: no printing here.
+#[derive(Debug, Default)]
+pub(crate) struct TargetFacts {
+    pub(crate) note: Option<String>,
+    pub(crate) warnings: Vec<String>,
+}
+
+/// Refuses a destination that does not exist (nothing is changed); a queue with no consumer
+/// is a warning, since replayed tasks would wait there.
+pub(crate) async fn check_target(
+    conn: &Connection,
+    target: &crate::model::Target,
+) -> Result<TargetFacts> {
+    use crate::model::Target;
+    match target {
+        Target::Queue(q) => match passive_declare(conn, q).await? {
+            None => Err(usage(format!(
+                "target queue {q:?} does not exist: nothing was replayed (declare it, start its workers, or pass --to-queue)"
+            ))),
+            Some(s) => {
+                let mut facts = TargetFacts {
+                    note: Some(format!(
+                        "queue {q:?}: {} message(s) ready, {} consumer(s)",
+                        s.ready, s.consumers
+                    )),
+                    warnings: Vec::new(),
+                };
+                if s.consumers == 0 {
+                    facts.warnings.push(format!(
+                        "queue {q:?} has no consumers: replayed tasks will wait there until a worker starts"
+                    ));
+                }
+                Ok(facts)
+            }
+        },
+        Target::Exchange { exchange, .. } => {
+            if publish::exchange_exists(conn, exchange).await? {
+                Ok(TargetFacts::default())
+            } else {
+                Err(usage(format!(
+                    "target exchange {exchange:?} does not exist: nothing was replayed"
+                )))
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,84 +5,20 @@ pub mod queue;
 pub mod requeue;
 pub mod restore;
 pub mod table;
+mod workers;
 
-use crate::error::usage;
+pub use crate::model::Target;
+
 use crate::output::{Printer, ellipsize};
-use crate::rabbit::publish as broker;
 use crate::report::Report;
-use anyhow::Result;
 use std::collections::BTreeMap;
 
-/// Where replayed messages go.
-#[derive(Debug, Clone)]
-pub enum Target {
-    /// A queue, through the default exchange: reaches exactly that queue.
-    Queue(String),
-    /// An exchange and routing key.
-    Exchange {
-        exchange: String,
-        routing_key: String,
-    },
-}
-
-impl Target {
-    pub fn route(&self) -> (String, String) {
-        match self {
-            Target::Queue(q) => (String::new(), q.clone()),
-            Target::Exchange {
-                exchange,
-                routing_key,
-            } => (exchange.clone(), routing_key.clone()),
-        }
+/// Prints what a destination check found: warnings first, then the note the plan carries.
+pub(crate) fn note_target(printer: &Printer, facts: crate::rabbit::TargetFacts) -> Option<String> {
+    for w in facts.warnings {
+        printer.warn(w);
     }
-
-    pub fn describe(&self) -> String {
-        match self {
-            Target::Queue(q) => format!("to queue {q:?} (default exchange)"),
-            Target::Exchange {
-                exchange,
-                routing_key,
-            } => {
-                format!("to exchange {exchange:?} with routing key {routing_key:?}")
-            }
-        }
-    }
-
-    /// Refuses a target that does not exist (nothing is changed); returns a note for the
-    /// plan, and warns when a queue has no consumer.
-    pub async fn check(
-        &self,
-        conn: &lapin::Connection,
-        printer: &Printer,
-    ) -> Result<Option<String>> {
-        match self {
-            Target::Queue(q) => match crate::rabbit::passive_declare(conn, q).await? {
-                None => Err(usage(format!(
-                    "target queue {q:?} does not exist: nothing was replayed (declare it, start its workers, or pass --to-queue)"
-                ))),
-                Some(s) => {
-                    if s.consumers == 0 {
-                        printer.warn(format!(
-                            "queue {q:?} has no consumers: replayed tasks will wait there until a worker starts"
-                        ));
-                    }
-                    Ok(Some(format!(
-                        "queue {q:?}: {} message(s) ready, {} consumer(s)",
-                        s.ready, s.consumers
-                    )))
-                }
-            },
-            Target::Exchange { exchange, .. } => {
-                if broker::exchange_exists(conn, exchange).await? {
-                    Ok(None)
-                } else {
-                    Err(usage(format!(
-                        "target exchange {exchange:?} does not exist: nothing was replayed"
-                    )))
-                }
-            }
-        }
-    }
+    facts.note
 }
 
 /// The plan's groups: (task, reason fingerprint) -> count, biggest first.
@@ -104,8 +40,9 @@ pub fn print_report(printer: &Printer, report: &Report, verb_past: &str) {
     use crate::cli::OutputFormat;
     match printer.format {
         OutputFormat::Json | OutputFormat::Ndjson => {
+            // A closed stdout must not hide the summary on stderr below.
             if let Ok(s) = serde_json::to_string(report) {
-                println!("{s}");
+                let _ = printer.data_line(&s);
             }
         }
         _ => {}

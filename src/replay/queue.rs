@@ -26,7 +26,7 @@ use crate::rabbit::topology::QueueKind;
 use crate::rabbit::{self, Checked};
 use crate::report::Report;
 use crate::select::Selection;
-use crate::settings::Settings;
+use crate::settings::{ReplayCommon, Settings};
 use crate::source::queue::{self as record, RecordOptions};
 use crate::{fingerprint, redact};
 use anyhow::Result;
@@ -42,14 +42,8 @@ pub struct Options {
     pub queues: Vec<String>,
     pub record: RecordOptions,
     pub force: bool,
-    pub selection: Selection,
-    /// `None`: each message goes back to the queue it first died in.
-    pub target: Option<Target>,
-    pub dry_run: bool,
-    pub yes: bool,
-    pub rate: Option<f64>,
-    pub window: usize,
-    pub max_replays: u32,
+    /// `common.target` `None`: each message goes back to the queue it died in.
+    pub common: ReplayCommon,
     pub canary: Option<u64>,
     pub canary_wait: Duration,
     /// Plan (take and select everything) before moving even under `--yes`.
@@ -150,7 +144,7 @@ fn destination(
 fn describe_target(target: &Option<Target>) -> String {
     match target {
         Some(t) => t.describe(),
-        None => "back to the queue each message first died in (default exchange)".into(),
+        None => "back to the queue where a consumer last gave up on each message (its last rejected x-death entry, else its last death that was not a delay hop; default exchange)".into(),
     }
 }
 
@@ -194,11 +188,15 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         at: chrono::Utc::now(),
         from_queue: from.to_string(),
         user: target_conn.user().to_string(),
-        max_replays: opts.max_replays,
+        max_replays: opts.common.max_replays,
     };
     // With --yes (and no dry run, no canary, no --plan-first) nobody reads the plan:
     // select and move in one pass, as a shovel does, instead of taking everything first.
-    if opts.yes && !opts.dry_run && opts.canary.is_none() && !opts.plan_first {
+    if opts.common.safety.yes
+        && !opts.common.safety.dry_run
+        && opts.canary.is_none()
+        && !opts.plan_first
+    {
         return stream(
             settings, printer, &opts, &conn, &checked, &stamp_for, &replay_id,
         )
@@ -211,6 +209,8 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     // budget the plan keeps only which messages were selected, and the move reads again.
     let mut plan = Plan::default();
     let mut dry = opts
+        .common
+        .safety
         .dry_run
         .then(|| printer.values(&["id", "from", "to", "replays", "body"], dry_run_line));
     let mut jq_errors = 0u64;
@@ -228,25 +228,30 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         while let Some(d) = taker.next(&conn).await? {
             bar.inc(1);
             if opts
+                .common
                 .selection
                 .limit
                 .is_some_and(|l| plan.count + plan.refused.len() as u64 >= l)
             {
                 continue; // held, and given back at the end like every unselected message
             }
-            let Some(rec) =
-                record::selected(&q.name, &d, &opts.record, &opts.selection, &mut jq_errors)
-            else {
+            let Some(rec) = record::selected(
+                &q.name,
+                &d,
+                &opts.record,
+                &opts.common.selection,
+                &mut jq_errors,
+            ) else {
                 continue;
             };
             let origin = rec.death.as_ref().and_then(record::origin_queue);
-            let mut dest = destination(&opts.target, origin, &q.name);
+            let mut dest = destination(&opts.common.target, origin, &q.name);
             // The loop guard, checked cheaply here; `requeue::prepare` checks it again.
             let replays = requeue::replay_count(d.properties.headers().as_ref());
-            if dest.is_ok() && replays >= i64::from(opts.max_replays) {
+            if dest.is_ok() && replays >= i64::from(opts.common.max_replays) {
                 dest = Err(Refusal::LoopGuard {
                     count: replays,
-                    max: opts.max_replays,
+                    max: opts.common.max_replays,
                 });
             }
             let route = match dest {
@@ -278,7 +283,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
                 }))?;
             }
             // A dry run moves nothing: nothing to hold.
-            if single_pass && !opts.dry_run {
+            if single_pass && !opts.common.safety.dry_run {
                 // Kept as it will be published: the rewritten properties wire-encoded (a
                 // few hundred bytes, where parsed dead-letter headers take ~3 KiB).
                 let props = requeue::prepare(&stored, &stamp, &publish_ids.next())
@@ -330,18 +335,18 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             missing.join(", ")
         )));
     }
-    let target_note = match &opts.target {
-        Some(t) => t.check(&conn, printer).await?,
+    let target_note = match &opts.common.target {
+        Some(t) => super::note_target(printer, crate::rabbit::check_target(&conn, t).await?),
         None => None,
     };
 
     let names: Vec<&str> = checked.iter().map(|q| q.name.as_str()).collect();
-    let to = describe_target(&opts.target);
+    let to = describe_target(&opts.common.target);
     printer.info(format!(
         "Plan: move {} message(s) from {} ({}) {to} on {}",
         plan.count,
         names.join(", "),
-        opts.selection.describe(),
+        opts.common.selection.describe(),
         redact::url(&settings.amqp_url)
     ));
     print_plan_groups(printer, &plan.groups);
@@ -351,28 +356,17 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     for (id, why) in plan.refused.iter().take(10) {
         printer.warn(format!("stays in the DLQ: id {id}: {why}"));
     }
-    if plan.count == 0 && plan.refused.is_empty() {
+    let gate = crate::bulk::Gate {
+        safety: opts.common.safety,
+        planned: plan.count,
+        refused: plan.refused.len(),
+        nothing: "nothing to replay",
+        dry_run: "dry run: nothing was moved",
+        prompt: format!("Move {} message(s)?", plan.count),
+    };
+    if let Some(exit) = crate::bulk::gate(printer, gate).await? {
         release_all(&conn, takers, &[]).await;
-        printer.info("nothing to replay");
-        return Ok(Exit::Ok);
-    }
-    if opts.dry_run {
-        release_all(&conn, takers, &[]).await;
-        printer.info("dry run: nothing was moved");
-        return Ok(if plan.refused.is_empty() {
-            Exit::Ok
-        } else {
-            Exit::Partial
-        });
-    }
-    if plan.count > 0
-        && !printer
-            .confirm(&format!("Move {} message(s)?", plan.count), opts.yes)
-            .await?
-    {
-        release_all(&conn, takers, &[]).await;
-        printer.info("nothing done");
-        return Ok(Exit::Ok);
+        return Ok(exit);
     }
 
     // 2. Move.
@@ -380,7 +374,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     for (id, why) in std::mem::take(&mut plan.refused) {
         report.fail(id, why);
     }
-    let pipeline = Pipeline::open(&conn, opts.rate).await?;
+    let pipeline = Pipeline::open(&conn, opts.common.rate).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let signals = super::stop_on_signal(stop.clone());
     let bar = printer.progress(Some(plan.count), "replaying");
@@ -453,7 +447,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     rabbit::close(&conn, "dlq replay done").await;
     print_report(printer, &report, "replayed");
     if report.stopped.is_some() && canary_ok {
-        warn_unfinished(printer, opts.window);
+        warn_unfinished(printer, opts.common.window.get());
     }
     Ok(report.exit())
 }
@@ -491,12 +485,13 @@ impl Picks {
                 );
                 // Only what the plan selected, and only as many times as it was selected.
                 selected.get(&key(queue, &rec.id)).filter(|n| **n > 0)?;
-                matches!(opts.selection.matches(&rec), Ok(true)).then_some(rec)
+                matches!(opts.common.selection.matches(&rec), Ok(true)).then_some(rec)
             }
             Picks::Streaming {
                 picked, jq_errors, ..
             } => {
-                let rec = record::selected(queue, d, &opts.record, &opts.selection, jq_errors)?;
+                let rec =
+                    record::selected(queue, d, &opts.record, &opts.common.selection, jq_errors)?;
                 *picked += 1;
                 Some(rec)
             }
@@ -567,23 +562,23 @@ async fn stream(
     stamp_for: &dyn Fn(&str) -> Stamp,
     replay_id: &str,
 ) -> Result<Exit> {
-    let target_note = match &opts.target {
-        Some(t) => t.check(conn, printer).await?,
+    let target_note = match &opts.common.target {
+        Some(t) => super::note_target(printer, rabbit::check_target(conn, t).await?),
         None => None,
     };
     let names: Vec<&str> = checked.iter().map(|q| q.name.as_str()).collect();
-    let to = describe_target(&opts.target);
+    let to = describe_target(&opts.common.target);
     printer.info(format!(
         "Moving the messages in {} that match ({}) {to} on {}, as they are read (--yes)",
         names.join(", "),
-        opts.selection.describe(),
+        opts.common.selection.describe(),
         redact::url(&settings.amqp_url)
     ));
     if let Some(n) = target_note {
         printer.info(n);
     }
     let mut report = Report::new("replay");
-    let pipeline = Pipeline::open(conn, opts.rate).await?;
+    let pipeline = Pipeline::open(conn, opts.common.rate).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let signals = super::stop_on_signal(stop.clone());
     let bar = printer.progress(None, "replaying");
@@ -629,7 +624,7 @@ async fn stream(
     }
     print_report(printer, &report, "replayed");
     if report.stopped.is_some() {
-        warn_unfinished(printer, opts.window);
+        warn_unfinished(printer, opts.common.window.get());
     }
     Ok(report.exit())
 }
@@ -745,7 +740,7 @@ impl Mover<'_> {
     /// (paced), so a stop is seen between messages.
     async fn publish(&mut self, msg: Outgoing, p: Pending) {
         self.pipeline.stage(msg, p);
-        if self.opts.rate.is_some() {
+        if self.opts.common.rate.is_some() {
             self.pipeline.flush().await;
         }
     }
@@ -760,7 +755,7 @@ impl Mover<'_> {
     /// flight, or confirmed with an acknowledgement not yet written) stay at most `window`:
     /// the duplicate window if dlq dies. Waits only while that window is full.
     async fn settle_ready(&mut self) -> u64 {
-        let window = self.opts.window.max(1);
+        let window = self.opts.common.window.get();
         loop {
             while let Some(done) = self.pipeline.try_next() {
                 self.settle(done);
@@ -820,7 +815,7 @@ impl Mover<'_> {
         for (qi, q) in checked.iter().enumerate() {
             if self.report.stopped.is_some()
                 || limit.is_some_and(|l| moved >= l)
-                || self.picks.full(&self.opts.selection)
+                || self.picks.full(&self.opts.common.selection)
             {
                 break;
             }
@@ -850,7 +845,7 @@ impl Mover<'_> {
                     break;
                 }
                 if limit.is_some_and(|l| moved + self.unsettled() as u64 >= l)
-                    || self.picks.full(&self.opts.selection)
+                    || self.picks.full(&self.opts.common.selection)
                 {
                     break;
                 }
@@ -874,7 +869,7 @@ impl Mover<'_> {
                 };
                 let stored = record::stored_properties(&d.properties);
                 let origin = rec.death.as_ref().and_then(record::origin_queue);
-                let route = match destination(&self.opts.target, origin, &q.name) {
+                let route = match destination(&self.opts.common.target, origin, &q.name) {
                     Ok(r) => r,
                     Err(why) => {
                         self.acks.not_moved(qi, chan);

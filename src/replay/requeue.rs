@@ -16,7 +16,6 @@
 //! - Added: `dlq-replay-count` (loop guard), `dlq-replay-id` (this run), `dlq-replayed-at`,
 //!   `dlq-replayed-from` (the DLQ), and `dlq-publish-id` (correlates broker returns).
 
-use crate::rabbit::death::DeathInfo;
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString};
 
@@ -81,15 +80,6 @@ pub fn replay_count(headers: Option<&FieldTable>) -> i64 {
             .unwrap_or(0),
         _ => 0,
     }
-}
-
-/// Where a message goes by default: the queue it first died in, through the default exchange.
-pub fn origin(deaths: &DeathInfo) -> Result<String, Refusal> {
-    deaths
-        .origin_queue()
-        .map(str::to_string)
-        .filter(|q| !q.is_empty())
-        .ok_or(Refusal::NoOrigin)
 }
 
 fn long(s: impl Into<String>) -> AMQPValue {
@@ -170,25 +160,9 @@ pub fn prepare(
     Ok(out.with_headers(table))
 }
 
-/// The user name in an AMQP URL (RabbitMQ's default is guest).
-pub fn url_user(amqp_url: &str) -> String {
-    url::Url::parse(amqp_url)
-        .ok()
-        .map(|u| u.username().to_string())
-        .filter(|u| !u.is_empty())
-        .map(|u| {
-            url::form_urlencoded::parse(format!("u={u}").as_bytes())
-                .next()
-                .map(|(_, v)| v.into_owned())
-                .unwrap_or(u)
-        })
-        .unwrap_or_else(|| "guest".into())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rabbit::death::parse_deaths;
 
     fn stamp(max: u32) -> Stamp {
         Stamp {
@@ -232,16 +206,6 @@ mod tests {
             .with_expiration("60000".into())
             .with_user_id("someone-else".into())
             .with_headers(dead_letter_headers())
-    }
-
-    #[test]
-    fn origin_is_the_first_death_queue() {
-        let h = dead_letter_headers();
-        assert_eq!(
-            origin(&parse_deaths(Some(&h))).unwrap(),
-            "matriculas.processar"
-        );
-        assert_eq!(origin(&parse_deaths(None)), Err(Refusal::NoOrigin));
     }
 
     #[test]
@@ -344,11 +308,5 @@ mod tests {
         let mut h = FieldTable::default();
         h.insert(REPLAY_COUNT.into(), long("7"));
         assert_eq!(replay_count(Some(&h)), 7);
-    }
-
-    #[test]
-    fn url_users() {
-        assert_eq!(url_user("amqp://app%40x:pw@h/%2f"), "app@x");
-        assert_eq!(url_user("amqp://h/%2f"), "guest");
     }
 }

@@ -11,15 +11,16 @@
 use super::requeue::{self, Stamp};
 use super::{Target, print_plan_groups, print_report};
 use crate::archive::{self, Journal};
-use crate::celery::{self, ReplayOrigin};
+use crate::celery::dispatch::{Dispatcher, Pending, Sent, TaskSender};
+use crate::celery::{self, ReplayOrigin, TaskMessage};
 use crate::error::{Exit, usage};
+use crate::fingerprint;
 use crate::model::{DeadLetter, RecordId, SourceKind};
 use crate::output::Printer;
-use crate::rabbit::publish::{self as broker, Outcome, Outgoing, Publisher};
+use crate::rabbit::publish::{Outcome, Outgoing, Publisher};
 use crate::report::Report;
 use crate::select::Selection;
-use crate::settings::Settings;
-use crate::{fingerprint, redact};
+use crate::settings::{ReplayCommon, Settings};
 use anyhow::Result;
 use base64::Engine as _;
 use futures_util::StreamExt;
@@ -29,14 +30,9 @@ use std::path::Path;
 
 pub struct Options<'a> {
     pub file: &'a Path,
-    pub selection: Selection,
-    /// Explicit target; table rows default to the Celery queue, queue messages to their origin.
-    pub target: Option<Target>,
-    pub dry_run: bool,
-    pub yes: bool,
-    pub rate: Option<f64>,
-    pub window: usize,
-    pub max_replays: u32,
+    /// `common.target`: explicit; table rows default to the Celery queue, queue messages to
+    /// their origin.
+    pub common: ReplayCommon,
 }
 
 /// What every archived record becomes before it is published.
@@ -46,11 +42,63 @@ struct Context<'a> {
     replay_id: String,
     user: String,
     max_replays: u32,
+    map: crate::celery::workers::TaskMap,
+}
+
+/// One archived record, ready to send: a Celery task (through the dispatcher) or a RabbitMQ
+/// message rebuilt from its exact bytes.
+enum Prepared {
+    Task(TaskMessage, Target),
+    Message(Outgoing),
+}
+
+impl Prepared {
+    /// (exchange, routing key): for the plan and the dry run.
+    fn route(&self) -> (String, String) {
+        match self {
+            Prepared::Task(_, t) => t.route(),
+            Prepared::Message(m) => (m.exchange.clone(), m.routing_key.clone()),
+        }
+    }
+
+    fn parts(&self) -> (&lapin::BasicProperties, &[u8]) {
+        match self {
+            Prepared::Task(m, _) => (&m.properties, &m.body),
+            Prepared::Message(m) => (&m.properties, &m.body),
+        }
+    }
+}
+
+/// Where prepared records go: table rows to the Celery dispatcher, queue messages to RabbitMQ.
+enum Sender {
+    Tasks(TaskSender),
+    Messages(Publisher),
+}
+
+impl Sender {
+    async fn submit(&self, p: Prepared) -> Result<Pending> {
+        match (self, p) {
+            (Sender::Tasks(s), Prepared::Task(msg, target)) => s.submit(msg, &target).await,
+            (Sender::Messages(s), Prepared::Message(m)) => {
+                let outcome = s.submit(m).await?;
+                Ok(Box::pin(async move {
+                    Ok(match outcome.await? {
+                        Outcome::Confirmed => Sent::Delivered,
+                        Outcome::Returned { code, text } => Sent::Refused(format!(
+                            "returned by the broker as unroutable ({code} {text})"
+                        )),
+                        Outcome::Nacked => Sent::Refused("nacked by the broker".into()),
+                    })
+                }))
+            }
+            _ => unreachable!("an archive holds one kind of record"),
+        }
+    }
 }
 
 impl Context<'_> {
-    /// The message to publish for one archived record, or why it cannot be replayed.
-    fn prepare(&self, rec: &DeadLetter) -> Result<Outgoing, String> {
+    /// What to send for one archived record, or why it cannot be replayed.
+    fn prepare(&self, rec: &DeadLetter) -> Result<Prepared, String> {
         match self.kind {
             SourceKind::Table => {
                 let origin = ReplayOrigin {
@@ -67,20 +115,14 @@ impl Context<'_> {
                     .and_then(Value::as_str)
                     .map(str::to_string)
                     .or_else(|| (!rec.payload.is_null()).then(|| rec.payload.to_string()));
+                let task = self.map.sent_name(rec.task.as_deref().unwrap_or(""));
                 let msg =
-                    celery::build(rec.task.as_deref().unwrap_or(""), args.as_deref(), &origin)
-                        .map_err(|e| e.to_string())?;
-                let (exchange, routing_key) = self
+                    celery::build(task, args.as_deref(), &origin).map_err(|e| e.to_string())?;
+                let target = self
                     .target
                     .clone()
-                    .unwrap_or_else(|| Target::Queue(crate::celery::DEFAULT_CELERY_QUEUE.into()))
-                    .route();
-                Ok(Outgoing {
-                    exchange,
-                    routing_key,
-                    body: msg.body,
-                    properties: msg.properties,
-                })
+                    .unwrap_or_else(|| Target::Queue(celery::DEFAULT_CELERY_QUEUE.into()));
+                Ok(Prepared::Task(msg, target))
             }
             SourceKind::Queue => {
                 let raw = rec
@@ -114,12 +156,12 @@ impl Context<'_> {
                 let properties =
                     requeue::prepare(&props, &stamp, &uuid::Uuid::new_v4().to_string())
                         .map_err(|e| e.to_string())?;
-                Ok(Outgoing {
+                Ok(Prepared::Message(Outgoing {
                     exchange,
                     routing_key,
                     body,
                     properties,
-                })
+                }))
             }
         }
     }
@@ -148,16 +190,93 @@ fn selected<'s>(
     }))
 }
 
-fn dry_view(rec: &DeadLetter, m: &Outgoing) -> Value {
+fn dry_view(rec: &DeadLetter, m: &Prepared) -> Value {
+    let (exchange, routing_key) = m.route();
+    let (properties, body) = m.parts();
     json!({
         "id": rec.id,
         "task": rec.task,
-        "exchange": m.exchange,
-        "routing_key": m.routing_key,
-        "properties": crate::rabbit::codec::properties_to_json(&m.properties),
-        "headers": m.properties.headers().as_ref().map(crate::rabbit::codec::table_to_json),
-        "body": serde_json::from_slice::<Value>(&m.body).unwrap_or_else(|_| crate::model::payload_from_bytes(&m.body)),
+        "exchange": exchange,
+        "routing_key": routing_key,
+        "properties": crate::rabbit::codec::properties_to_json(properties),
+        "headers": properties.headers().as_ref().map(crate::rabbit::codec::table_to_json),
+        "body": serde_json::from_slice::<Value>(body).unwrap_or_else(|_| crate::model::payload_from_bytes(body)),
     })
+}
+
+/// The broker an archive goes back to: Celery's dispatcher for table rows, RabbitMQ for queue
+/// messages.
+enum Broker {
+    Celery(Dispatcher),
+    Rabbit(lapin::Connection, String),
+}
+
+impl Broker {
+    async fn open(settings: &Settings, kind: SourceKind) -> Result<Broker> {
+        Ok(match kind {
+            SourceKind::Table => Broker::Celery(Dispatcher::connect(settings).await?),
+            SourceKind::Queue => {
+                let target = crate::rabbit::Target::from_settings(settings)?;
+                let conn = crate::rabbit::connect(&target).await?;
+                Broker::Rabbit(conn, target.shown.clone())
+            }
+        })
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Broker::Celery(d) => d.describe(),
+            Broker::Rabbit(_, shown) => shown.clone(),
+        }
+    }
+
+    /// Destinations exist before anything is sent: the explicit target, or every queue the
+    /// records would go back to.
+    async fn check_destinations(
+        &self,
+        printer: &Printer,
+        target: &Option<Target>,
+        destinations: &BTreeSet<String>,
+    ) -> Result<Option<String>> {
+        let conn = match (self, target) {
+            (Broker::Celery(d), Some(t)) => {
+                return Ok(super::note_target(printer, d.check_target(t).await?));
+            }
+            (Broker::Celery(d), None) => {
+                let t = Target::Queue(celery::DEFAULT_CELERY_QUEUE.into());
+                return Ok(super::note_target(printer, d.check_target(&t).await?));
+            }
+            (Broker::Rabbit(conn, _), Some(t)) => {
+                return Ok(super::note_target(
+                    printer,
+                    crate::rabbit::check_target(conn, t).await?,
+                ));
+            }
+            (Broker::Rabbit(conn, _), None) => conn,
+        };
+        let mut missing = Vec::new();
+        for d in destinations {
+            if crate::rabbit::passive_declare(conn, d).await?.is_none() {
+                missing.push(d.clone());
+            }
+        }
+        if !missing.is_empty() {
+            return Err(usage(format!(
+                "destination queue(s) {} do not exist: nothing was replayed (declare them or pass --to-queue)",
+                missing.join(", ")
+            )));
+        }
+        Ok(None)
+    }
+
+    async fn sender(&self, window: usize, rate: Option<f64>) -> Result<Sender> {
+        Ok(match self {
+            Broker::Celery(d) => Sender::Tasks(d.sender(window, rate).await?),
+            Broker::Rabbit(conn, _) => {
+                Sender::Messages(Publisher::start(conn, window, rate).await?)
+            }
+        })
+    }
 }
 
 fn dry_line(v: &Value) -> Vec<String> {
@@ -202,13 +321,14 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
         ));
     }
     let amqp_target = crate::rabbit::Target::from_settings(settings)?;
-    let conn = broker::connect(settings).await?;
+    let broker = Broker::open(settings, kind).await?;
     let ctx = Context {
         kind,
-        target: &opts.target,
+        target: &opts.common.target,
         replay_id: uuid::Uuid::new_v4().to_string(),
         user: amqp_target.user().to_string(),
-        max_replays: opts.max_replays,
+        max_replays: opts.common.max_replays,
+        map: opts.common.workers.map.clone(),
     };
 
     // Plan pass.
@@ -216,22 +336,28 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
     let mut invalid: Vec<(RecordId, String)> = Vec::new();
     let mut destinations: BTreeSet<String> = BTreeSet::new();
     let mut planned: u64 = 0;
+    let mut tasks: BTreeMap<String, u64> = BTreeMap::new();
     let mut dry = opts
+        .common
+        .safety
         .dry_run
         .then(|| printer.values(&["id", "task", "exchange/routing key", "body"], dry_line));
     let done = journal.done().clone();
-    for r in selected(opts.file, &opts.selection, &done)? {
+    for r in selected(opts.file, &opts.common.selection, &done)? {
         let (_, rec) = r?;
         match ctx.prepare(&rec) {
             Ok(m) => {
                 planned += 1;
-                if m.exchange.is_empty() {
-                    destinations.insert(m.routing_key.clone());
+                let (exchange, routing_key) = m.route();
+                if exchange.is_empty() {
+                    destinations.insert(routing_key.clone());
                 }
                 let label = if kind == SourceKind::Table {
-                    rec.task.clone().unwrap_or_default()
+                    let task = rec.task.clone().unwrap_or_default();
+                    *tasks.entry(task.clone()).or_default() += 1;
+                    task
                 } else {
-                    m.routing_key.clone()
+                    routing_key
                 };
                 *groups
                     .entry((
@@ -250,29 +376,22 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
         out.finish()?;
     }
     // Destinations exist before anything is sent.
-    let note = match &opts.target {
-        Some(t) => t.check(&conn, printer).await?,
-        None => {
-            let mut missing = Vec::new();
-            for d in &destinations {
-                if crate::rabbit::passive_declare(&conn, d).await?.is_none() {
-                    missing.push(d.clone());
-                }
-            }
-            if !missing.is_empty() {
-                return Err(usage(format!(
-                    "destination queue(s) {} do not exist: nothing was replayed (declare them or pass --to-queue)",
-                    missing.join(", ")
-                )));
-            }
-            None
-        }
-    };
+    let note = broker
+        .check_destinations(printer, &opts.common.target, &destinations)
+        .await?;
+    if let Broker::Celery(d) = &broker {
+        let target = opts
+            .common
+            .target
+            .clone()
+            .unwrap_or_else(|| Target::Queue(celery::DEFAULT_CELERY_QUEUE.into()));
+        super::workers::ensure_runnable(printer, d, &opts.common.workers, &target, &tasks).await?;
+    }
     printer.info(format!(
         "Plan: replay {} archived record(s) ({}) on {}",
         planned + invalid.len() as u64,
-        opts.selection.describe(),
-        redact::url(&settings.amqp_url)
+        opts.common.selection.describe(),
+        broker.describe()
     ));
     print_plan_groups(printer, &groups);
     if let Some(n) = note {
@@ -281,31 +400,25 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
     for (id, why) in invalid.iter().take(10) {
         printer.warn(format!("cannot be replayed: id {id}: {why}"));
     }
-    if planned == 0 && invalid.is_empty() {
-        printer.info("nothing to replay");
-        return Ok(Exit::Ok);
-    }
-    if opts.dry_run {
-        printer.info("dry run: nothing was published");
-        return Ok(if invalid.is_empty() {
-            Exit::Ok
-        } else {
-            Exit::Partial
-        });
-    }
-    if !printer
-        .confirm(&format!("Replay {planned} archived record(s)?"), opts.yes)
-        .await?
-    {
-        printer.info("nothing done");
-        return Ok(Exit::Ok);
+    let gate = crate::bulk::Gate {
+        safety: opts.common.safety,
+        planned,
+        refused: invalid.len(),
+        nothing: "nothing to replay",
+        dry_run: "dry run: nothing was published",
+        prompt: format!("Replay {planned} archived record(s)?"),
+    };
+    if let Some(exit) = crate::bulk::gate(printer, gate).await? {
+        return Ok(exit);
     }
 
     let mut report = Report::new("replay");
     for (id, why) in invalid {
         report.fail(id, why);
     }
-    let publisher = Publisher::start(&conn, opts.window.max(1), opts.rate).await?;
+    let publisher = broker
+        .sender(opts.common.window.get(), opts.common.rate)
+        .await?;
     let bar = printer.progress(Some(planned), "replaying");
     let mut journal = journal;
     // Records are read lazily and published in file order with up to `window` confirms
@@ -313,7 +426,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let signals = super::stop_on_signal(stop.clone());
     let stop_reading = stop.clone();
-    let source = selected(opts.file, &opts.selection, &done)?
+    let source = selected(opts.file, &opts.common.selection, &done)?
         .take_while(move |_| !stop_reading.load(std::sync::atomic::Ordering::SeqCst))
         .filter_map(|r| match r {
             Err(e) => Some(Err(e)),
@@ -321,7 +434,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
         });
     let outcomes = futures_util::stream::iter(source)
         .then(|r| {
-            let publisher = publisher.clone();
+            let publisher = &publisher;
             async move {
                 let (n, id, m) = r?;
                 // Submitted in file order; the outcome is awaited by `buffered` below.
@@ -335,7 +448,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
                 Err(e) => Err(e),
             }
         })
-        .buffered(opts.window.max(1));
+        .buffered(opts.common.window.get());
     let mut outcomes = std::pin::pin!(outcomes);
     while let Some(item) = outcomes.next().await {
         bar.inc(1);
@@ -351,15 +464,11 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
             }
         };
         match outcome {
-            Ok(Outcome::Confirmed) => {
+            Ok(Sent::Delivered) => {
                 journal.record(n)?;
                 report.success();
             }
-            Ok(Outcome::Returned { code, text }) => report.fail(
-                id,
-                format!("returned by the broker as unroutable ({code} {text})"),
-            ),
-            Ok(Outcome::Nacked) => report.fail(id, "nacked by the broker"),
+            Ok(Sent::Refused(why)) => report.fail(id, why),
             Err(e) => {
                 report.stopped = Some(format!("broker: {e:#}"));
                 report.fail(id, "outcome unknown: broker connection lost");

@@ -10,16 +10,17 @@
 //! docs/BENCHMARKS.md.)
 
 use super::{Target, print_plan_groups};
+use crate::celery::dispatch::{Dispatcher, Sent, TaskSender};
+use crate::celery::workers::TaskMap;
 use crate::celery::{self, ReplayOrigin};
 use crate::error::Exit;
 use crate::model::{DeadLetter, RecordId};
 use crate::output::{Printer, ellipsize};
-use crate::rabbit::publish::{self as broker, Outcome, Outgoing, Publisher};
 use crate::report::Report;
 use crate::select::{Selected, Selection};
-use crate::settings::{Dialect, Settings};
+use crate::settings::{Dialect, ReplayCommon, Settings};
 use crate::source::table::{DecodeRecord, FailedTable, SqlBuilder, scrubbed};
-use crate::{bind_all, redact, with_pool};
+use crate::{bind_all, with_pool};
 use anyhow::Result;
 use chrono::Utc;
 use serde_json::json;
@@ -29,13 +30,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use tokio::sync::mpsc;
 
 pub struct Options {
-    pub selection: Selection,
+    /// `common.window`: rows published but not yet marked, at most (the duplicate window).
+    pub common: ReplayCommon,
+    /// Where the tasks go (the Celery default queue unless told otherwise).
     pub target: Target,
-    pub dry_run: bool,
-    pub yes: bool,
-    pub rate: Option<f64>,
-    /// Rows published but not yet marked, at most (the duplicate window).
-    pub window: usize,
 }
 
 /// What the plan pass found.
@@ -45,6 +43,8 @@ struct Plan {
     groups: BTreeMap<(String, String), u64>,
     /// Rows that cannot become a valid Celery message: reported, never published.
     invalid: Vec<(RecordId, String)>,
+    /// Stored task name -> rows to replay (the worker check's question).
+    tasks: BTreeMap<String, u64>,
 }
 
 /// How one row ended.
@@ -64,7 +64,7 @@ fn group_size(window: usize) -> usize {
 
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
     let db = settings.require_database()?;
-    let window = opts.window.max(1);
+    let window = opts.common.window.get();
     let group = group_size(window);
     // SQLite admits one writer at a time: one group in flight.
     let workers = match db.dialect {
@@ -83,10 +83,10 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     };
 
     // The broker comes first: an unknown target refuses the replay before any planning output.
-    let conn = broker::connect(settings).await?;
-    let target_note = opts.target.check(&conn, printer).await?;
+    let dispatcher = Dispatcher::connect(settings).await?;
+    let target_note = super::note_target(printer, dispatcher.check_target(&opts.target).await?);
 
-    let mut dry = opts.dry_run.then(|| {
+    let mut dry = opts.common.safety.dry_run.then(|| {
         printer.values(
             &["row", "task", "exchange/routing key", "body"],
             dry_run_line,
@@ -94,13 +94,14 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     });
     // Under --yes nobody reads the plan before the replay: a row is built (and refused if it
     // cannot become a valid message) when it is replayed, not twice.
-    let validate = opts.dry_run || !opts.yes;
-    let plan = plan(&table, &opts.selection, printer, |rec| {
+    let validate = opts.common.safety.dry_run || !opts.common.safety.yes;
+    let map = Arc::new(opts.common.workers.map.clone());
+    let plan = plan(&table, &opts.common.selection, printer, |rec| {
         if !validate {
             return Ok(None);
         }
         let built = celery::build(
-            rec.task.as_deref().unwrap_or(""),
+            map.sent_name(rec.task.as_deref().unwrap_or("")),
             rec.payload_text.as_deref(),
             &origin(&rec.id),
         );
@@ -118,9 +119,9 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     printer.info(format!(
         "Plan: replay {total} row(s) of table {} ({}) as Celery tasks {} on {}",
         table.location(),
-        opts.selection.describe(),
+        opts.common.selection.describe(),
         opts.target.describe(),
-        redact::url(&settings.amqp_url),
+        dispatcher.describe(),
     ));
     print_plan_groups(printer, &plan.groups);
     if let Some(note) = target_note {
@@ -135,48 +136,39 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             printer.warn(format!("  id {id}: {why}"));
         }
     }
-    if total == 0 {
-        printer.info("nothing to replay");
-        return Ok(Exit::Ok);
-    }
-    if opts.dry_run {
-        printer.info("dry run: nothing was published or marked");
-        return Ok(if plan.invalid.is_empty() {
-            Exit::Ok
-        } else {
-            Exit::Partial
-        });
-    }
-    let tasks: Vec<&str> = {
-        let mut t: Vec<&str> = plan.groups.keys().map(|(t, _)| t.as_str()).collect();
-        t.dedup();
-        t
+    super::workers::ensure_runnable(
+        printer,
+        &dispatcher,
+        &opts.common.workers,
+        &opts.target,
+        &plan.tasks,
+    )
+    .await?;
+    let gate = crate::bulk::Gate {
+        safety: opts.common.safety,
+        planned: plan.ids.len() as u64,
+        refused: plan.invalid.len(),
+        nothing: "nothing to replay",
+        dry_run: "dry run: nothing was published or marked",
+        prompt: format!("Replay {} row(s)?", plan.ids.len()),
     };
-    printer.info(format!(
-        "The workers consuming the target must register: {} (a worker drops tasks it does not know).",
-        tasks.join(", ")
-    ));
-    if !printer
-        .confirm(&format!("Replay {} row(s)?", plan.ids.len()), opts.yes)
-        .await?
-    {
-        printer.info("nothing done");
-        return Ok(Exit::Ok);
+    if let Some(exit) = crate::bulk::gate(printer, gate).await? {
+        return Ok(exit);
     }
 
     let mut report = Report::new("replay");
     for (id, why) in plan.invalid {
         report.fail(id, why);
     }
-    let publisher = Publisher::start(&conn, window, opts.rate).await?;
+    let publisher = dispatcher.sender(window, opts.common.rate).await?;
     let ids = Arc::new(plan.ids);
     let next = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let (tx, mut rx) = mpsc::channel::<(RecordId, RowEvent)>(window * 2);
-    let sel = Arc::new(opts.selection);
+    let sel = Arc::new(opts.common.selection);
     let target = Arc::new(opts.target);
     for _ in 0..workers.min(ids.len().div_ceil(group)) {
-        let (table, ids, next, stop, tx, sel, target, publisher) = (
+        let (table, ids, next, stop, tx, sel, target, publisher, map) = (
             table.clone(),
             ids.clone(),
             next.clone(),
@@ -185,6 +177,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             sel.clone(),
             target.clone(),
             publisher.clone(),
+            map.clone(),
         );
         let origin = ReplayOrigin {
             table: table.location(),
@@ -199,7 +192,8 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
                     break;
                 }
                 let chunk = &ids[i..(i + group).min(ids.len())];
-                let events = replay_group(&table, &sel, &publisher, &target, chunk, &origin).await;
+                let events =
+                    replay_group(&table, &sel, &publisher, &target, &map, chunk, &origin).await;
                 if events
                     .iter()
                     .any(|(_, ev)| matches!(ev, RowEvent::Fatal(_)))
@@ -260,6 +254,7 @@ async fn plan(
         ids: Vec::new(),
         groups: BTreeMap::new(),
         invalid: Vec::new(),
+        tasks: BTreeMap::new(),
     };
     while let Some(rec) = selected.next().await {
         let rec = rec?;
@@ -267,9 +262,13 @@ async fn plan(
             rec.task.clone().unwrap_or_default(),
             crate::fingerprint::fingerprint(rec.motivo.as_deref().unwrap_or("")),
         );
+        let task = key.0.clone();
         *plan.groups.entry(key).or_default() += 1;
         match check(&rec)? {
-            None => plan.ids.push(rec.id),
+            None => {
+                *plan.tasks.entry(task).or_default() += 1;
+                plan.ids.push(rec.id);
+            }
             Some(why) => plan.invalid.push((rec.id, why)),
         }
     }
@@ -284,8 +283,9 @@ async fn plan(
 async fn replay_group(
     table: &FailedTable,
     sel: &Selection,
-    publisher: &Publisher,
+    publisher: &TaskSender,
     target: &Target,
+    map: &TaskMap,
     ids: &[RecordId],
     origin: &ReplayOrigin,
 ) -> Vec<(RecordId, RowEvent)> {
@@ -335,16 +335,15 @@ async fn replay_group(
                 continue;
             }
             let row_origin = ReplayOrigin { row_id: rec.id.to_string(), ..origin.clone() };
-            let msg = match celery::build(rec.task.as_deref().unwrap_or(""), rec.payload_text.as_deref(), &row_origin) {
+            let msg = match celery::build(map.sent_name(rec.task.as_deref().unwrap_or("")), rec.payload_text.as_deref(), &row_origin) {
                 Ok(m) => m,
                 Err(e) => {
                     events.push((rec.id, RowEvent::Failed(e.to_string())));
                     continue;
                 }
             };
-            let (exchange, routing_key) = target.route();
             // Submitted now (pipelined); outcomes are awaited below.
-            match publisher.submit(Outgoing { exchange, routing_key, body: msg.body, properties: msg.properties }).await {
+            match publisher.submit(msg, target).await {
                 Ok(outcome) => pending.push((rec.id, outcome)),
                 Err(e) => {
                     let why = format!("broker: {e:#}");
@@ -360,12 +359,8 @@ async fn replay_group(
         let mut confirmed = Vec::new();
         for (id, outcome) in pending {
             match outcome.await {
-                Ok(Outcome::Confirmed) => confirmed.push(id),
-                Ok(Outcome::Returned { code, text }) => events.push((
-                    id,
-                    RowEvent::Failed(format!("returned by the broker as unroutable ({code} {text}); not marked")),
-                )),
-                Ok(Outcome::Nacked) => events.push((id, RowEvent::Failed("nacked by the broker; not marked".into()))),
+                Ok(Sent::Delivered) => confirmed.push(id),
+                Ok(Sent::Refused(why)) => events.push((id, RowEvent::Failed(format!("{why}; not marked")))),
                 Err(e) => events.push((id, RowEvent::Fatal(format!("broker: {e:#}")))),
             }
         }

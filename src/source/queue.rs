@@ -326,15 +326,16 @@ mod tests {
             r.motivo.as_deref(),
             Some("rejected: KeyError: 'usuario_id'")
         );
-        // No Celery header: the queue it first died in.
-        assert_eq!(r.task.as_deref(), Some("matriculas.entrada"));
+        // No Celery header: the queue it goes back to (where a consumer last rejected it,
+        // not the first death).
+        assert_eq!(r.task.as_deref(), Some("matriculas.processar"));
         // The latest death time, not the first entry's (which is older here).
         assert_eq!(r.created_at.map(|t| t.timestamp()), Some(1_700_000_900));
         assert_eq!(r.payload, json!({"matricula_id": 7}));
         assert!(!r.replayed);
         assert_eq!(
             r.death.as_ref().and_then(|d| origin_queue(d)),
-            Some("matriculas.entrada")
+            Some("matriculas.processar")
         );
         let raw = r.raw.as_ref().unwrap();
         assert_eq!(raw["body"], "eyJtYXRyaWN1bGFfaWQiOiA3fQ==");

@@ -84,6 +84,7 @@ async fn thirty_bad_inputs_change_nothing() {
                 "--amqp-url",
                 "amqp//nohost",
                 "replay",
+                "--no-worker-check",
                 "--to-queue",
                 q,
                 "--yes",
@@ -96,6 +97,7 @@ async fn thirty_bad_inputs_change_nothing() {
                 "--amqp-url",
                 "http://guest:guest@127.0.0.1:5672/",
                 "replay",
+                "--no-worker-check",
                 "--to-queue",
                 q,
                 "--yes",
@@ -114,6 +116,7 @@ async fn thirty_bad_inputs_change_nothing() {
                 "--amqp-url",
                 "amqp://guest:Wr0ngPass@127.0.0.1:5672/%2f",
                 "replay",
+                "--no-worker-check",
                 "--to-queue",
                 q,
                 "--yes",
@@ -126,6 +129,7 @@ async fn thirty_bad_inputs_change_nothing() {
                 "--amqp-url",
                 "amqp://guest:guest@127.0.0.1:5672/no-such-vhost",
                 "replay",
+                "--no-worker-check",
                 "--to-queue",
                 q,
                 "--yes",
@@ -182,12 +186,20 @@ async fn thirty_bad_inputs_change_nothing() {
             "cannot be used with",
         ),
         case(
-            &["replay", "--to-queue", q, "--to-exchange", "x", "--yes"],
+            &[
+                "replay",
+                "--no-worker-check",
+                "--to-queue",
+                q,
+                "--to-exchange",
+                "x",
+                "--yes",
+            ],
             2,
             "cannot be used with",
         ),
         case(
-            &["replay", "--routing-key", "k", "--yes"],
+            &["replay", "--no-worker-check", "--routing-key", "k", "--yes"],
             2,
             "--to-exchange",
         ),
@@ -197,32 +209,78 @@ async fn thirty_bad_inputs_change_nothing() {
             "cannot be used with",
         ),
         case(
-            &["replay", "--to-queue", q, "--rate", "0", "--yes"],
+            &[
+                "replay",
+                "--no-worker-check",
+                "--to-queue",
+                q,
+                "--rate",
+                "0",
+                "--yes",
+            ],
             2,
             "--rate must be a positive",
         ),
         case(
-            &["replay", "--to-queue", q, "--rate=-5", "--yes"],
+            &[
+                "replay",
+                "--no-worker-check",
+                "--to-queue",
+                q,
+                "--rate=-5",
+                "--yes",
+            ],
             2,
             "--rate must be a positive",
         ),
         case(
-            &["replay", "--to-queue", q, "--window", "0", "--yes"],
+            &[
+                "replay",
+                "--no-worker-check",
+                "--to-queue",
+                q,
+                "--window",
+                "0",
+                "--yes",
+            ],
             2,
             "--window must be at least 1",
         ),
         case(
-            &["replay", "--canary", "3", "--to-queue", q, "--yes"],
+            &[
+                "replay",
+                "--no-worker-check",
+                "--canary",
+                "3",
+                "--to-queue",
+                q,
+                "--yes",
+            ],
             2,
             "--canary and --plan-first apply to queue replays",
         ),
         case(
-            &["replay", "--plan-first", "--to-queue", q, "--yes"],
+            &[
+                "replay",
+                "--no-worker-check",
+                "--plan-first",
+                "--to-queue",
+                q,
+                "--yes",
+            ],
             2,
             "--plan-first apply to queue replays",
         ),
         case(
-            &["replay", "--from-file", ar, "-Q", q, "--yes"],
+            &[
+                "replay",
+                "--no-worker-check",
+                "--from-file",
+                ar,
+                "-Q",
+                q,
+                "--yes",
+            ],
             2,
             "cannot be combined with -Q",
         ),
@@ -230,6 +288,7 @@ async fn thirty_bad_inputs_change_nothing() {
         case(
             &[
                 "replay",
+                "--no-worker-check",
                 "--to-queue",
                 "dlq-no-such-queue-anywhere",
                 "--yes",
@@ -240,6 +299,7 @@ async fn thirty_bad_inputs_change_nothing() {
         case(
             &[
                 "replay",
+                "--no-worker-check",
                 "--to-exchange",
                 "dlq-no-such-exchange",
                 "--routing-key",
@@ -251,7 +311,7 @@ async fn thirty_bad_inputs_change_nothing() {
         ),
         // No confirmation possible
         case(
-            &["replay", "--to-queue", q],
+            &["replay", "--no-worker-check", "--to-queue", q],
             2,
             "refusing to act without confirmation",
         ),
@@ -268,18 +328,35 @@ async fn thirty_bad_inputs_change_nothing() {
         case(&["archive", "--to", ar, "--yes"], 2, "already exists"),
         // Archives
         case(
-            &["replay", "--from-file", t, "--to-queue", q, "--yes"],
+            &[
+                "replay",
+                "--no-worker-check",
+                "--from-file",
+                t,
+                "--to-queue",
+                q,
+                "--yes",
+            ],
             2,
             "end marker is missing",
         ),
         case(
-            &["replay", "--from-file", tp, "--to-queue", q, "--yes"],
+            &[
+                "replay",
+                "--no-worker-check",
+                "--from-file",
+                tp,
+                "--to-queue",
+                q,
+                "--yes",
+            ],
             2,
             "checksum mismatch",
         ),
         case(
             &[
                 "replay",
+                "--no-worker-check",
                 "--from-file",
                 "/nonexistent/archive.ndjson",
                 "--to-queue",
@@ -363,7 +440,15 @@ async fn hostile_args_are_refused_per_row() {
     }
     let queue = unique("bad_args_q");
     declare_queue(&queue).await;
-    let run = db.dlq_root(&["replay", "--to-queue", &queue, "--yes", "-o", "json"]);
+    let run = db.dlq_root(&[
+        "replay",
+        "--no-worker-check",
+        "--to-queue",
+        &queue,
+        "--yes",
+        "-o",
+        "json",
+    ]);
     assert_eq!(run.code(), 3, "{}", run.stderr());
     let report: serde_json::Value = serde_json::from_str(run.stdout().trim()).unwrap();
     assert_eq!(report["succeeded"], 1);
@@ -452,7 +537,17 @@ async fn hostile_headers_are_read_and_refused_safely() {
     assert!(recs.iter().all(|r| r["payload"].is_object()));
     b.run(&["inspect", "-Q", dlq, "--full"]).await.ok();
     assert_eq!(b.snapshot(dlq).await, before, "reading changed nothing");
-    let run = b.run(&["replay", "-Q", dlq, "--yes", "-o", "json"]).await;
+    let run = b
+        .run(&[
+            "replay",
+            "--no-worker-check",
+            "-Q",
+            dlq,
+            "--yes",
+            "-o",
+            "json",
+        ])
+        .await;
     assert_eq!(run.code(), 3, "{}", run.stderr());
     let report: serde_json::Value = serde_json::from_str(run.stdout().trim()).unwrap();
     assert_eq!(report["succeeded"], 2);

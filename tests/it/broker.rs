@@ -243,6 +243,17 @@ impl Broker {
         }
     }
 
+    /// Waits until `queue` exists (a worker on this vhost declared it).
+    pub async fn wait_queue(&self, queue: &str) {
+        for _ in 0..300 {
+            if self.exists(queue).await {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        panic!("queue {queue} never appeared");
+    }
+
     /// Ready messages, exactly (passive declare).
     pub async fn depth(&self, queue: &str) -> u32 {
         let ch = self.conn.create_channel().await.unwrap();

@@ -31,6 +31,13 @@ impl CeleryWorker {
     }
 
     pub async fn start_with(queue: &str, env: &[(&str, &str)]) -> CeleryWorker {
+        Self::start_app("dlq_test_tasks", queue, env).await
+    }
+
+    /// A worker of the Celery app in module `app` (tests/celery/), consuming `queue`. With
+    /// `DLQ_TEST_BROKER` in `env` it runs on that broker URL (e.g. a test's own vhost) and is
+    /// ready once its log says so; otherwise once it consumes `queue` on the default vhost.
+    pub async fn start_app(app: &str, queue: &str, env: &[(&str, &str)]) -> CeleryWorker {
         let dir = tempfile::tempdir().unwrap();
         let record = dir.path().join("runs.ndjson");
         std::fs::write(&record, "").unwrap();
@@ -40,7 +47,7 @@ impl CeleryWorker {
             "-m",
             "celery",
             "-A",
-            "dlq_test_tasks",
+            app,
             "worker",
             "-P",
             "solo",
@@ -72,8 +79,13 @@ impl CeleryWorker {
             _dir: dir,
         };
         let deadline = Instant::now() + Duration::from_secs(60);
+        let own_broker = env.iter().any(|(k, _)| *k == "DLQ_TEST_BROKER");
         loop {
-            if let Some(s) = queue_state(queue).await
+            if own_broker {
+                if w.log().contains(" ready.") {
+                    break;
+                }
+            } else if let Some(s) = queue_state(queue).await
                 && s.consumers > 0
             {
                 break;

@@ -289,12 +289,6 @@ impl Dlq {
         self
     }
 
-    #[allow(dead_code)]
-    pub fn stdin(mut self, data: &[u8]) -> Dlq {
-        self.stdin = Some(data.to_vec());
-        self
-    }
-
     pub fn run(mut self) -> Run {
         use std::io::Write;
         use std::process::Stdio;

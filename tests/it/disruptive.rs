@@ -110,6 +110,7 @@ async fn check_table_messages(queue: &str, rows: usize) {
 fn replay_args(queue: &str) -> Vec<String> {
     [
         "replay",
+        "--no-worker-check",
         "--to-queue",
         queue,
         "--yes",
@@ -152,7 +153,8 @@ async fn broker_restarted_mid_table_replay() {
         published >= after && published <= after + WINDOW as i64,
         "{published} vs {after}"
     );
-    db.dlq_root(&["replay", "--to-queue", &queue, "--yes"]).ok();
+    db.dlq_root(&["replay", "--no-worker-check", "--to-queue", &queue, "--yes"])
+        .ok();
     assert_eq!(marked(&db).await, 1500);
     check_table_messages(&queue, 1500).await;
     delete_queue(&queue).await;
@@ -201,7 +203,7 @@ async fn database_stopped_mid_table_replay() {
         published >= after && published <= after + WINDOW as i64,
         "{published} vs {after}"
     );
-    db2.dlq_root(&["replay", "--to-queue", &queue, "--yes"])
+    db2.dlq_root(&["replay", "--no-worker-check", "--to-queue", &queue, "--yes"])
         .ok();
     assert_eq!(marked(&db2).await, 1500);
     check_table_messages(&queue, 1500).await;
@@ -230,6 +232,7 @@ async fn broker_restarted_mid_queue_replay() {
         &[("DLQ_AMQP_URL", &url)],
         &[
             "replay",
+            "--no-worker-check",
             "-Q",
             dlq,
             "--yes",
@@ -267,7 +270,9 @@ async fn broker_restarted_mid_queue_replay() {
     }
     assert_eq!(all.len(), n, "nothing lost");
     assert!(all.values().map(|c| c - 1).sum::<usize>() <= WINDOW);
-    b.run(&["replay", "-Q", dlq, "--yes"]).await.ok();
+    b.run(&["replay", "--no-worker-check", "-Q", dlq, "--yes"])
+        .await
+        .ok();
     b.wait_depth(dlq, 0).await;
     let moved = ids(b.snapshot(main).await);
     let distinct: std::collections::BTreeSet<&String> = moved.iter().collect();

@@ -419,6 +419,7 @@ async fn table_replay_and_archive_at_once() {
     };
     let replay = spawn(vec![
         "replay".into(),
+        "--no-worker-check".into(),
         "--to-queue".into(),
         queue.clone(),
         "--yes".into(),

@@ -17,6 +17,7 @@ mod table_faults;
 mod table_read;
 mod table_replay;
 mod tls;
+mod workers;
 
 /// Generates one test per database for an `async fn(Dialect)`.
 #[macro_export]

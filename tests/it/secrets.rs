@@ -55,10 +55,18 @@ async fn no_run_prints_a_password() {
         vec!["list"],
         vec!["-vv", "inspect", "--full"],
         vec!["filter", "--group-by", "motivo", "-o", "json"],
-        vec!["-vv", "replay", "--to-queue", &queue, "--dry-run"],
         vec![
             "-vv",
             "replay",
+            "--no-worker-check",
+            "--to-queue",
+            &queue,
+            "--dry-run",
+        ],
+        vec![
+            "-vv",
+            "replay",
+            "--no-worker-check",
             "--to-queue",
             &queue,
             "--limit",
@@ -70,6 +78,7 @@ async fn no_run_prints_a_password() {
         vec!["archive", "--to", archive.to_str().unwrap()],
         vec![
             "replay",
+            "--no-worker-check",
             "--from-file",
             archive.to_str().unwrap(),
             "--to-queue",
@@ -80,11 +89,18 @@ async fn no_run_prints_a_password() {
         ],
         // Failures: wrong table, missing queue, unreachable broker/database with the same secrets.
         vec!["--table", "nope", "list"],
-        vec!["replay", "--to-queue", "no-such-queue-secrets", "--yes"],
+        vec![
+            "replay",
+            "--no-worker-check",
+            "--to-queue",
+            "no-such-queue-secrets",
+            "--yes",
+        ],
         vec![
             "--amqp-url",
             &mq_url.replace("127.0.0.1:5672", "127.0.0.1:1"),
             "replay",
+            "--no-worker-check",
             "--to-queue",
             &queue,
             "--yes",
@@ -99,6 +115,7 @@ async fn no_run_prints_a_password() {
             "--amqp-url",
             &format!("amqp://{user}:{MQ_SECRET}@"),
             "replay",
+            "--no-worker-check",
             "--yes",
         ],
     ]

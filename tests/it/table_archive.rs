@@ -182,6 +182,7 @@ async fn corrupted_or_truncated_archives_are_refused() {
         std::fs::write(&p, content).unwrap();
         db.dlq_root(&[
             "replay",
+            "--no-worker-check",
             "--from-file",
             p.to_str().unwrap(),
             "--to-queue",

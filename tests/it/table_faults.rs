@@ -21,6 +21,7 @@ fn spawn_replay(db: &TestDb, queue: &str, rate: u32) -> std::process::Child {
         .env("DLQ_TABLE", &db.table)
         .args([
             "replay",
+            "--no-worker-check",
             "--motivo",
             "IntegrityError",
             "--to-queue",
@@ -104,6 +105,7 @@ async fn database_connection_killed_mid_replay() {
     // A re-run finishes the job.
     db.dlq_root(&[
         "replay",
+        "--no-worker-check",
         "--motivo",
         "IntegrityError",
         "--to-queue",
@@ -203,6 +205,7 @@ async fn broker_connection_closed_mid_replay() {
     );
     db.dlq_root(&[
         "replay",
+        "--no-worker-check",
         "--motivo",
         "IntegrityError",
         "--to-queue",
@@ -236,6 +239,7 @@ async fn kill_9_mid_table_replay() {
     );
     db.dlq_root(&[
         "replay",
+        "--no-worker-check",
         "--motivo",
         "IntegrityError",
         "--to-queue",

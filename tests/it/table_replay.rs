@@ -79,6 +79,7 @@ async fn scenario2_end_to_end(dialect: Dialect) {
     // A second run finds nothing to do.
     let again = db.dlq_root(&[
         "replay",
+        "--no-worker-check",
         "--motivo",
         "IntegrityError",
         "--to-queue",
@@ -184,16 +185,30 @@ async fn refusals_and_dry_run(dialect: Dialect) {
     db.init();
     db.insert(&scenario2()[..30]).await;
     let missing = unique("no_such_queue");
-    db.dlq_root(&["replay", "--to-queue", &missing, "--yes"])
-        .fails(2, "does not exist");
+    db.dlq_root(&[
+        "replay",
+        "--no-worker-check",
+        "--to-queue",
+        &missing,
+        "--yes",
+    ])
+    .fails(2, "does not exist");
     assert!(queue_state(&missing).await.is_none(), "nothing was created");
 
     let queue = unique("celery_dry");
     declare_queue(&queue).await;
-    db.dlq_root(&["replay", "--to-queue", &queue])
+    db.dlq_root(&["replay", "--no-worker-check", "--to-queue", &queue])
         .fails(2, "refusing to act without confirmation");
 
-    let run = db.dlq_root(&["replay", "--to-queue", &queue, "--dry-run", "-o", "ndjson"]);
+    let run = db.dlq_root(&[
+        "replay",
+        "--no-worker-check",
+        "--to-queue",
+        &queue,
+        "--dry-run",
+        "-o",
+        "ndjson",
+    ]);
     let msgs = run.ndjson();
     assert_eq!(msgs.len(), 30);
     assert_eq!(msgs[0]["task"], "processar_pagamento");
@@ -230,6 +245,7 @@ async fn concurrent_replays_dispatch_once(dialect: Dialect) {
                 .env("DLQ_TABLE", &table)
                 .args(&[
                     "replay",
+                    "--no-worker-check",
                     "--motivo",
                     "IntegrityError",
                     "--to-queue",

@@ -1,0 +1,45 @@
+//! The gate every mutating command passes between its plan and its run:
+//! plan -> gate (nothing to do, dry run, confirmation unless `--yes`, no-TTY refusal) -> run -> report.
+//! Each action prints its own plan; what happens next is decided here, once.
+
+use crate::error::Exit;
+use crate::output::Printer;
+use crate::settings::Safety;
+use anyhow::Result;
+
+/// What a plan found, and how to word the gate's outcome.
+pub(crate) struct Gate<'a> {
+    pub(crate) safety: Safety,
+    /// Items the run would act on.
+    pub(crate) planned: u64,
+    /// Items the plan already refused (reported by the run; they make the exit partial).
+    pub(crate) refused: usize,
+    /// e.g. "nothing to replay".
+    pub(crate) nothing: &'a str,
+    /// e.g. "dry run: nothing was moved".
+    pub(crate) dry_run: &'a str,
+    /// e.g. "Move 12 message(s)?".
+    pub(crate) prompt: String,
+}
+
+/// `Some(exit)`: stop here with that exit code; `None`: go ahead and run.
+pub(crate) async fn gate(printer: &Printer, g: Gate<'_>) -> Result<Option<Exit>> {
+    if g.planned == 0 && g.refused == 0 {
+        printer.info(g.nothing);
+        return Ok(Some(Exit::Ok));
+    }
+    if g.safety.dry_run {
+        printer.info(g.dry_run);
+        return Ok(Some(if g.refused == 0 {
+            Exit::Ok
+        } else {
+            Exit::Partial
+        }));
+    }
+    // Nothing but refusals: the run reports them without asking.
+    if g.planned > 0 && !printer.confirm(&g.prompt, g.safety.yes).await? {
+        printer.info("nothing done");
+        return Ok(Some(Exit::Ok));
+    }
+    Ok(None)
+}

@@ -1,0 +1,72 @@
+//! Celery tasks over RabbitMQ: published with `mandatory` and publisher confirms.
+
+use super::dispatch::{Pending, Sent};
+use super::message::TaskMessage;
+use super::workers::{self, Worker};
+use crate::model::Target;
+use crate::rabbit::publish::{Outcome, Outgoing, Publisher};
+use crate::rabbit::{self, TargetFacts};
+use anyhow::Result;
+use std::time::Duration;
+
+pub(crate) struct AmqpDispatch {
+    conn: lapin::Connection,
+    shown: String,
+}
+
+#[derive(Clone)]
+pub(crate) struct AmqpSender {
+    publisher: Publisher,
+}
+
+impl AmqpDispatch {
+    pub(crate) async fn connect(target: &rabbit::Target) -> Result<AmqpDispatch> {
+        let conn = rabbit::connect(target).await?;
+        Ok(AmqpDispatch {
+            conn,
+            shown: target.shown.clone(),
+        })
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        self.shown.clone()
+    }
+
+    pub(crate) async fn check_target(&self, target: &Target) -> Result<TargetFacts> {
+        rabbit::check_target(&self.conn, target).await
+    }
+
+    pub(crate) async fn workers(&self, timeout: Duration) -> Result<Vec<Worker>> {
+        workers::ask_amqp(&self.conn, timeout).await
+    }
+
+    pub(crate) async fn sender(&self, window: usize, rate: Option<f64>) -> Result<AmqpSender> {
+        Ok(AmqpSender {
+            publisher: Publisher::start(&self.conn, window, rate).await?,
+        })
+    }
+}
+
+impl AmqpSender {
+    pub(crate) async fn submit(&self, msg: TaskMessage, target: &Target) -> Result<Pending> {
+        let (exchange, routing_key) = target.route();
+        let outcome = self
+            .publisher
+            .submit(Outgoing {
+                exchange,
+                routing_key,
+                body: msg.body,
+                properties: msg.properties,
+            })
+            .await?;
+        Ok(Box::pin(async move {
+            Ok(match outcome.await? {
+                Outcome::Confirmed => Sent::Delivered,
+                Outcome::Returned { code, text } => Sent::Refused(format!(
+                    "returned by the broker as unroutable ({code} {text})"
+                )),
+                Outcome::Nacked => Sent::Refused("nacked by the broker".into()),
+            })
+        }))
+    }
+}

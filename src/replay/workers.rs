@@ -1,0 +1,93 @@
+//! The worker gate of every Celery dispatch (table replay, restore of archived rows): a
+//! broker's confirm is not the goal, the task running again is. The live workers are asked
+//! once per run; every selected task name (after `--task-map`) must be registered by a worker
+//! that consumes the target queue, or nothing is sent.
+
+use crate::celery::dispatch::Dispatcher;
+use crate::celery::workers::{self, Worker};
+use crate::error::usage;
+use crate::model::Target;
+use crate::output::Printer;
+use crate::settings::WorkerCheck;
+use anyhow::Result;
+use std::collections::BTreeMap;
+
+/// Refuses (a usage error: nothing was sent, nothing marked) unless every task in `tasks`
+/// (stored name -> rows) will be run by a live worker reading `target`; prints, for the plan,
+/// which name is sent for each stored one and which workers will run it.
+pub(crate) async fn ensure_runnable(
+    printer: &Printer,
+    dispatcher: &Dispatcher,
+    check: &WorkerCheck,
+    target: &Target,
+    tasks: &BTreeMap<String, u64>,
+) -> Result<()> {
+    if tasks.is_empty() {
+        return Ok(());
+    }
+    if !check.enabled {
+        printer.warn(
+            "worker check skipped (--no-worker-check): a worker discards any task it does not register",
+        );
+        for (stored, rows) in tasks {
+            printer.info(format!(
+                "task {stored} -> {} ({rows} row(s)): not checked",
+                check.map.sent_name(stored)
+            ));
+        }
+        return Ok(());
+    }
+    let (queue, live) = match target {
+        Target::Queue(q) => (q.as_str(), dispatcher.workers(check.timeout).await?),
+        // Through an exchange the queue is the broker's choice: any worker must do.
+        Target::Exchange { .. } => ("*", any_queue(dispatcher.workers(check.timeout).await?)),
+    };
+    if live.is_empty() {
+        return Err(usage(format!(
+            "no Celery worker answered on {} within {:?}: nothing was sent. The workers may be stopped (a deploy?), started with worker_enable_remote_control=False, or on another vhost; start a worker that consumes {}, or pass --no-worker-check to send anyway (a worker discards any task it does not register)",
+            dispatcher.describe(),
+            check.timeout,
+            describe_queue(queue),
+        )));
+    }
+    let verdicts = workers::check(&live, queue, tasks, &check.map);
+    let refused: Vec<&str> = verdicts
+        .iter()
+        .filter_map(|v| v.problem.as_deref())
+        .collect();
+    if !refused.is_empty() {
+        return Err(usage(format!(
+            "{} task name(s) would not run, so nothing was sent:\n  {}",
+            refused.len(),
+            refused.join("\n  ")
+        )));
+    }
+    for v in &verdicts {
+        printer.info(format!(
+            "task {} -> {} ({} row(s)): run by {}",
+            v.stored,
+            v.sent,
+            v.rows,
+            v.runners.join(", ")
+        ));
+    }
+    Ok(())
+}
+
+fn describe_queue(queue: &str) -> String {
+    if queue == "*" {
+        "the target".into()
+    } else {
+        format!("{queue:?}")
+    }
+}
+
+/// Every worker as if it read the `*` queue.
+fn any_queue(live: Vec<Worker>) -> Vec<Worker> {
+    live.into_iter()
+        .map(|w| Worker {
+            queues: vec!["*".into()],
+            ..w
+        })
+        .collect()
+}

@@ -1,0 +1,49 @@
+"""The seed's shape for dlq's worker-check tests: tasks declared without `name=`, so the
+worker registers them as `tasks.<function>` (what `@shared_task` in a tasks.py does), while
+the seed's error handler stored the bare function name. Runs are recorded like
+dlq_test_tasks: one JSON line per execution in $DLQ_TEST_RECORD.
+"""
+import json
+import os
+
+from celery import Celery
+
+app = Celery("tasks", broker=os.environ.get("DLQ_TEST_BROKER", "amqp://guest:guest@127.0.0.1:5672//"))
+app.conf.update(
+    task_serializer="json",
+    accept_content=["json"],
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+    # A worker whose remote control is off answers no `celery inspect`.
+    worker_enable_remote_control=not os.environ.get("DLQ_TEST_NO_REMOTE_CONTROL"),
+)
+
+
+def _record(task, args, kwargs):
+    line = {
+        "task": task.name,
+        "args": list(args),
+        "kwargs": kwargs,
+        "task_id": task.request.id,
+        "replay_of": task.request.get("dlq-replay-of"),
+        "replay_id": task.request.get("dlq-replay-id"),
+    }
+    with open(os.environ["DLQ_TEST_RECORD"], "a", encoding="utf-8") as f:
+        f.write(json.dumps(line, sort_keys=True) + "\n")
+        f.flush()
+
+
+@app.task(bind=True)
+def liberar_acesso_curso(self, *args, **kwargs):
+    _record(self, args, kwargs)
+
+
+@app.task(bind=True)
+def enviar_email(self, *args, **kwargs):
+    _record(self, args, kwargs)
+
+
+@app.task(bind=True, name="matrícula:confirmar")
+def confirmar(self, *args, **kwargs):
+    """A registered name with a colon and non-ASCII letters."""
+    _record(self, args, kwargs)

@@ -1,0 +1,271 @@
+//! The worker check: a replayed Celery task must be run by a live worker, or nothing is sent.
+//! Real RabbitMQ, real stock Celery workers (tests/celery/tasks.py registers `tasks.<fn>`,
+//! the seed's shape; dlq_test_tasks.py registers bare names).
+
+use crate::broker::Broker;
+use crate::celery_worker::{CeleryWorker, queue_state};
+use crate::common::{Dialect, TestDb, row, unique};
+use lapin::types::FieldTable;
+use std::time::Duration;
+
+async fn marked(db: &TestDb) -> i64 {
+    db.scalar_i64(
+        "SELECT COUNT(*) FROM {t} WHERE reprocessada <> false AND reprocessada IS NOT NULL",
+    )
+    .await
+}
+
+fn seed_rows(n: usize) -> Vec<crate::common::Row> {
+    (0..n)
+        .map(|i| {
+            let args = format!(r#"{{"matricula_id": {i}}}"#);
+            row(
+                "liberar_acesso_curso",
+                Some(&args),
+                "IntegrityError: duplicate key",
+                "2026-11-30T10:00:00Z",
+                false,
+            )
+        })
+        .collect()
+}
+
+/// The seed's case: the worker registers `tasks.liberar_acesso_curso`, the rows say
+/// `liberar_acesso_curso`. Refused before anything is sent; with --task-map every row runs once.
+#[tokio::test]
+async fn short_names_are_refused_and_task_map_runs_each_once() {
+    // Its own vhost: other tests' workers register the bare names.
+    let b = Broker::new("wk_seed").await;
+    let mut db = TestDb::new(Dialect::Postgres, "wk_seed").await;
+    db.amqp_url = b.amqp_url();
+    db.init();
+    db.insert(&seed_rows(50)).await;
+    let queue = unique("celery_wk_seed");
+    let worker =
+        CeleryWorker::start_app("tasks", &queue, &[("DLQ_TEST_BROKER", &b.amqp_url())]).await;
+    b.wait_queue(&queue).await;
+
+    let run = db.dlq(&["replay", "--to-queue", &queue, "--yes"]);
+    let err = run.fails(2, "liberar_acesso_curso (50 rows)");
+    assert!(
+        err.contains("did you mean tasks.liberar_acesso_curso"),
+        "{err}"
+    );
+    assert!(
+        err.contains("--task-map liberar_acesso_curso=tasks.liberar_acesso_curso"),
+        "{err}"
+    );
+    assert_eq!(marked(&db).await, 0);
+    assert_eq!(b.depth(&queue).await, 0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(worker.runs().is_empty());
+    assert!(
+        !worker.log().contains("unregistered task"),
+        "{}",
+        worker.log()
+    );
+
+    // The dry run runs the check too.
+    db.dlq(&["replay", "--to-queue", &queue, "--dry-run"])
+        .fails(2, "did you mean tasks.liberar_acesso_curso");
+
+    let map = "liberar_acesso_curso=tasks.liberar_acesso_curso";
+    let run = db.dlq(&["replay", "--to-queue", &queue, "--task-map", map, "--yes"]);
+    run.ok();
+    assert!(
+        run.stderr().contains(
+            "task liberar_acesso_curso -> tasks.liberar_acesso_curso (50 row(s)): run by"
+        ),
+        "{}",
+        run.stderr()
+    );
+    assert!(
+        run.stderr().contains("50 replayed, 0 failed"),
+        "{}",
+        run.stderr()
+    );
+    let runs = worker.wait_runs(50).await;
+    assert_eq!(runs.len(), 50, "each row ran exactly once");
+    assert!(
+        runs.iter()
+            .all(|r| r["task"] == "tasks.liberar_acesso_curso")
+    );
+    let mut ids: Vec<i64> = runs
+        .iter()
+        .map(|r| r["kwargs"]["matricula_id"].as_i64().unwrap())
+        .collect();
+    ids.sort();
+    assert_eq!(ids, (0..50).collect::<Vec<_>>());
+    assert_eq!(marked(&db).await, 50);
+    assert!(
+        !worker.log().contains("unregistered task"),
+        "{}",
+        worker.log()
+    );
+    drop(worker);
+    db.drop().await;
+    b.delete().await;
+}
+
+/// A name registered only by a worker that does not consume the target is refused as such;
+/// names with colons and non-ASCII letters are matched exactly.
+#[tokio::test]
+async fn a_task_registered_only_off_the_target_queue_is_refused() {
+    let db = TestDb::new(Dialect::Sqlite, "wk_two").await;
+    db.init();
+    db.insert(&[row(
+        "tasks.enviar_email",
+        Some("[1]"),
+        "Timeout",
+        "2026-11-30T10:00:00Z",
+        false,
+    )])
+    .await;
+    let target = unique("celery_wk_target");
+    let other = unique("celery_wk_other");
+    let on_target = CeleryWorker::start(&target).await; // bare names only
+    let off_target = CeleryWorker::start_app("tasks", &other, &[]).await;
+
+    let err = db
+        .dlq_root(&["replay", "--to-queue", &target, "--yes"])
+        .fails(2, "tasks.enviar_email (1 row)");
+    assert!(err.contains("do not consume"), "{err}");
+    assert_eq!(marked(&db).await, 0);
+    assert_eq!(queue_state(&target).await.unwrap().messages, 0);
+
+    // Sent where the worker that registers it reads: runs.
+    db.dlq_root(&["replay", "--to-queue", &other, "--yes"]).ok();
+    assert_eq!(off_target.wait_runs(1).await.len(), 1);
+
+    // A name with a colon and unicode, mapped from a stored one.
+    db.insert(&[row(
+        "confirmar",
+        Some("[2]"),
+        "KeyError",
+        "2026-11-30T10:00:00Z",
+        false,
+    )])
+    .await;
+    db.dlq_root(&[
+        "replay",
+        "--to-queue",
+        &other,
+        "--task-map",
+        "confirmar=matrícula:confirmar",
+        "--yes",
+    ])
+    .ok();
+    let runs = off_target.wait_runs(2).await;
+    assert!(
+        runs.iter().any(|r| r["task"] == "matrícula:confirmar"),
+        "{runs:?}"
+    );
+    assert!(on_target.runs().is_empty());
+    drop((on_target, off_target));
+    db.drop().await;
+}
+
+/// No worker answers (none running; remote control disabled): refused, saying why;
+/// --no-worker-check sends anyway.
+#[tokio::test]
+async fn no_answer_is_refused_unless_no_worker_check() {
+    let b = Broker::new("wk_none").await;
+    let mut db = TestDb::new(Dialect::Sqlite, "wk_none").await;
+    db.amqp_url = b.amqp_url();
+    db.init();
+    db.insert(&seed_rows(3)).await;
+    let queue = "celery";
+    b.queue(queue, FieldTable::default()).await;
+
+    let err = db
+        .dlq(&["replay", "--worker-timeout", "1s", "--yes"])
+        .fails(2, "no Celery worker answered");
+    assert!(err.contains("--no-worker-check"), "{err}");
+    assert!(err.contains("worker_enable_remote_control=False"), "{err}");
+    assert_eq!(b.depth(queue).await, 0);
+
+    // A live worker whose remote control is off is just as silent.
+    let worker = CeleryWorker::start_app(
+        "tasks",
+        queue,
+        &[
+            ("DLQ_TEST_BROKER", &b.amqp_url()),
+            ("DLQ_TEST_NO_REMOTE_CONTROL", "1"),
+        ],
+    )
+    .await;
+    db.dlq(&["replay", "--worker-timeout", "1s", "--yes"])
+        .fails(2, "no Celery worker answered");
+    assert_eq!(marked(&db).await, 0);
+    drop(worker);
+
+    let run = db.dlq(&["replay", "--no-worker-check", "--yes"]);
+    run.ok();
+    assert!(
+        run.stderr().contains("worker check skipped"),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(b.depth(queue).await, 3);
+    assert_eq!(marked(&db).await, 3);
+    db.drop().await;
+    b.delete().await;
+}
+
+/// `dlq workers` shows what the check sees.
+#[tokio::test]
+async fn workers_lists_queues_and_tasks() {
+    let b = Broker::new("wk_list").await;
+    let queue = unique("celery_wk_list");
+    let worker =
+        CeleryWorker::start_app("tasks", &queue, &[("DLQ_TEST_BROKER", &b.amqp_url())]).await;
+    let run = b.run(&["workers", "-o", "json"]).await;
+    let v = run.json();
+    let list = v.as_array().unwrap();
+    assert_eq!(list.len(), 1, "{v}");
+    assert_eq!(list[0]["queues"], serde_json::json!([queue]));
+    let tasks: Vec<&str> = list[0]["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert!(tasks.contains(&"tasks.liberar_acesso_curso"), "{tasks:?}");
+    assert!(!tasks.iter().any(|t| t.starts_with("celery.")), "{tasks:?}");
+    let table = b.run(&["workers"]).await;
+    assert!(table.ok().contains(&queue));
+    drop(worker);
+    b.delete().await;
+    // A vhost no worker ever used answers nothing, and says so.
+    let empty = Broker::new("wk_empty").await;
+    let run = empty.run(&["workers", "--worker-timeout", "1s"]).await;
+    assert!(
+        run.stderr().contains("no Celery worker answered"),
+        "{}",
+        run.stderr()
+    );
+    empty.delete().await;
+}
+
+/// Every malformed --task-map is a usage error before anything connects.
+#[tokio::test]
+async fn bad_task_maps_are_usage_errors() {
+    let db = TestDb::new(Dialect::Sqlite, "wk_map").await;
+    db.init();
+    for (maps, needle) in [
+        (vec!["noequals"], "noequals"),
+        (vec!["=b"], "=b"),
+        (vec!["a="], "a="),
+        (vec!["a=b", "a=c"], "a"),
+    ] {
+        let mut args = vec!["replay", "--yes"];
+        for m in &maps {
+            args.extend(["--task-map", m]);
+        }
+        let err = db.dlq(&args).fails(2, "--task-map");
+        assert!(err.contains(needle), "{maps:?}: {err}");
+    }
+    db.dlq(&["replay", "--worker-timeout", "0s", "--yes"])
+        .fails(2, "--worker-timeout");
+    db.drop().await;
+}
