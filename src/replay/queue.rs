@@ -15,6 +15,7 @@
 
 use super::acks::{Acked, Acks};
 use super::requeue::{self, Refusal, Stamp};
+use super::workers::TaskGate;
 use super::{Target, print_plan_groups, print_report};
 use crate::error::{Exit, usage};
 use crate::model::RecordId;
@@ -222,6 +223,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     let budget = hold_budget();
     let mut publish_ids = PublishIds::new(&replay_id);
     let bar = printer.progress(None, "planning");
+    let mut gate = TaskGate::new(&conn, &opts.common.workers);
     for (qi, q) in checked.iter().enumerate() {
         let mut taker = Taker::open(&ReadSpec::for_checked(q, None)).await?;
         let stamp = stamp_for(&q.name);
@@ -261,6 +263,10 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
                 }
                 Ok(r) => r,
             };
+            if let Err(why) = gate.allows(d.properties.headers().as_ref(), &route).await {
+                plan.refused.push((rec.id, why));
+                continue;
+            }
             *plan.selected.entry(key(&q.name, &rec.id)).or_default() += 1;
             plan.count += 1;
             if route.0.is_empty() {
@@ -388,6 +394,8 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         bar: &bar,
         stop: &stop,
         picks: Picks::Planned(plan.selected),
+        // The plan already refused what no worker would run.
+        gate: None,
         acked: vec![0; checked.len()],
         acks: Acks::default(),
         moved_now: 0,
@@ -591,6 +599,7 @@ async fn stream(
         report: &mut report,
         bar: &bar,
         stop: &stop,
+        gate: Some(TaskGate::new(conn, &opts.common.workers)),
         picks: Picks::Streaming {
             picked: 0,
             jq_errors: 0,
@@ -663,6 +672,8 @@ struct Mover<'a> {
     bar: &'a indicatif::ProgressBar,
     stop: &'a AtomicBool,
     picks: Picks,
+    /// Celery task messages move only where a live worker runs them.
+    gate: Option<TaskGate<'a>>,
     /// Messages acknowledged per DLQ.
     acked: Vec<u64>,
     acks: Acks,
@@ -878,6 +889,13 @@ impl Mover<'_> {
                     }
                 };
                 if let Err(why) = self.picks.check_destination(self.conn, &route).await {
+                    self.acks.not_moved(qi, chan);
+                    self.report.fail(rec.id, why);
+                    continue;
+                }
+                if let Some(gate) = self.gate.as_mut()
+                    && let Err(why) = gate.allows(d.properties.headers().as_ref(), &route).await
+                {
                     self.acks.not_moved(qi, chan);
                     self.report.fail(rec.id, why);
                     continue;

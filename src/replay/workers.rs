@@ -91,3 +91,61 @@ fn any_queue(live: Vec<Worker>) -> Vec<Worker> {
         })
         .collect()
 }
+
+/// The worker gate of a queue replay: a Celery task message (one with a `task` header)
+/// moves only to a queue a live worker consumes and whose workers register the task; other
+/// messages pass. The workers are asked once, when the first Celery message comes, so a
+/// replay of non-Celery dead letters never waits for them.
+pub(crate) struct TaskGate<'a> {
+    conn: &'a lapin::Connection,
+    check: &'a WorkerCheck,
+    live: Option<Vec<Worker>>,
+}
+
+impl<'a> TaskGate<'a> {
+    pub(crate) fn new(conn: &'a lapin::Connection, check: &'a WorkerCheck) -> TaskGate<'a> {
+        TaskGate {
+            conn,
+            check,
+            live: None,
+        }
+    }
+
+    /// `Err(why)`: the message stays in the DLQ, reported.
+    pub(crate) async fn allows(
+        &mut self,
+        headers: Option<&lapin::types::FieldTable>,
+        (exchange, routing_key): &(String, String),
+    ) -> Result<(), String> {
+        let Some(task) = crate::rabbit::death::celery_task_name(headers) else {
+            return Ok(());
+        };
+        if !self.check.enabled {
+            return Ok(());
+        }
+        if self.live.is_none() {
+            let live = workers::ask_amqp(self.conn, self.check.timeout)
+                .await
+                .map_err(|e| format!("asking the Celery workers: {e:#}; left in the DLQ"))?;
+            self.live = Some(live);
+        }
+        let live = self.live.as_deref().unwrap_or_default();
+        if live.is_empty() {
+            return Err(format!(
+                "Celery task {task}: no Celery worker answered within {:?}; left in the DLQ (start its workers, or pass --no-worker-check)",
+                self.check.timeout
+            ));
+        }
+        let (queue, live) = if exchange.is_empty() {
+            (routing_key.as_str(), live.to_vec())
+        } else {
+            ("*", any_queue(live.to_vec()))
+        };
+        let tasks = BTreeMap::from([(task, 1)]);
+        let verdict = workers::check(&live, queue, &tasks, &workers::TaskMap::default());
+        match verdict.into_iter().find_map(|v| v.problem) {
+            Some(p) => Err(format!("{p}; left in the DLQ")),
+            None => Ok(()),
+        }
+    }
+}

@@ -269,3 +269,92 @@ async fn bad_task_maps_are_usage_errors() {
         .fails(2, "--worker-timeout");
     db.drop().await;
 }
+
+/// A Celery DLQ: a worker's queue dead-letters rejected tasks and tasks it does not know.
+/// Replaying the DLQ moves the task the worker registers; the one it no longer registers
+/// stays in the DLQ, reported (exit 3), instead of being discarded again.
+#[tokio::test]
+async fn queue_replay_keeps_tasks_no_worker_registers() {
+    use crate::celery_worker::{connection, declare_queue, delete_queue};
+    use lapin::ExchangeKind;
+    let queue = unique("celery_wk_dlx");
+    let dlx = format!("{queue}.dlx");
+    let dlq = format!("{queue}.dlq");
+    let c = connection().await;
+    let ch = c.create_channel().await.unwrap();
+    ch.exchange_declare(
+        dlx.as_str().into(),
+        ExchangeKind::Fanout,
+        Default::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    declare_queue(&dlq).await;
+    ch.queue_bind(
+        dlq.as_str().into(),
+        dlx.as_str().into(),
+        "".into(),
+        Default::default(),
+        FieldTable::default(),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let flag = dir.path().join("still-broken");
+    std::fs::write(&flag, "").unwrap();
+    let flag_s = flag.to_str().unwrap().to_string();
+    let env = [
+        ("DLQ_TEST_DLX", dlx.as_str()),
+        ("DLQ_TEST_QUEUE", queue.as_str()),
+        ("DLQ_TEST_REJECT_FILE", flag_s.as_str()),
+    ];
+    let worker = CeleryWorker::start_with(&queue, &env).await;
+    // An app sends a task the worker registers (it rejects it while broken) and one it
+    // no longer registers (discarded into the DLQ): sent unchecked, as an app would.
+    let db = TestDb::new(Dialect::Sqlite, "wk_dlx").await;
+    db.init();
+    let at = "2026-11-01T00:00:00Z";
+    db.insert(&[
+        row("rejeitar", Some(r#"{"pedido_id": 1}"#), "x", at, false),
+        row(
+            "tarefa_removida",
+            Some(r#"{"pedido_id": 2}"#),
+            "x",
+            at,
+            false,
+        ),
+    ])
+    .await;
+    db.dlq_root(&["replay", "--no-worker-check", "--to-queue", &queue, "--yes"])
+        .ok();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while queue_state(&dlq).await.unwrap().messages < 2 {
+        assert!(std::time::Instant::now() < deadline, "{}", worker.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    std::fs::remove_file(&flag).unwrap();
+    let run = crate::common::Dlq::new()
+        .args(&["replay", "-Q", &dlq, "--yes"])
+        .run();
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    assert!(run.stderr().contains("tarefa_removida"), "{}", run.stderr());
+    assert!(run.stderr().contains("left in the DLQ"), "{}", run.stderr());
+    let runs = worker.wait_runs(2).await;
+    assert_eq!(
+        runs.len(),
+        2,
+        "rejeitar ran twice (rejected, then replayed)"
+    );
+    assert!(runs.iter().all(|r| r["task"] == "rejeitar"));
+    assert_eq!(
+        queue_state(&dlq).await.unwrap().messages,
+        1,
+        "the unknown task stays"
+    );
+    drop(worker);
+    delete_queue(&dlq).await;
+    let _ = ch
+        .exchange_delete(dlx.as_str().into(), Default::default())
+        .await;
+}
