@@ -173,15 +173,76 @@ impl Selection {
     }
 }
 
-/// Applies a selection to a stream of candidate records from any source: the final
-/// decision, the limit, and a tally of records jq could not evaluate.
-pub struct Selected<'a> {
-    rx: tokio::sync::mpsc::Receiver<anyhow::Result<DeadLetter>>,
+/// The one place a selection decides, for every command and source: offer each candidate
+/// record, and it is taken or skipped. Holds the limit, the tally of records `--where` could
+/// not evaluate (they are never selected), and the one warning that reports them.
+pub struct Selector<'a> {
     sel: &'a Selection,
     taken: u64,
-    /// Records skipped because `--where` failed on them (first few kept, all counted).
-    pub eval_errors: Vec<EvalError>,
-    pub eval_error_count: u64,
+    /// The first few records `--where` failed on; all are counted.
+    eval_errors: Vec<EvalError>,
+    eval_error_count: u64,
+}
+
+impl<'a> Selector<'a> {
+    pub fn new(sel: &'a Selection) -> Self {
+        Selector {
+            sel,
+            taken: 0,
+            eval_errors: Vec::new(),
+            eval_error_count: 0,
+        }
+    }
+
+    pub fn selection(&self) -> &'a Selection {
+        self.sel
+    }
+
+    /// How many records were taken.
+    pub fn taken(&self) -> u64 {
+        self.taken
+    }
+
+    /// `--limit` reached: nothing more is taken.
+    pub fn full(&self) -> bool {
+        self.sel.limit.is_some_and(|l| self.taken >= l)
+    }
+
+    /// True when `rec` is taken (it counts towards the limit).
+    pub fn offer(&mut self, rec: &DeadLetter) -> bool {
+        if self.full() {
+            return false;
+        }
+        match self.sel.matches(rec) {
+            Ok(true) => {
+                self.taken += 1;
+                true
+            }
+            Ok(false) => false,
+            Err(e) => {
+                self.eval_error_count += 1;
+                if self.eval_errors.len() < 3 {
+                    self.eval_errors.push(e);
+                }
+                false
+            }
+        }
+    }
+
+    /// A warning line when `--where` failed on some records, else `None`.
+    pub fn warning(&self) -> Option<String> {
+        let first = self.eval_errors.first()?;
+        Some(format!(
+            "--where could not be evaluated on {} record(s), which were not selected (e.g. id {}: {})",
+            self.eval_error_count, first.id, first.message
+        ))
+    }
+}
+
+/// A [`Selector`] over a stream of candidate records from any source.
+pub struct Selected<'a> {
+    rx: tokio::sync::mpsc::Receiver<anyhow::Result<DeadLetter>>,
+    selector: Selector<'a>,
 }
 
 impl<'a> Selected<'a> {
@@ -191,46 +252,30 @@ impl<'a> Selected<'a> {
     ) -> Self {
         Selected {
             rx,
-            sel,
-            taken: 0,
-            eval_errors: Vec::new(),
-            eval_error_count: 0,
+            selector: Selector::new(sel),
         }
     }
 
     /// The next selected record; `None` at the end or once the limit is reached.
     pub async fn next(&mut self) -> Option<anyhow::Result<DeadLetter>> {
-        if self.sel.limit.is_some_and(|l| self.taken >= l) {
-            return None;
-        }
-        loop {
-            let rec = match self.rx.recv().await? {
-                Ok(r) => r,
+        while !self.selector.full() {
+            match self.rx.recv().await? {
+                Ok(rec) if self.selector.offer(&rec) => return Some(Ok(rec)),
+                Ok(_) => {}
                 Err(e) => return Some(Err(e)),
-            };
-            match self.sel.matches(&rec) {
-                Ok(true) => {
-                    self.taken += 1;
-                    return Some(Ok(rec));
-                }
-                Ok(false) => {}
-                Err(e) => {
-                    self.eval_error_count += 1;
-                    if self.eval_errors.len() < 3 {
-                        self.eval_errors.push(e);
-                    }
-                }
             }
         }
+        None
     }
 
     /// True when the limit stopped the stream and at least one more record matches.
     pub async fn has_more(&mut self) -> bool {
-        if self.sel.limit.is_none_or(|l| self.taken < l) {
+        if !self.selector.full() {
             return false;
         }
+        let sel = self.selector.selection();
         while let Some(Ok(rec)) = self.rx.recv().await {
-            if matches!(self.sel.matches(&rec), Ok(true)) {
+            if matches!(sel.matches(&rec), Ok(true)) {
                 return true;
             }
         }
@@ -239,11 +284,7 @@ impl<'a> Selected<'a> {
 
     /// A warning line when `--where` failed on some records, else `None`.
     pub fn eval_warning(&self) -> Option<String> {
-        let first = self.eval_errors.first()?;
-        Some(format!(
-            "--where could not be evaluated on {} record(s), which were not selected (e.g. id {}: {})",
-            self.eval_error_count, first.id, first.message
-        ))
+        self.selector.warning()
     }
 }
 

@@ -14,7 +14,7 @@ use crate::rabbit;
 use crate::rabbit::reader::ReadSpec;
 use crate::rabbit::take::Taker;
 use crate::rabbit::topology::QueueKind;
-use crate::select::{Selected, Selection};
+use crate::select::{Selected, Selection, Selector};
 use crate::settings::{Safety, Settings};
 use crate::source::queue::StreamOptions;
 use crate::source::queue::{self as record, RecordOptions};
@@ -151,23 +151,18 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     // --delete: take, write, fsync, then acknowledge exactly what was written.
     let mut taken: Vec<(Taker, Vec<(usize, u64)>)> = Vec::new();
     let mut written = 0u64;
-    let mut jq_errors = 0u64;
+    let mut selector = Selector::new(&opts.selection);
     let result: Result<()> = async {
         for q in &checked {
             let mut taker = Taker::open(&ReadSpec::for_checked(q, None)).await?;
             let mut tags = Vec::new();
             let outcome: Result<()> = async {
                 while let Some(d) = taker.next(&conn).await? {
-                    if opts.selection.limit.is_some_and(|l| written >= l) {
+                    if selector.full() {
                         continue; // hold the rest until the release puts it back
                     }
-                    let Some(rec) = record::selected(
-                        &q.name,
-                        &d,
-                        &opts.record,
-                        &opts.selection,
-                        &mut jq_errors,
-                    ) else {
+                    let Some(rec) = record::selected(&q.name, &d, &opts.record, &mut selector)
+                    else {
                         continue;
                     };
                     writer.write(&rec)?;
@@ -221,10 +216,8 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     drop(locks);
     crate::rabbit::close(&conn, "dlq archive done").await;
     bar.finish_and_clear();
-    if jq_errors > 0 {
-        printer.warn(format!(
-            "--where could not be evaluated on {jq_errors} message(s), which were not archived"
-        ));
+    if let Some(w) = selector.warning() {
+        printer.warn(w);
     }
     let line = format!(
         "archive: {} message(s) of {} -> {destination} (sha256 {}), {deleted} deleted",

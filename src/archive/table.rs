@@ -10,7 +10,7 @@ use super::ArchiveWriter;
 use crate::error::{Exit, usage};
 use crate::model::RecordId;
 use crate::output::Printer;
-use crate::select::Selection;
+use crate::select::{Selection, Selector};
 use crate::settings::{Dialect, Safety, Settings};
 use crate::source::table::{DecodeRecord, FailedTable, SqlBuilder, scrubbed};
 use crate::{bind_all, with_pool};
@@ -72,8 +72,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         table.quoted
     );
     let bar = printer.progress(None, "archiving");
-    let sel = &opts.selection;
-    let mut jq_errors: u64 = 0;
+    let mut selector = Selector::new(&opts.selection);
 
     let (archived, deleted) = with_pool!(&table.pool, p => {
         let mut tx = if table.dialect == Dialect::Sqlite && opts.delete {
@@ -83,26 +82,19 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         }
         .map_err(scrubbed)?;
         let mut ids: Vec<RecordId> = Vec::new();
-        let mut written: u64 = 0;
         {
             let mut rows = bind_all!(sqlx::query(sqlx::AssertSqlSafe(sql)), b.binds).fetch(&mut *tx);
             while let Some(row) = rows.try_next().await.map_err(scrubbed)? {
-                if sel.limit.is_some_and(|l| written >= l) {
+                if selector.full() {
                     break;
                 }
                 let mut rec = table.decode(&row)?;
-                match sel.matches(&rec) {
-                    Ok(true) => {}
-                    Ok(false) => continue,
-                    Err(_) => {
-                        jq_errors += 1;
-                        continue;
-                    }
+                if !selector.offer(&rec) {
+                    continue;
                 }
                 // The stored args text, so that a restore re-dispatches exactly what was stored.
                 rec.raw = rec.payload_text.as_ref().map(|t| serde_json::json!({ "args": t }));
                 writer.write(&rec)?;
-                written += 1;
                 if opts.delete {
                     ids.push(rec.id);
                 }
@@ -128,10 +120,8 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         Ok::<_, anyhow::Error>((trailer, deleted))
     })?;
     bar.finish_and_clear();
-    if jq_errors > 0 {
-        printer.warn(format!(
-            "--where could not be evaluated on {jq_errors} row(s), which were not archived"
-        ));
+    if let Some(w) = selector.warning() {
+        printer.warn(w);
     }
     let mut line = format!(
         "archive: {} row(s) of table {} -> {destination} (sha256 {})",

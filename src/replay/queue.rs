@@ -26,7 +26,7 @@ use crate::rabbit::take::Taker;
 use crate::rabbit::topology::QueueKind;
 use crate::rabbit::{self, Checked};
 use crate::report::Report;
-use crate::select::Selection;
+use crate::select::Selector;
 use crate::settings::{ReplayCommon, Settings};
 use crate::source::queue::{self as record, RecordOptions};
 use crate::{fingerprint, redact};
@@ -208,42 +208,63 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     // else can take them meanwhile); the selected ones are kept in memory while they fit,
     // so what is moved afterwards is exactly what the plan showed, read once. Past the
     // budget the plan keeps only which messages were selected, and the move reads again.
+    let mut taken = take_plan(printer, &opts, &conn, &checked, &stamp_for, &replay_id).await?;
+    if let Some(exit) = plan_gate(settings, printer, &opts, &conn, &checked, &mut taken).await? {
+        release_all(&conn, taken.takers, &[]).await;
+        return Ok(exit);
+    }
+    move_planned(
+        printer, &opts, &conn, &checked, &stamp_for, &replay_id, taken,
+    )
+    .await
+}
+
+/// What the plan pass took: the plan, the take channels holding every message, and (while
+/// they fit in memory) the selected messages themselves, ready to publish.
+struct Taken {
+    plan: Plan,
+    takers: Vec<Taker>,
+    held: VecDeque<Held>,
+    routes: Routes,
+    /// False when the selection did not fit in memory: the move reads again.
+    single_pass: bool,
+    publish_ids: PublishIds,
+}
+
+/// 1. Plan: every message present now is taken and held; the selected ones are planned.
+async fn take_plan(
+    printer: &Printer,
+    opts: &Options,
+    conn: &lapin::Connection,
+    checked: &[Checked],
+    stamp_for: &dyn Fn(&str) -> Stamp,
+    replay_id: &str,
+) -> Result<Taken> {
     let mut plan = Plan::default();
     let mut dry = opts
         .common
         .safety
         .dry_run
         .then(|| printer.values(&["id", "from", "to", "replays", "body"], dry_run_line));
-    let mut jq_errors = 0u64;
+    let mut selector = Selector::new(&opts.common.selection);
     let mut takers: Vec<Taker> = Vec::new();
     let mut held: VecDeque<Held> = VecDeque::new();
     let mut routes = Routes::default();
     let mut held_bytes = 0usize;
     let mut single_pass = true;
     let budget = hold_budget();
-    let mut publish_ids = PublishIds::new(&replay_id);
+    let mut publish_ids = PublishIds::new(replay_id);
     let bar = printer.progress(None, "planning");
-    let mut gate = TaskGate::new(&conn, &opts.common.workers);
+    let mut gate = TaskGate::new(conn, &opts.common.workers);
     for (qi, q) in checked.iter().enumerate() {
         let mut taker = Taker::open(&ReadSpec::for_checked(q, None)).await?;
         let stamp = stamp_for(&q.name);
-        while let Some(d) = taker.next(&conn).await? {
+        while let Some(d) = taker.next(conn).await? {
             bar.inc(1);
-            if opts
-                .common
-                .selection
-                .limit
-                .is_some_and(|l| plan.count + plan.refused.len() as u64 >= l)
-            {
+            if selector.full() {
                 continue; // held, and given back at the end like every unselected message
             }
-            let Some(rec) = record::selected(
-                &q.name,
-                &d,
-                &opts.record,
-                &opts.common.selection,
-                &mut jq_errors,
-            ) else {
+            let Some(rec) = record::selected(&q.name, &d, &opts.record, &mut selector) else {
                 continue;
             };
             let origin = rec.death.as_ref().and_then(record::origin_queue);
@@ -321,28 +342,46 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     if let Some(out) = dry {
         out.finish()?;
     }
-    if jq_errors > 0 {
-        printer.warn(format!(
-            "--where could not be evaluated on {jq_errors} message(s), which were not selected"
-        ));
+    if let Some(w) = selector.warning() {
+        printer.warn(w);
     }
 
+    Ok(Taken {
+        plan,
+        takers,
+        held,
+        routes,
+        single_pass,
+        publish_ids,
+    })
+}
+
+/// Destinations checked, the plan printed, then the gate: `Some(exit)` stops here.
+async fn plan_gate(
+    settings: &Settings,
+    printer: &Printer,
+    opts: &Options,
+    conn: &lapin::Connection,
+    checked: &[Checked],
+    taken: &mut Taken,
+) -> Result<Option<Exit>> {
+    let plan = &taken.plan;
     // Destinations must exist before anything moves.
     let mut missing = Vec::new();
     for d in &plan.destinations {
-        if rabbit::passive_declare(&conn, d).await?.is_none() {
+        if rabbit::passive_declare(conn, d).await?.is_none() {
             missing.push(d.clone());
         }
     }
     if !missing.is_empty() {
-        release_all(&conn, takers, &[]).await;
+        release_all(conn, std::mem::take(&mut taken.takers), &[]).await;
         return Err(usage(format!(
             "destination queue(s) {} do not exist: nothing was moved (declare them or pass --to-queue)",
             missing.join(", ")
         )));
     }
     let target_note = match &opts.common.target {
-        Some(t) => super::note_target(printer, crate::rabbit::check_target(&conn, t).await?),
+        Some(t) => super::note_target(printer, crate::rabbit::check_target(conn, t).await?),
         None => None,
     };
 
@@ -370,25 +409,40 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         dry_run: "dry run: nothing was moved",
         prompt: format!("Move {} message(s)?", plan.count),
     };
-    if let Some(exit) = crate::bulk::gate(printer, gate).await? {
-        release_all(&conn, takers, &[]).await;
-        return Ok(exit);
-    }
+    crate::bulk::gate(printer, gate).await
+}
 
-    // 2. Move.
+/// 2. Move what the plan selected (a canary first when asked), then give back the rest.
+async fn move_planned(
+    printer: &Printer,
+    opts: &Options,
+    conn: &lapin::Connection,
+    checked: &[Checked],
+    stamp_for: &dyn Fn(&str) -> Stamp,
+    replay_id: &str,
+    taken: Taken,
+) -> Result<Exit> {
+    let Taken {
+        mut plan,
+        mut takers,
+        mut held,
+        routes,
+        single_pass,
+        publish_ids,
+    } = taken;
     let mut report = Report::new("replay");
     for (id, why) in std::mem::take(&mut plan.refused) {
         report.fail(id, why);
     }
-    let pipeline = Pipeline::open(&conn, opts.common.rate).await?;
+    let pipeline = Pipeline::open(conn, opts.common.rate).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let signals = super::stop_on_signal(stop.clone());
     let bar = printer.progress(Some(plan.count), "replaying");
     let mut mover = Mover {
-        conn: &conn,
+        conn,
         pipeline,
         publish_ids,
-        opts: &opts,
+        opts,
         printer,
         report: &mut report,
         bar: &bar,
@@ -409,14 +463,14 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         }
     } else {
         // The plan did not fit in memory: give everything back, then read again.
-        release_all(&conn, std::mem::take(&mut takers), &[]).await;
+        release_all(conn, std::mem::take(&mut takers), &[]).await;
     }
     let mut canary_ok = true;
     if let Some(n) = opts.canary {
         let moved = if single_pass {
             mover.move_held(&mut held, &routes, Some(n)).await
         } else {
-            mover.pass(&checked, &stamp_for, Some(n)).await?
+            mover.pass(checked, stamp_for, Some(n)).await?
         };
         if mover.report.stopped.is_none() && moved > 0 {
             printer.info(format!(
@@ -426,7 +480,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             tokio::time::sleep(opts.canary_wait).await;
             // Only messages that came back after being replayed are ready in the DLQs now
             // (the rest are still held by this run): they carry this run's replay id.
-            let died = died_again(&conn, &checked, &replay_id).await?;
+            let died = died_again(conn, checked, replay_id).await?;
             if died > 0 {
                 canary_ok = false;
                 mover.report.stopped = Some(format!(
@@ -441,18 +495,18 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         if single_pass {
             mover.move_held(&mut held, &routes, None).await;
         } else {
-            mover.pass(&checked, &stamp_for, None).await?;
+            mover.pass(checked, stamp_for, None).await?;
         }
     }
     let acked = std::mem::take(&mut mover.acked);
     drop(mover);
     drop(held);
     printer.debug(2, "replay: giving back what was not moved");
-    release_all(&conn, takers, &acked).await;
+    release_all(conn, takers, &acked).await;
     bar.finish_and_clear();
     signals.abort();
     printer.debug(2, "replay: closing the connection");
-    rabbit::close(&conn, "dlq replay done").await;
+    rabbit::close(conn, "dlq replay done").await;
     print_report(printer, &report, "replayed");
     if report.stopped.is_some() && canary_ok {
         warn_unfinished(printer, opts.common.window.get());
@@ -461,19 +515,18 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
 }
 
 /// Which taken messages the move pass sends.
-enum Picks {
+enum Picks<'a> {
     /// Those the plan selected (hash of queue + id -> how many), if they still match.
     Planned(HashMap<u64, u32>),
     /// Those the selection matches now, up to `--limit`, with destination queues checked
     /// the first time each is seen (the plan checked them all before anything moved).
     Streaming {
-        picked: u64,
-        jq_errors: u64,
+        selector: Selector<'a>,
         destinations: HashMap<String, bool>,
     },
 }
 
-impl Picks {
+impl Picks<'_> {
     /// The message's record when it is to be moved.
     fn pick(
         &mut self,
@@ -495,22 +548,15 @@ impl Picks {
                 selected.get(&key(queue, &rec.id)).filter(|n| **n > 0)?;
                 matches!(opts.common.selection.matches(&rec), Ok(true)).then_some(rec)
             }
-            Picks::Streaming {
-                picked, jq_errors, ..
-            } => {
-                let rec =
-                    record::selected(queue, d, &opts.record, &opts.common.selection, jq_errors)?;
-                *picked += 1;
-                Some(rec)
-            }
+            Picks::Streaming { selector, .. } => record::selected(queue, d, &opts.record, selector),
         }
     }
 
     /// `--limit` reached: nothing more is selected.
-    fn full(&self, selection: &Selection) -> bool {
+    fn full(&self) -> bool {
         match self {
             Picks::Planned(_) => false,
-            Picks::Streaming { picked, .. } => selection.limit.is_some_and(|l| *picked >= l),
+            Picks::Streaming { selector, .. } => selector.full(),
         }
     }
 
@@ -601,8 +647,7 @@ async fn stream(
         stop: &stop,
         gate: Some(TaskGate::new(conn, &opts.common.workers)),
         picks: Picks::Streaming {
-            picked: 0,
-            jq_errors: 0,
+            selector: Selector::new(&opts.common.selection),
             destinations: HashMap::new(),
         },
         acked: vec![0; checked.len()],
@@ -617,16 +662,11 @@ async fn stream(
     passed?;
     printer.debug(2, "replay: closing the connection");
     rabbit::close(conn, "dlq replay done").await;
-    if let Picks::Streaming {
-        picked, jq_errors, ..
-    } = picks
-    {
-        if jq_errors > 0 {
-            printer.warn(format!(
-                "--where could not be evaluated on {jq_errors} message(s), which were not selected"
-            ));
+    if let Picks::Streaming { selector, .. } = picks {
+        if let Some(w) = selector.warning() {
+            printer.warn(w);
         }
-        if picked == 0 && report.stopped.is_none() {
+        if selector.taken() == 0 && report.stopped.is_none() {
             printer.info("nothing to replay");
             return Ok(Exit::Ok);
         }
@@ -671,7 +711,7 @@ struct Mover<'a> {
     report: &'a mut Report,
     bar: &'a indicatif::ProgressBar,
     stop: &'a AtomicBool,
-    picks: Picks,
+    picks: Picks<'a>,
     /// Celery task messages move only where a live worker runs them.
     gate: Option<TaskGate<'a>>,
     /// Messages acknowledged per DLQ.
@@ -826,7 +866,7 @@ impl Mover<'_> {
         for (qi, q) in checked.iter().enumerate() {
             if self.report.stopped.is_some()
                 || limit.is_some_and(|l| moved >= l)
-                || self.picks.full(&self.opts.common.selection)
+                || self.picks.full()
             {
                 break;
             }
@@ -855,8 +895,7 @@ impl Mover<'_> {
                     self.report.stopped = Some("interrupted".into());
                     break;
                 }
-                if limit.is_some_and(|l| moved + self.unsettled() as u64 >= l)
-                    || self.picks.full(&self.opts.common.selection)
+                if limit.is_some_and(|l| moved + self.unsettled() as u64 >= l) || self.picks.full()
                 {
                     break;
                 }

@@ -19,7 +19,7 @@ use crate::model::{DeadLetter, RecordId, SourceKind};
 use crate::output::Printer;
 use crate::rabbit::publish::{Outcome, Outgoing, Publisher};
 use crate::report::Report;
-use crate::select::Selection;
+use crate::select::Selector;
 use crate::settings::{ReplayCommon, Settings};
 use anyhow::Result;
 use base64::Engine as _;
@@ -170,23 +170,13 @@ impl Context<'_> {
 /// The archived records this run would act on: selected, not yet restored, in file order.
 fn selected<'s>(
     file: &'s Path,
-    sel: &'s Selection,
+    selector: &'s mut Selector<'_>,
     done: &'s HashSet<u64>,
 ) -> Result<impl Iterator<Item = Result<(u64, DeadLetter)>> + 's> {
-    let mut taken: u64 = 0;
     let records = archive::records(file)?;
     Ok(records.filter(move |r| match r {
         Err(_) => true,
-        Ok((n, rec)) => {
-            if done.contains(n) || !matches!(sel.matches(rec), Ok(true)) {
-                return false;
-            }
-            if sel.limit.is_some_and(|l| taken >= l) {
-                return false;
-            }
-            taken += 1;
-            true
-        }
+        Ok((n, rec)) => !done.contains(n) && selector.offer(rec),
     }))
 }
 
@@ -343,7 +333,8 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
         .dry_run
         .then(|| printer.values(&["id", "task", "exchange/routing key", "body"], dry_line));
     let done = journal.done().clone();
-    for r in selected(opts.file, &opts.common.selection, &done)? {
+    let mut selector = Selector::new(&opts.common.selection);
+    for r in selected(opts.file, &mut selector, &done)? {
         let (_, rec) = r?;
         match ctx.prepare(&rec) {
             Ok(m) => {
@@ -374,6 +365,9 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
     }
     if let Some(out) = dry {
         out.finish()?;
+    }
+    if let Some(w) = selector.warning() {
+        printer.warn(w);
     }
     // Destinations exist before anything is sent.
     let note = broker
@@ -426,7 +420,8 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let signals = super::stop_on_signal(stop.clone());
     let stop_reading = stop.clone();
-    let source = selected(opts.file, &opts.common.selection, &done)?
+    let mut run_selector = Selector::new(&opts.common.selection);
+    let source = selected(opts.file, &mut run_selector, &done)?
         .take_while(move |_| !stop_reading.load(std::sync::atomic::Ordering::SeqCst))
         .filter_map(|r| match r {
             Err(e) => Some(Err(e)),

@@ -62,80 +62,72 @@ fn group_size(window: usize) -> usize {
     (window / 4).clamp(1, 32)
 }
 
+/// How a run is shaped: rows per transaction, and transactions in flight at once.
+struct Shape {
+    window: usize,
+    group: usize,
+    workers: usize,
+}
+
+impl Shape {
+    fn new(dialect: Dialect, window: usize) -> Shape {
+        let group = group_size(window);
+        // SQLite admits one writer at a time: one group in flight.
+        let workers = match dialect {
+            Dialect::Sqlite => 1,
+            _ => (window / group).max(1),
+        };
+        Shape {
+            window,
+            group,
+            workers,
+        }
+    }
+}
+
+/// What every row of one run shares.
+struct RunContext {
+    table: FailedTable,
+    replay_id: String,
+    host: String,
+    map: Arc<TaskMap>,
+}
+
+impl RunContext {
+    fn origin(&self, row_id: &RecordId) -> ReplayOrigin {
+        ReplayOrigin {
+            table: self.table.location(),
+            row_id: row_id.to_string(),
+            replay_id: self.replay_id.clone(),
+            host: self.host.clone(),
+        }
+    }
+}
+
+/// plan -> worker check -> gate -> run -> report.
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
     let db = settings.require_database()?;
-    let window = opts.common.window.get();
-    let group = group_size(window);
-    // SQLite admits one writer at a time: one group in flight.
-    let workers = match db.dialect {
-        Dialect::Sqlite => 1,
-        _ => (window / group).max(1),
-    };
+    let shape = Shape::new(db.dialect, opts.common.window.get());
     // One connection per group in flight, plus one for reading.
-    let table = FailedTable::open_sized(db, &settings.table, workers as u32 + 2).await?;
-    let replay_id = uuid::Uuid::new_v4().to_string();
-    let host = super::hostname();
-    let origin = |row_id: &RecordId| ReplayOrigin {
-        table: table.location(),
-        row_id: row_id.to_string(),
-        replay_id: replay_id.clone(),
-        host: host.clone(),
+    let table = FailedTable::open_sized(db, &settings.table, shape.workers as u32 + 2).await?;
+    let ctx = RunContext {
+        table,
+        replay_id: uuid::Uuid::new_v4().to_string(),
+        host: super::hostname(),
+        map: Arc::new(opts.common.workers.map.clone()),
     };
-
     // The broker comes first: an unknown target refuses the replay before any planning output.
     let dispatcher = Dispatcher::connect(settings).await?;
     let target_note = super::note_target(printer, dispatcher.check_target(&opts.target).await?);
-
-    let mut dry = opts.common.safety.dry_run.then(|| {
-        printer.values(
-            &["row", "task", "exchange/routing key", "body"],
-            dry_run_line,
-        )
-    });
-    // Under --yes nobody reads the plan before the replay: a row is built (and refused if it
-    // cannot become a valid message) when it is replayed, not twice.
-    let validate = opts.common.safety.dry_run || !opts.common.safety.yes;
-    let map = Arc::new(opts.common.workers.map.clone());
-    let plan = plan(&table, &opts.common.selection, printer, |rec| {
-        if !validate {
-            return Ok(None);
-        }
-        let built = celery::build(
-            map.sent_name(rec.task.as_deref().unwrap_or("")),
-            rec.payload_text.as_deref(),
-            &origin(&rec.id),
-        );
-        if let (Some(out), Ok(msg)) = (dry.as_mut(), &built) {
-            out.write(dry_run_view(rec, msg, &opts.target))?;
-        }
-        Ok(built.err().map(|e| e.to_string()))
-    })
-    .await?;
-    if let Some(out) = dry {
-        out.finish()?;
-    }
-
-    let total = plan.ids.len() as u64 + plan.invalid.len() as u64;
-    printer.info(format!(
-        "Plan: replay {total} row(s) of table {} ({}) as Celery tasks {} on {}",
-        table.location(),
-        opts.common.selection.describe(),
-        opts.target.describe(),
-        dispatcher.describe(),
-    ));
-    print_plan_groups(printer, &plan.groups);
-    if let Some(note) = target_note {
-        printer.info(note);
-    }
-    if !plan.invalid.is_empty() {
-        printer.warn(format!(
-            "{} row(s) cannot become a valid Celery message and will be left untouched:",
-            plan.invalid.len()
-        ));
-        for (id, why) in plan.invalid.iter().take(10) {
-            printer.warn(format!("  id {id}: {why}"));
-        }
-    }
+    let plan = plan_rows(&ctx, printer, &opts).await?;
+    print_plan(
+        printer,
+        &ctx,
+        &opts,
+        &plan,
+        &dispatcher.describe(),
+        target_note,
+    );
     super::workers::ensure_runnable(
         printer,
         &dispatcher,
@@ -155,36 +147,115 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     if let Some(exit) = crate::bulk::gate(printer, gate).await? {
         return Ok(exit);
     }
+    let sender = dispatcher.sender(shape.window, opts.common.rate).await?;
+    let report = replay_rows(printer, ctx, sender, plan, opts, &shape).await;
+    super::print_report(printer, &report, "replayed");
+    if report.stopped.is_some() {
+        printer.warn(format!(
+            "rows not reported as replayed were left un-marked; run the same command again to finish (at most {} of them may have been published already and will be published again)",
+            shape.window
+        ));
+    }
+    Ok(report.exit())
+}
 
+/// The plan pass (and the dry run's view of every message).
+async fn plan_rows(ctx: &RunContext, printer: &Printer, opts: &Options) -> Result<Plan> {
+    let mut dry = opts.common.safety.dry_run.then(|| {
+        printer.values(
+            &["row", "task", "exchange/routing key", "body"],
+            dry_run_line,
+        )
+    });
+    // Under --yes nobody reads the plan before the replay: a row is built (and refused if it
+    // cannot become a valid message) when it is replayed, not twice.
+    let validate = opts.common.safety.dry_run || !opts.common.safety.yes;
+    let plan = plan(&ctx.table, &opts.common.selection, printer, |rec| {
+        if !validate {
+            return Ok(None);
+        }
+        let built = celery::build(
+            ctx.map.sent_name(rec.task.as_deref().unwrap_or("")),
+            rec.payload_text.as_deref(),
+            &ctx.origin(&rec.id),
+        );
+        if let (Some(out), Ok(msg)) = (dry.as_mut(), &built) {
+            out.write(dry_run_view(rec, msg, &opts.target))?;
+        }
+        Ok(built.err().map(|e| e.to_string()))
+    })
+    .await?;
+    if let Some(out) = dry {
+        out.finish()?;
+    }
+    Ok(plan)
+}
+
+fn print_plan(
+    printer: &Printer,
+    ctx: &RunContext,
+    opts: &Options,
+    plan: &Plan,
+    broker: &str,
+    target_note: Option<String>,
+) {
+    let total = plan.ids.len() as u64 + plan.invalid.len() as u64;
+    printer.info(format!(
+        "Plan: replay {total} row(s) of table {} ({}) as Celery tasks {} on {broker}",
+        ctx.table.location(),
+        opts.common.selection.describe(),
+        opts.target.describe(),
+    ));
+    print_plan_groups(printer, &plan.groups);
+    if let Some(note) = target_note {
+        printer.info(note);
+    }
+    if !plan.invalid.is_empty() {
+        printer.warn(format!(
+            "{} row(s) cannot become a valid Celery message and will be left untouched:",
+            plan.invalid.len()
+        ));
+        for (id, why) in plan.invalid.iter().take(10) {
+            printer.warn(format!("  id {id}: {why}"));
+        }
+    }
+}
+
+/// The run: groups of rows claimed, sent and marked by `shape.workers` tasks at once; every
+/// row's outcome lands in the report.
+async fn replay_rows(
+    printer: &Printer,
+    ctx: RunContext,
+    sender: TaskSender,
+    plan: Plan,
+    opts: Options,
+    shape: &Shape,
+) -> Report {
     let mut report = Report::new("replay");
     for (id, why) in plan.invalid {
         report.fail(id, why);
     }
-    let publisher = dispatcher.sender(window, opts.common.rate).await?;
     let ids = Arc::new(plan.ids);
     let next = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let (tx, mut rx) = mpsc::channel::<(RecordId, RowEvent)>(window * 2);
-    let sel = Arc::new(opts.common.selection);
-    let target = Arc::new(opts.target);
-    for _ in 0..workers.min(ids.len().div_ceil(group)) {
-        let (table, ids, next, stop, tx, sel, target, publisher, map) = (
-            table.clone(),
+    let (tx, mut rx) = mpsc::channel::<(RecordId, RowEvent)>(shape.window * 2);
+    let group = shape.group;
+    let shared = Arc::new(Shared {
+        table: ctx.table.clone(),
+        sel: opts.common.selection,
+        target: opts.target,
+        map: ctx.map.clone(),
+        origin: ctx.origin(&RecordId::Text(String::new())),
+    });
+    for _ in 0..shape.workers.min(ids.len().div_ceil(group)) {
+        let (ids, next, stop, tx, sender, shared) = (
             ids.clone(),
             next.clone(),
             stop.clone(),
             tx.clone(),
-            sel.clone(),
-            target.clone(),
-            publisher.clone(),
-            map.clone(),
+            sender.clone(),
+            shared.clone(),
         );
-        let origin = ReplayOrigin {
-            table: table.location(),
-            row_id: String::new(),
-            replay_id: replay_id.clone(),
-            host: host.clone(),
-        };
         tokio::spawn(async move {
             while !stop.load(Ordering::SeqCst) {
                 let i = next.fetch_add(group, Ordering::SeqCst);
@@ -192,8 +263,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
                     break;
                 }
                 let chunk = &ids[i..(i + group).min(ids.len())];
-                let events =
-                    replay_group(&table, &sel, &publisher, &target, &map, chunk, &origin).await;
+                let events = replay_group(&shared, &sender, chunk).await;
                 if events
                     .iter()
                     .any(|(_, ev)| matches!(ev, RowEvent::Fatal(_)))
@@ -209,7 +279,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         });
     }
     drop(tx);
-    drop(publisher);
+    drop(sender);
 
     let bar = printer.progress(Some(ids.len() as u64), "replaying");
     let interrupted = super::stop_on_signal(stop.clone());
@@ -232,13 +302,17 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         report.stopped = Some("interrupted".into());
     }
     interrupted.abort();
-    super::print_report(printer, &report, "replayed");
-    if report.stopped.is_some() {
-        printer.warn(format!(
-            "rows not reported as replayed were left un-marked; run the same command again to finish (at most {window} of them may have been published already and will be published again)"
-        ));
-    }
-    Ok(report.exit())
+    report
+}
+
+/// What the group tasks share.
+struct Shared {
+    table: FailedTable,
+    sel: Selection,
+    target: Target,
+    map: Arc<TaskMap>,
+    /// Provenance of the run; each row fills in its id.
+    origin: ReplayOrigin,
 }
 
 /// Streams the selection once: the ids to replay, groups for the plan, invalid rows.
@@ -281,14 +355,17 @@ async fn plan(
 /// One group, one transaction: claim, re-check, build, publish, wait for the confirms, mark
 /// the confirmed rows, commit. Every id of `ids` gets exactly one event.
 async fn replay_group(
-    table: &FailedTable,
-    sel: &Selection,
+    shared: &Shared,
     publisher: &TaskSender,
-    target: &Target,
-    map: &TaskMap,
     ids: &[RecordId],
-    origin: &ReplayOrigin,
 ) -> Vec<(RecordId, RowEvent)> {
+    let Shared {
+        table,
+        sel,
+        target,
+        map,
+        origin,
+    } = shared;
     let all =
         |ev: &dyn Fn() -> RowEvent| ids.iter().map(|id| (id.clone(), ev())).collect::<Vec<_>>();
     let mut b = SqlBuilder::new(table.dialect);

@@ -173,14 +173,12 @@ pub fn from_delivery(
     }
 }
 
-/// The record of a taken message when `selection` picks it. A `--where` that cannot be
-/// evaluated selects nothing and is counted in `jq_errors` (reported once, at the end).
+/// The record of a taken message when the selector takes it.
 pub fn selected(
     queue: &str,
     d: &lapin::message::Delivery,
     opts: &RecordOptions,
-    selection: &crate::select::Selection,
-    jq_errors: &mut u64,
+    selector: &mut crate::select::Selector<'_>,
 ) -> Option<DeadLetter> {
     let rec = from_delivery(
         queue,
@@ -190,14 +188,7 @@ pub fn selected(
         &d.data,
         opts,
     );
-    match selection.matches(&rec) {
-        Ok(true) => Some(rec),
-        Ok(false) => None,
-        Err(_) => {
-            *jq_errors += 1;
-            None
-        }
-    }
+    selector.offer(&rec).then_some(rec)
 }
 
 /// The origin queue recorded in a record's `death` JSON (what `--task` also matches).
