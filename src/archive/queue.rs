@@ -11,17 +11,18 @@ use super::ArchiveWriter;
 use crate::error::{Exit, usage};
 use crate::output::Printer;
 use crate::rabbit;
+use crate::rabbit::Checked;
 use crate::rabbit::reader::ReadSpec;
 use crate::rabbit::take::Taker;
 use crate::rabbit::topology::QueueKind;
 use crate::select::{Selected, Selection, Selector};
 use crate::settings::{Safety, Settings};
-use crate::source::queue::StreamOptions;
 use crate::source::queue::{self as record, RecordOptions};
 use anyhow::{Result, anyhow};
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 pub struct Options {
     pub queues: Vec<String>,
@@ -68,12 +69,75 @@ async fn lock(conn: &lapin::Connection, queue: &str) -> Result<lapin::Channel> {
     }
 }
 
+/// One run's connection, the queues it checked once, and their archive locks.
+struct Session {
+    conn: Arc<lapin::Connection>,
+    checked: Vec<Checked>,
+    names: Vec<String>,
+    _locks: Vec<lapin::Channel>,
+}
+
+impl Session {
+    /// The selected records, read on this session's connection (nothing is changed).
+    fn selected<'a>(&self, printer: &Printer, opts: &'a Options) -> Selected<'a> {
+        let rx = crate::source::queue::stream_checked(
+            printer.clone(),
+            self.conn.clone(),
+            self.checked.clone(),
+            opts.record.clone(),
+            false,
+        );
+        Selected::new(rx, &opts.selection)
+    }
+}
+
+/// check -> (count and gate, for a dry run or before --delete) -> write [-> delete].
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
     if opts.delete && opts.to.as_os_str() == "-" {
         return Err(usage(
             "--delete needs an archive file: stdout cannot be fsynced before deleting",
         ));
     }
+    let session = open(settings, printer, &opts).await?;
+    if opts.safety.dry_run || (opts.delete && !opts.safety.yes) {
+        let mut selected = session.selected(printer, &opts);
+        let mut n = 0u64;
+        while let Some(r) = selected.next().await {
+            r?;
+            n += 1;
+        }
+        drop(selected);
+        crate::source::settle().await;
+        let intent = super::Intent {
+            count: n,
+            what: format!("message(s) of {}", session.names.join(", ")),
+            selection: &opts.selection.describe(),
+            to: &opts.to,
+            delete: opts.delete,
+            safety: opts.safety,
+        };
+        if let Some(exit) = super::confirm(printer, intent).await? {
+            rabbit::close(&session.conn, "dlq archive done").await;
+            return Ok(exit);
+        }
+    }
+    let header = super::header(
+        "queue",
+        &session.names.join(","),
+        &opts.selection.describe(),
+    );
+    let writer = ArchiveWriter::create(&opts.to, &header)?;
+    let exit = if opts.delete {
+        archive_and_delete(printer, &opts, &session, writer).await
+    } else {
+        archive_only(printer, &opts, &session, writer).await
+    };
+    rabbit::close(&session.conn, "dlq archive done").await;
+    exit
+}
+
+/// Connects, checks every queue once, and takes each queue's archive lock.
+async fn open(settings: &Settings, printer: &Printer, opts: &Options) -> Result<Session> {
     let target = rabbit::Target::from_settings(settings)?;
     let conn = rabbit::connect(&target).await?;
     let checked =
@@ -90,94 +154,64 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     for q in &checked {
         locks.push(lock(&conn, &q.name).await?);
     }
-    let names: Vec<String> = checked.iter().map(|q| q.name.clone()).collect();
-    let destination = super::destination(&opts.to);
-    let stream_opts = StreamOptions {
-        names: names.clone(),
-        record: opts.record.clone(),
-        force: opts.force,
-    };
+    Ok(Session {
+        conn: Arc::new(conn),
+        names: checked.iter().map(|q| q.name.clone()).collect(),
+        checked,
+        _locks: locks,
+    })
+}
 
-    if opts.safety.dry_run || (opts.delete && !opts.safety.yes) {
-        let mut selected = Selected::new(
-            crate::source::queue::open_stream(settings, &stream_opts, &opts.selection).await?,
-            &opts.selection,
-        );
-        let mut n = 0u64;
-        while let Some(r) = selected.next().await {
-            r?;
-            n += 1;
-        }
-        drop(selected);
-        crate::source::settle().await;
-        let intent = super::Intent {
-            count: n,
-            what: format!("message(s) of {}", names.join(", ")),
-            selection: &opts.selection.describe(),
-            to: &opts.to,
-            delete: opts.delete,
-            safety: opts.safety,
-        };
-        if let Some(exit) = super::confirm(printer, intent).await? {
-            return Ok(exit);
-        }
-    }
-
-    let header = super::header("queue", &names.join(","), &opts.selection.describe());
-    let mut writer = ArchiveWriter::create(&opts.to, &header)?;
+/// Without --delete: read (nothing changes) and write.
+async fn archive_only(
+    printer: &Printer,
+    opts: &Options,
+    session: &Session,
+    mut writer: ArchiveWriter,
+) -> Result<Exit> {
     let bar = printer.progress(None, "archiving");
-    if !opts.delete {
-        let mut selected = Selected::new(
-            crate::source::queue::open_stream(settings, &stream_opts, &opts.selection).await?,
-            &opts.selection,
-        );
-        while let Some(rec) = selected.next().await {
-            writer.write(&rec?)?;
-            bar.inc(1);
-        }
-        drop(selected);
-        crate::source::settle().await;
-        let trailer = writer.finish()?;
-        bar.finish_and_clear();
-        printer.info(format!(
-            "archive: {} message(s) of {} -> {destination} (sha256 {})",
-            trailer.count,
-            names.join(", "),
-            &trailer.sha256[..16]
-        ));
-        return Ok(Exit::Ok);
+    let mut selected = session.selected(printer, opts);
+    while let Some(rec) = selected.next().await {
+        writer.write(&rec?)?;
+        bar.inc(1);
     }
+    if let Some(w) = selected.eval_warning() {
+        printer.warn(w);
+    }
+    drop(selected);
+    crate::source::settle().await;
+    let trailer = writer.finish()?;
+    bar.finish_and_clear();
+    printer.info(format!(
+        "archive: {} message(s) of {} -> {} (sha256 {})",
+        trailer.count,
+        session.names.join(", "),
+        super::destination(&opts.to),
+        &trailer.sha256[..16]
+    ));
+    Ok(Exit::Ok)
+}
 
-    // --delete: take, write, fsync, then acknowledge exactly what was written.
+/// --delete: take, write, fsync, then acknowledge exactly what was written.
+async fn archive_and_delete(
+    printer: &Printer,
+    opts: &Options,
+    session: &Session,
+    mut writer: ArchiveWriter,
+) -> Result<Exit> {
+    let conn = &*session.conn;
+    let bar = printer.progress(None, "archiving");
     let mut taken: Vec<(Taker, Vec<(usize, u64)>)> = Vec::new();
-    let mut written = 0u64;
     let mut selector = Selector::new(&opts.selection);
-    let result: Result<()> = async {
-        for q in &checked {
-            let mut taker = Taker::open(&ReadSpec::for_checked(q, None)).await?;
-            let mut tags = Vec::new();
-            let outcome: Result<()> = async {
-                while let Some(d) = taker.next(&conn).await? {
-                    if selector.full() {
-                        continue; // hold the rest until the release puts it back
-                    }
-                    let Some(rec) = record::selected(&q.name, &d, &opts.record, &mut selector)
-                    else {
-                        continue;
-                    };
-                    writer.write(&rec)?;
-                    tags.push((taker.channel_index(), d.delivery_tag));
-                    written += 1;
-                    bar.inc(1);
-                }
-                Ok(())
-            }
-            .await;
-            taken.push((taker, tags));
-            outcome?;
-        }
-        Ok(())
-    }
+    let result = take_and_write(
+        conn,
+        opts,
+        session,
+        &mut writer,
+        &mut selector,
+        &mut taken,
+        &bar,
+    )
     .await;
     let finished = match result {
         Ok(()) => writer.finish(),
@@ -190,10 +224,9 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         Ok(t) => t,
         Err(e) => {
             // Nothing is acknowledged: every taken message goes back in place.
-            for (taker, tags) in taken {
+            for (taker, _) in taken {
                 let held = taker.taken;
-                drop(tags);
-                taker.release(&conn, held).await;
+                taker.release(conn, held).await;
             }
             return Err(e.context("nothing was deleted from the queues"));
         }
@@ -211,18 +244,17 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             }
         }
         let held = taker.taken.saturating_sub(tags.len() as u64);
-        taker.release(&conn, held).await;
+        taker.release(conn, held).await;
     }
-    drop(locks);
-    crate::rabbit::close(&conn, "dlq archive done").await;
     bar.finish_and_clear();
     if let Some(w) = selector.warning() {
         printer.warn(w);
     }
     let line = format!(
-        "archive: {} message(s) of {} -> {destination} (sha256 {}), {deleted} deleted",
+        "archive: {} message(s) of {} -> {} (sha256 {}), {deleted} deleted",
         trailer.count,
-        names.join(", "),
+        session.names.join(", "),
+        super::destination(&opts.to),
         &trailer.sha256[..16]
     );
     if let Some(e) = ack_error {
@@ -235,4 +267,39 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     }
     printer.info(line);
     Ok(Exit::Ok)
+}
+
+/// Takes every message of every queue (held unacknowledged) and writes the selected ones;
+/// `taken` keeps each take channel with the delivery tags written, for the acks.
+async fn take_and_write(
+    conn: &lapin::Connection,
+    opts: &Options,
+    session: &Session,
+    writer: &mut ArchiveWriter,
+    selector: &mut Selector<'_>,
+    taken: &mut Vec<(Taker, Vec<(usize, u64)>)>,
+    bar: &indicatif::ProgressBar,
+) -> Result<()> {
+    for q in &session.checked {
+        let mut taker = Taker::open(&ReadSpec::for_checked(q, None)).await?;
+        let mut tags = Vec::new();
+        let outcome: Result<()> = async {
+            while let Some(d) = taker.next(conn).await? {
+                if selector.full() {
+                    continue; // hold the rest until the release puts it back
+                }
+                let Some(rec) = record::selected(&q.name, &d, &opts.record, selector) else {
+                    continue;
+                };
+                writer.write(&rec)?;
+                tags.push((taker.channel_index(), d.delivery_tag));
+                bar.inc(1);
+            }
+            Ok(())
+        }
+        .await;
+        taken.push((taker, tags));
+        outcome?;
+    }
+    Ok(())
 }

@@ -282,11 +282,88 @@ fn dry_line(v: &Value) -> Vec<String> {
     ]
 }
 
+/// What the plan pass found.
+#[derive(Default)]
+struct RestorePlan {
+    groups: BTreeMap<(String, String), u64>,
+    invalid: Vec<(RecordId, String)>,
+    destinations: BTreeSet<String>,
+    planned: u64,
+    /// Table archives: stored task name -> records (the worker check's question).
+    tasks: BTreeMap<String, u64>,
+}
+
+/// verify -> plan -> destination and worker checks -> gate -> run -> report.
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> Result<Exit> {
-    let (header, trailer) = archive::verify(opts.file)?;
+    let (kind, journal) = open_archive(printer, opts.file)?;
+    let amqp_target = crate::rabbit::Target::from_settings(settings)?;
+    let broker = Broker::open(settings, kind).await?;
+    let ctx = Context {
+        kind,
+        target: &opts.common.target,
+        replay_id: uuid::Uuid::new_v4().to_string(),
+        user: amqp_target.user().to_string(),
+        max_replays: opts.common.max_replays,
+        map: opts.common.workers.map.clone(),
+    };
+    let done = journal.done().clone();
+    let plan = plan_archive(printer, &ctx, &opts, &done)?;
+    // Destinations exist before anything is sent.
+    let note = broker
+        .check_destinations(printer, &opts.common.target, &plan.destinations)
+        .await?;
+    if let Broker::Celery(d) = &broker {
+        let target = opts
+            .common
+            .target
+            .clone()
+            .unwrap_or_else(|| Target::Queue(celery::DEFAULT_CELERY_QUEUE.into()));
+        super::workers::ensure_runnable(printer, d, &opts.common.workers, &target, &plan.tasks)
+            .await?;
+    }
+    printer.info(format!(
+        "Plan: replay {} archived record(s) ({}) on {}",
+        plan.planned + plan.invalid.len() as u64,
+        opts.common.selection.describe(),
+        broker.describe()
+    ));
+    print_plan_groups(printer, &plan.groups);
+    if let Some(n) = note {
+        printer.info(n);
+    }
+    for (id, why) in plan.invalid.iter().take(10) {
+        printer.warn(format!("cannot be replayed: id {id}: {why}"));
+    }
+    let gate = crate::bulk::Gate {
+        safety: opts.common.safety,
+        planned: plan.planned,
+        refused: plan.invalid.len(),
+        nothing: "nothing to replay",
+        dry_run: "dry run: nothing was published",
+        prompt: format!("Replay {} archived record(s)?", plan.planned),
+    };
+    if let Some(exit) = crate::bulk::gate(printer, gate).await? {
+        return Ok(exit);
+    }
+    let sender = broker
+        .sender(opts.common.window.get(), opts.common.rate)
+        .await?;
+    let report = restore_records(printer, &ctx, &opts, sender, journal, plan).await?;
+    print_report(printer, &report, "replayed");
+    if report.stopped.is_some() {
+        printer.warn(
+            "run the same command again to finish: records already confirmed are skipped (journal)",
+        );
+    }
+    Ok(report.exit())
+}
+
+/// Verifies the archive and opens its journal (what earlier runs already restored).
+fn open_archive(printer: &Printer, file: &Path) -> Result<(SourceKind, Journal)> {
+    let (header, trailer) = archive::verify(file)?;
     printer.info(format!(
         "archive {}: {} record(s) from {} {} written {} on {}; checksum verified",
-        opts.file.display(),
+        file.display(),
         trailer.count,
         header.source,
         header.location,
@@ -299,68 +376,59 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
         other => {
             return Err(usage(format!(
                 "archive {}: unknown source {other:?}",
-                opts.file.display()
+                file.display()
             )));
         }
     };
-    let journal = Journal::open(opts.file)?;
+    let journal = Journal::open(file)?;
     if journal.done_count() > 0 {
         printer.info(format!(
             "{} record(s) already restored by an earlier run (journal)",
             journal.done_count()
         ));
     }
-    let amqp_target = crate::rabbit::Target::from_settings(settings)?;
-    let broker = Broker::open(settings, kind).await?;
-    let ctx = Context {
-        kind,
-        target: &opts.common.target,
-        replay_id: uuid::Uuid::new_v4().to_string(),
-        user: amqp_target.user().to_string(),
-        max_replays: opts.common.max_replays,
-        map: opts.common.workers.map.clone(),
-    };
+    Ok((kind, journal))
+}
 
-    // Plan pass.
-    let mut groups: BTreeMap<(String, String), u64> = BTreeMap::new();
-    let mut invalid: Vec<(RecordId, String)> = Vec::new();
-    let mut destinations: BTreeSet<String> = BTreeSet::new();
-    let mut planned: u64 = 0;
-    let mut tasks: BTreeMap<String, u64> = BTreeMap::new();
+/// The plan pass (and the dry run's view of every record).
+fn plan_archive(
+    printer: &Printer,
+    ctx: &Context<'_>,
+    opts: &Options<'_>,
+    done: &HashSet<u64>,
+) -> Result<RestorePlan> {
+    let mut plan = RestorePlan::default();
     let mut dry = opts
         .common
         .safety
         .dry_run
         .then(|| printer.values(&["id", "task", "exchange/routing key", "body"], dry_line));
-    let done = journal.done().clone();
     let mut selector = Selector::new(&opts.common.selection);
-    for r in selected(opts.file, &mut selector, &done)? {
+    for r in selected(opts.file, &mut selector, done)? {
         let (_, rec) = r?;
-        match ctx.prepare(&rec) {
-            Ok(m) => {
-                planned += 1;
-                let (exchange, routing_key) = m.route();
-                if exchange.is_empty() {
-                    destinations.insert(routing_key.clone());
-                }
-                let label = if kind == SourceKind::Table {
-                    let task = rec.task.clone().unwrap_or_default();
-                    *tasks.entry(task.clone()).or_default() += 1;
-                    task
-                } else {
-                    routing_key
-                };
-                *groups
-                    .entry((
-                        label,
-                        fingerprint::fingerprint(rec.motivo.as_deref().unwrap_or("")),
-                    ))
-                    .or_default() += 1;
-                if let Some(out) = dry.as_mut() {
-                    out.write(dry_view(&rec, &m))?;
-                }
+        let m = match ctx.prepare(&rec) {
+            Ok(m) => m,
+            Err(why) => {
+                plan.invalid.push((rec.id.clone(), why));
+                continue;
             }
-            Err(why) => invalid.push((rec.id.clone(), why)),
+        };
+        plan.planned += 1;
+        let (exchange, routing_key) = m.route();
+        if exchange.is_empty() {
+            plan.destinations.insert(routing_key.clone());
+        }
+        let label = if ctx.kind == SourceKind::Table {
+            let task = rec.task.clone().unwrap_or_default();
+            *plan.tasks.entry(task.clone()).or_default() += 1;
+            task
+        } else {
+            routing_key
+        };
+        let fp = fingerprint::fingerprint(rec.motivo.as_deref().unwrap_or(""));
+        *plan.groups.entry((label, fp)).or_default() += 1;
+        if let Some(out) = dry.as_mut() {
+            out.write(dry_view(&rec, &m))?;
         }
     }
     if let Some(out) = dry {
@@ -369,57 +437,28 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
     if let Some(w) = selector.warning() {
         printer.warn(w);
     }
-    // Destinations exist before anything is sent.
-    let note = broker
-        .check_destinations(printer, &opts.common.target, &destinations)
-        .await?;
-    if let Broker::Celery(d) = &broker {
-        let target = opts
-            .common
-            .target
-            .clone()
-            .unwrap_or_else(|| Target::Queue(celery::DEFAULT_CELERY_QUEUE.into()));
-        super::workers::ensure_runnable(printer, d, &opts.common.workers, &target, &tasks).await?;
-    }
-    printer.info(format!(
-        "Plan: replay {} archived record(s) ({}) on {}",
-        planned + invalid.len() as u64,
-        opts.common.selection.describe(),
-        broker.describe()
-    ));
-    print_plan_groups(printer, &groups);
-    if let Some(n) = note {
-        printer.info(n);
-    }
-    for (id, why) in invalid.iter().take(10) {
-        printer.warn(format!("cannot be replayed: id {id}: {why}"));
-    }
-    let gate = crate::bulk::Gate {
-        safety: opts.common.safety,
-        planned,
-        refused: invalid.len(),
-        nothing: "nothing to replay",
-        dry_run: "dry run: nothing was published",
-        prompt: format!("Replay {planned} archived record(s)?"),
-    };
-    if let Some(exit) = crate::bulk::gate(printer, gate).await? {
-        return Ok(exit);
-    }
+    Ok(plan)
+}
 
+/// The run: records read lazily and sent in file order with up to `window` outcomes
+/// outstanding; each confirmed one goes in the journal; a signal stops reading new ones.
+async fn restore_records(
+    printer: &Printer,
+    ctx: &Context<'_>,
+    opts: &Options<'_>,
+    sender: Sender,
+    mut journal: Journal,
+    plan: RestorePlan,
+) -> Result<Report> {
     let mut report = Report::new("replay");
-    for (id, why) in invalid {
+    for (id, why) in plan.invalid {
         report.fail(id, why);
     }
-    let publisher = broker
-        .sender(opts.common.window.get(), opts.common.rate)
-        .await?;
-    let bar = printer.progress(Some(planned), "replaying");
-    let mut journal = journal;
-    // Records are read lazily and published in file order with up to `window` confirms
-    // outstanding; a signal stops reading new ones.
+    let bar = printer.progress(Some(plan.planned), "replaying");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let signals = super::stop_on_signal(stop.clone());
     let stop_reading = stop.clone();
+    let done = journal.done().clone();
     let mut run_selector = Selector::new(&opts.common.selection);
     let source = selected(opts.file, &mut run_selector, &done)?
         .take_while(move |_| !stop_reading.load(std::sync::atomic::Ordering::SeqCst))
@@ -429,11 +468,11 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
         });
     let outcomes = futures_util::stream::iter(source)
         .then(|r| {
-            let publisher = &publisher;
+            let sender = &sender;
             async move {
                 let (n, id, m) = r?;
                 // Submitted in file order; the outcome is awaited by `buffered` below.
-                let outcome = publisher.submit(m).await?;
+                let outcome = sender.submit(m).await?;
                 Ok::<_, anyhow::Error>((n, id, outcome))
             }
         })
@@ -474,11 +513,5 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
     signals.abort();
     journal.sync()?;
     bar.finish_and_clear();
-    print_report(printer, &report, "replayed");
-    if report.stopped.is_some() {
-        printer.warn(
-            "run the same command again to finish: records already confirmed are skipped (journal)",
-        );
-    }
-    Ok(report.exit())
+    Ok(report)
 }

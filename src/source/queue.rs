@@ -216,8 +216,25 @@ pub async fn open_stream(
     let checked =
         crate::rabbit::check_queues(&conn, &target, settings, &printer, &opts.names, opts.force)
             .await?;
+    Ok(stream_checked(
+        printer,
+        std::sync::Arc::new(conn),
+        checked,
+        opts.record.clone(),
+        true,
+    ))
+}
+
+/// Records of queues already checked, read on the caller's connection (closed at the end
+/// when `close`): a command that checked its queues does not connect and check again.
+pub fn stream_checked(
+    printer: Printer,
+    conn: std::sync::Arc<lapin::Connection>,
+    checked: Vec<crate::rabbit::Checked>,
+    record_opts: RecordOptions,
+    close: bool,
+) -> mpsc::Receiver<Result<DeadLetter>> {
     let (tx, rx) = mpsc::channel(crate::rabbit::CHANNEL_DEPTH);
-    let record_opts = opts.record.clone();
     let handle = tokio::spawn(async move {
         let make = move |q: &str, ex: &str, rk: &str, p: &lapin::BasicProperties, body: &[u8]| {
             from_delivery(q, ex, rk, p, body, &record_opts)
@@ -241,10 +258,12 @@ pub async fn open_stream(
                 }
             }
         }
-        crate::rabbit::close(&conn, "dlq done").await;
+        if close {
+            crate::rabbit::close(&conn, "dlq done").await;
+        }
     });
     crate::source::track(handle);
-    Ok(rx)
+    rx
 }
 
 #[cfg(test)]
