@@ -289,6 +289,53 @@ fn warn_if_readable_by_others(path: &Path, warnings: &mut Vec<String>) {
 #[cfg(not(unix))]
 fn warn_if_readable_by_others(_: &Path, _: &mut Vec<String>) {}
 
+/// `--profile NAME`: that section of the config file (an unknown name is a usage error).
+fn select_profile(config: &ConfigFile, name: Option<&str>) -> Result<ConfigSection> {
+    let Some(name) = name else {
+        return Ok(ConfigSection::default());
+    };
+    config.profiles.get(name).cloned().ok_or_else(|| {
+        let known: Vec<&str> = config.profiles.keys().map(String::as_str).collect();
+        usage(format!(
+            "unknown profile {name:?}; the config file defines: {}",
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
+        ))
+    })
+}
+
+/// The CA file and client identity for RabbitMQ, read and checked now.
+fn amqp_tls(
+    ca_file: Option<PathBuf>,
+    client_cert: Option<PathBuf>,
+    client_key: Option<PathBuf>,
+) -> Result<AmqpTls> {
+    Ok(AmqpTls {
+        ca: ca_file
+            .as_deref()
+            .map(|p| tls::load_ca_file(p, "--amqp-ca-file"))
+            .transpose()
+            .map_err(usage)?,
+        client: match (client_cert, client_key) {
+            (Some(c), Some(k)) => Some(tls::load_client_identity(&c, &k).map_err(usage)?),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(usage(
+                    "--amqp-client-cert needs --amqp-client-key (the certificate's private key)",
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(usage(
+                    "--amqp-client-key needs --amqp-client-cert (the certificate it belongs to)",
+                ));
+            }
+        },
+    })
+}
+
 impl Settings {
     pub fn from_env(global: &GlobalArgs) -> Result<Settings> {
         Settings::build(global, &|k| std::env::var(k).ok(), Terminal::detect())
@@ -298,20 +345,7 @@ impl Settings {
         let mut warnings = Vec::new();
         let config = load_config(g.config.clone(), env, &mut warnings)?;
         let profile_name = g.profile.clone().or_else(|| non_empty(env("DLQ_PROFILE")));
-        let profile = match &profile_name {
-            Some(name) => config.profiles.get(name).cloned().ok_or_else(|| {
-                let known: Vec<&str> = config.profiles.keys().map(String::as_str).collect();
-                usage(format!(
-                    "unknown profile {name:?}; the config file defines: {}",
-                    if known.is_empty() {
-                        "none".to_string()
-                    } else {
-                        known.join(", ")
-                    }
-                ))
-            })?,
-            None => ConfigSection::default(),
-        };
+        let profile = select_profile(&config, profile_name.as_deref())?;
         let base = &config.base;
         // flag > env > profile > top level
         macro_rules! pick {
@@ -371,27 +405,7 @@ impl Settings {
         let client_key = path(&g.amqp_client_key, "DLQ_AMQP_CLIENT_KEY", |c| {
             &c.amqp_client_key
         });
-        let amqp_tls = AmqpTls {
-            ca: ca_file
-                .as_deref()
-                .map(|p| tls::load_ca_file(p, "--amqp-ca-file"))
-                .transpose()
-                .map_err(usage)?,
-            client: match (client_cert, client_key) {
-                (Some(c), Some(k)) => Some(tls::load_client_identity(&c, &k).map_err(usage)?),
-                (None, None) => None,
-                (Some(_), None) => {
-                    return Err(usage(
-                        "--amqp-client-cert needs --amqp-client-key (the certificate's private key)",
-                    ));
-                }
-                (None, Some(_)) => {
-                    return Err(usage(
-                        "--amqp-client-key needs --amqp-client-cert (the certificate it belongs to)",
-                    ));
-                }
-            },
-        };
+        let amqp_tls = amqp_tls(ca_file, client_cert, client_key)?;
         let table_raw =
             pick!(g.table, ["DLQ_TABLE"], table).unwrap_or_else(|| DEFAULT_TABLE.to_string());
         let table = TableName::parse(&table_raw).map_err(usage)?;

@@ -59,14 +59,17 @@ impl AmqpSender {
                 properties: msg.properties,
             })
             .await?;
-        Ok(Box::pin(async move {
-            Ok(match outcome.await? {
-                Outcome::Confirmed => Sent::Delivered,
-                Outcome::Returned { code, text } => Sent::Refused(format!(
-                    "returned by the broker as unroutable ({code} {text})"
-                )),
-                Outcome::Nacked => Sent::Refused("nacked by the broker".into()),
-            })
-        }))
+        Ok(Box::pin(async move { Ok(sent(outcome.await?)) }))
+    }
+}
+
+/// What a RabbitMQ publish outcome means for a sent record.
+pub(crate) fn sent(outcome: Outcome) -> Sent {
+    match outcome {
+        Outcome::Confirmed => Sent::Delivered,
+        Outcome::Returned { code, text } => Sent::Refused(format!(
+            "returned by the broker as unroutable ({code} {text})"
+        )),
+        Outcome::Nacked => Sent::Refused("nacked by the broker".into()),
     }
 }

@@ -231,6 +231,63 @@ struct Taken {
     publish_ids: PublishIds,
 }
 
+/// The selected messages kept in memory, ready to publish, while they fit in `budget`.
+struct Holding {
+    held: VecDeque<Held>,
+    routes: Routes,
+    bytes: usize,
+    budget: usize,
+    /// False once they did not fit: the move reads again.
+    single_pass: bool,
+}
+
+impl Holding {
+    fn new(budget: usize) -> Holding {
+        Holding {
+            held: VecDeque::new(),
+            routes: Routes::default(),
+            bytes: 0,
+            budget,
+            single_pass: true,
+        }
+    }
+
+    /// Keeps one message as it will be published: the rewritten properties wire-encoded
+    /// (a few hundred bytes, where parsed dead-letter headers take ~3 KiB).
+    fn keep(
+        &mut self,
+        queue: usize,
+        id: RecordId,
+        route: (String, String),
+        props: Option<lapin::BasicProperties>,
+        d: lapin::message::Delivery,
+        chan: usize,
+    ) {
+        if !self.single_pass {
+            return;
+        }
+        let props = props.and_then(|p| crate::rabbit::codec::encode_properties(&p));
+        self.bytes += d.data.len() + props.as_ref().map_or(0, |p| p.len()) + HELD_OVERHEAD;
+        match props {
+            Some(props) if self.bytes <= self.budget => self.held.push_back(Held {
+                queue,
+                id,
+                route: self.routes.intern(route),
+                props,
+                body: d.data,
+                chan,
+                tag: d.delivery_tag,
+            }),
+            _ => {
+                // Too much to hold (or, defensively, not encodable): read again.
+                self.single_pass = false;
+                self.held = VecDeque::new();
+                self.routes = Routes::default();
+            }
+        }
+    }
+}
+
 /// 1. Plan: every message present now is taken and held; the selected ones are planned.
 async fn take_plan(
     printer: &Printer,
@@ -248,11 +305,7 @@ async fn take_plan(
         .then(|| printer.values(&["id", "from", "to", "replays", "body"], dry_run_line));
     let mut selector = Selector::new(&opts.common.selection);
     let mut takers: Vec<Taker> = Vec::new();
-    let mut held: VecDeque<Held> = VecDeque::new();
-    let mut routes = Routes::default();
-    let mut held_bytes = 0usize;
-    let mut single_pass = true;
-    let budget = hold_budget();
+    let mut holding = Holding::new(hold_budget());
     let mut publish_ids = PublishIds::new(replay_id);
     let bar = printer.progress(None, "planning");
     let mut gate = TaskGate::new(conn, &opts.common.workers);
@@ -310,30 +363,9 @@ async fn take_plan(
                 }))?;
             }
             // A dry run moves nothing: nothing to hold.
-            if single_pass && !opts.common.safety.dry_run {
-                // Kept as it will be published: the rewritten properties wire-encoded (a
-                // few hundred bytes, where parsed dead-letter headers take ~3 KiB).
-                let props = requeue::prepare(&stored, &stamp, &publish_ids.next())
-                    .ok()
-                    .and_then(|p| crate::rabbit::codec::encode_properties(&p));
-                held_bytes += d.data.len() + props.as_ref().map_or(0, |p| p.len()) + HELD_OVERHEAD;
-                match props {
-                    Some(props) if held_bytes <= budget => held.push_back(Held {
-                        queue: qi,
-                        id: rec.id,
-                        route: routes.intern(route),
-                        props,
-                        body: d.data,
-                        chan: taker.channel_index(),
-                        tag: d.delivery_tag,
-                    }),
-                    _ => {
-                        // Too much to hold (or, defensively, not encodable): read again.
-                        single_pass = false;
-                        held = VecDeque::new();
-                        routes = Routes::default();
-                    }
-                }
+            if holding.single_pass && !opts.common.safety.dry_run {
+                let props = requeue::prepare(&stored, &stamp, &publish_ids.next()).ok();
+                holding.keep(qi, rec.id, route, props, d, taker.channel_index());
             }
         }
         takers.push(taker);
@@ -349,9 +381,9 @@ async fn take_plan(
     Ok(Taken {
         plan,
         takers,
-        held,
-        routes,
-        single_pass,
+        held: holding.held,
+        routes: holding.routes,
+        single_pass: holding.single_pass,
         publish_ids,
     })
 }
@@ -730,6 +762,19 @@ struct Pending {
 }
 
 impl Mover<'_> {
+    /// False once the run stopped (an error, a signal) or `limit` messages are moved or
+    /// in flight.
+    fn may_continue(&mut self, moved: u64, limit: Option<u64>) -> bool {
+        if self.report.stopped.is_some() {
+            return false;
+        }
+        if self.stop.load(Ordering::SeqCst) {
+            self.report.stopped = Some("interrupted".into());
+            return false;
+        }
+        limit.is_none_or(|l| moved + (self.unsettled() as u64) < l)
+    }
+
     /// Moves messages the plan holds, in order, at most `limit`. Returns how many moved.
     async fn move_held(
         &mut self,
@@ -740,14 +785,7 @@ impl Mover<'_> {
         let mut moved = 0u64;
         loop {
             moved += self.settle_ready().await;
-            if self.report.stopped.is_some() {
-                break;
-            }
-            if self.stop.load(Ordering::SeqCst) {
-                self.report.stopped = Some("interrupted".into());
-                break;
-            }
-            if limit.is_some_and(|l| moved + self.unsettled() as u64 >= l) {
+            if !self.may_continue(moved, limit) {
                 break;
             }
             let Some(h) = held.pop_front() else { break };
@@ -888,15 +926,7 @@ impl Mover<'_> {
             loop {
                 // Settle what is done; keep at most `window` publishes in flight.
                 moved += self.settle_ready().await;
-                if self.report.stopped.is_some() {
-                    break;
-                }
-                if self.stop.load(Ordering::SeqCst) {
-                    self.report.stopped = Some("interrupted".into());
-                    break;
-                }
-                if limit.is_some_and(|l| moved + self.unsettled() as u64 >= l) || self.picks.full()
-                {
+                if !self.may_continue(moved, limit) || self.picks.full() {
                     break;
                 }
                 if !taker.ready() {
@@ -913,41 +943,19 @@ impl Mover<'_> {
                 };
                 let (chan, tag) = (taker.channel_index(), d.delivery_tag);
                 self.acks.channel(qi, chan, &taker.channels()[chan]);
-                let Some(rec) = self.picks.pick(&q.name, &d, self.opts) else {
-                    self.acks.not_moved(qi, chan);
-                    continue;
-                };
-                let stored = record::stored_properties(&d.properties);
-                let origin = rec.death.as_ref().and_then(record::origin_queue);
-                let route = match destination(&self.opts.common.target, origin, &q.name) {
-                    Ok(r) => r,
-                    Err(why) => {
+                let (id, route, props) = match self.prepare_move(&q.name, &d, &stamp).await {
+                    None => {
                         self.acks.not_moved(qi, chan);
-                        self.report.fail(rec.id, why.to_string());
                         continue;
                     }
-                };
-                if let Err(why) = self.picks.check_destination(self.conn, &route).await {
-                    self.acks.not_moved(qi, chan);
-                    self.report.fail(rec.id, why);
-                    continue;
-                }
-                if let Some(gate) = self.gate.as_mut()
-                    && let Err(why) = gate.allows(d.properties.headers().as_ref(), &route).await
-                {
-                    self.acks.not_moved(qi, chan);
-                    self.report.fail(rec.id, why);
-                    continue;
-                }
-                let props = match requeue::prepare(&stored, &stamp, &self.publish_ids.next()) {
-                    Ok(p) => p,
-                    Err(why) => {
+                    Some(Err((id, why))) => {
                         self.acks.not_moved(qi, chan);
-                        self.report.fail(rec.id, why.to_string());
+                        self.report.fail(id, why);
                         continue;
                     }
+                    Some(Ok(moving)) => moving,
                 };
-                self.picks.taken(&q.name, &rec.id);
+                self.picks.taken(&q.name, &id);
                 // In queue order.
                 self.publish(
                     Outgoing {
@@ -960,7 +968,7 @@ impl Mover<'_> {
                         queue: qi,
                         chan,
                         tag,
-                        id: rec.id,
+                        id,
                     },
                 )
                 .await;
@@ -983,6 +991,38 @@ impl Mover<'_> {
             taker.release(self.conn, held).await;
         }
         Ok(moved)
+    }
+
+    /// Where a delivery goes and with which properties: `None` when it is not picked,
+    /// `Err` (reported, it stays in the DLQ) when it cannot move.
+    async fn prepare_move(
+        &mut self,
+        queue: &str,
+        d: &lapin::message::Delivery,
+        stamp: &Stamp,
+    ) -> Option<Result<(RecordId, (String, String), lapin::BasicProperties), (RecordId, String)>>
+    {
+        let rec = self.picks.pick(queue, d, self.opts)?;
+        let stored = record::stored_properties(&d.properties);
+        let origin = rec.death.as_ref().and_then(record::origin_queue);
+        let route = match destination(&self.opts.common.target, origin, queue) {
+            Ok(r) => r,
+            Err(why) => return Some(Err((rec.id, why.to_string()))),
+        };
+        if let Err(why) = self.picks.check_destination(self.conn, &route).await {
+            return Some(Err((rec.id, why)));
+        }
+        if let Some(gate) = self.gate.as_mut()
+            && let Err(why) = gate.allows(d.properties.headers().as_ref(), &route).await
+        {
+            return Some(Err((rec.id, why)));
+        }
+        Some(
+            match requeue::prepare(&stored, stamp, &self.publish_ids.next()) {
+                Ok(props) => Ok((rec.id, route, props)),
+                Err(why) => Err((rec.id, why.to_string())),
+            },
+        )
     }
 
     /// Records one publish outcome; a clean confirm queues the DLQ copy's acknowledgement.

@@ -17,7 +17,7 @@ use crate::error::{Exit, usage};
 use crate::fingerprint;
 use crate::model::{DeadLetter, RecordId, SourceKind};
 use crate::output::Printer;
-use crate::rabbit::publish::{Outcome, Outgoing, Publisher};
+use crate::rabbit::publish::{Outgoing, Publisher};
 use crate::report::Report;
 use crate::select::Selector;
 use crate::settings::{ReplayCommon, Settings};
@@ -82,13 +82,7 @@ impl Sender {
             (Sender::Messages(s), Prepared::Message(m)) => {
                 let outcome = s.submit(m).await?;
                 Ok(Box::pin(async move {
-                    Ok(match outcome.await? {
-                        Outcome::Confirmed => Sent::Delivered,
-                        Outcome::Returned { code, text } => Sent::Refused(format!(
-                            "returned by the broker as unroutable ({code} {text})"
-                        )),
-                        Outcome::Nacked => Sent::Refused("nacked by the broker".into()),
-                    })
+                    Ok(crate::celery::amqp::sent(outcome.await?))
                 }))
             }
             _ => unreachable!("an archive holds one kind of record"),
