@@ -77,7 +77,7 @@ pub struct GlobalArgs {
     pub redis_wait_replicas: Option<u32>,
     /// Output format [default: table]
     #[arg(short, long, global = true, value_enum, value_name = "FORMAT")]
-    pub output: Option<OutputFormat>,
+    pub output: Option<OutputArg>,
     /// Print only data and errors
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
@@ -92,13 +92,25 @@ pub struct GlobalArgs {
     pub no_progress: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum OutputFormat {
+/// `-o`: the clap side of [`crate::output::OutputFormat`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputArg {
     Table,
     Json,
     Ndjson,
     Csv,
+}
+
+impl From<OutputArg> for crate::output::OutputFormat {
+    fn from(a: OutputArg) -> Self {
+        use crate::output::OutputFormat as F;
+        match a {
+            OutputArg::Table => F::Table,
+            OutputArg::Json => F::Json,
+            OutputArg::Ndjson => F::Ndjson,
+            OutputArg::Csv => F::Csv,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]

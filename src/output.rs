@@ -1,7 +1,6 @@
 //! The one output layer: data on stdout as table / json / ndjson / csv; diagnostics,
 //! plans and progress on stderr (progress only on a terminal).
 
-use crate::cli::OutputFormat;
 use crate::model::{DeadLetter, rfc3339};
 use crate::redact;
 use crate::settings::Settings;
@@ -9,6 +8,16 @@ use comfy_table::{Cell, Color, ContentArrangement, Table, presets};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 use std::io::{self, Write};
+
+/// How data is written on stdout (`-o`, or `output` in the config file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputFormat {
+    Table,
+    Json,
+    Ndjson,
+    Csv,
+}
 
 /// Reasons longer than this are cut with an ellipsis in tables unless `--full`.
 const REASON_WIDTH: usize = 70;
@@ -196,6 +205,54 @@ impl Printer {
         out.flush()
     }
 
+    /// Prints typed rows: the table from their cells, JSON / NDJSON / CSV from their fields
+    /// (CSV cells as plain text, nested values as JSON).
+    pub fn typed<T: Tabled>(&self, rows: &[T]) -> io::Result<()> {
+        let stdout = io::stdout();
+        let mut out = io::BufWriter::new(stdout.lock());
+        let objects = || {
+            rows.iter()
+                .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
+        };
+        match self.format {
+            OutputFormat::Table => {
+                let mut t = self.new_table();
+                t.set_header(
+                    T::columns()
+                        .iter()
+                        .map(|c| self.header_cell(c))
+                        .collect::<Vec<_>>(),
+                );
+                for r in rows {
+                    t.add_row(r.cells().into_iter().map(Cell::new).collect::<Vec<_>>());
+                }
+                writeln!(out, "{t}")?;
+            }
+            OutputFormat::Json => {
+                serde_json::to_writer_pretty(&mut out, &objects().collect::<Vec<_>>())?;
+                writeln!(out)?;
+            }
+            OutputFormat::Ndjson => {
+                for v in objects() {
+                    serde_json::to_writer(&mut out, &v)?;
+                    writeln!(out)?;
+                }
+            }
+            OutputFormat::Csv => {
+                let mut header = false;
+                for v in objects() {
+                    let Value::Object(m) = v else { continue };
+                    if !header {
+                        write_csv_line(&mut out, m.keys().cloned())?;
+                        header = true;
+                    }
+                    write_csv_line(&mut out, m.values().map(plain))?;
+                }
+            }
+        }
+        out.flush()
+    }
+
     /// A streaming writer for dead-letter records.
     pub fn records(&self, full: bool) -> RecordWriter {
         RecordWriter {
@@ -208,50 +265,55 @@ impl Printer {
     }
 }
 
-/// Streams arbitrary JSON values (dry-run messages, reports) to stdout in the chosen format;
-/// tables and CSV use `to_row` for their columns.
-pub struct ValueWriter {
+/// A typed output row (in the spirit of rabbitmqadmin-ng's `Tabled` rows): its table
+/// columns and cells; JSON, NDJSON and CSV come from its `Serialize` fields.
+pub trait Tabled: serde::Serialize {
+    fn columns() -> &'static [&'static str];
+    fn cells(&self) -> Vec<String>;
+}
+
+/// Streams typed rows (dry-run messages, workers) to stdout in the chosen format: tables
+/// in blocks and CSV from their cells, JSON and NDJSON from their fields.
+pub struct RowWriter<T: Tabled> {
     printer: Printer,
-    columns: Vec<String>,
-    to_row: fn(&Value) -> Vec<String>,
     out: io::BufWriter<io::Stdout>,
     count: u64,
     block: Vec<Vec<String>>,
+    _rows: std::marker::PhantomData<T>,
 }
 
 impl Printer {
-    pub fn values(&self, columns: &[&str], to_row: fn(&Value) -> Vec<String>) -> ValueWriter {
-        ValueWriter {
+    pub fn stream<T: Tabled>(&self) -> RowWriter<T> {
+        RowWriter {
             printer: self.clone(),
-            columns: columns.iter().map(|c| c.to_string()).collect(),
-            to_row,
             out: io::BufWriter::new(io::stdout()),
             count: 0,
             block: Vec::new(),
+            _rows: std::marker::PhantomData,
         }
     }
 }
 
-impl ValueWriter {
-    pub fn write(&mut self, v: Value) -> io::Result<()> {
+impl<T: Tabled> RowWriter<T> {
+    pub fn write(&mut self, row: T) -> io::Result<()> {
         match self.printer.format {
             OutputFormat::Json => {
                 self.out
                     .write_all(if self.count == 0 { b"[\n" } else { b",\n" })?;
-                serde_json::to_writer(&mut self.out, &v)?;
+                serde_json::to_writer(&mut self.out, &row)?;
             }
             OutputFormat::Ndjson => {
-                serde_json::to_writer(&mut self.out, &v)?;
+                serde_json::to_writer(&mut self.out, &row)?;
                 self.out.write_all(b"\n")?;
             }
             OutputFormat::Csv => {
                 if self.count == 0 {
-                    write_csv_line(&mut self.out, self.columns.iter().cloned())?;
+                    write_csv_line(&mut self.out, T::columns().iter().map(|c| c.to_string()))?;
                 }
-                write_csv_line(&mut self.out, (self.to_row)(&v).into_iter())?;
+                write_csv_line(&mut self.out, row.cells().into_iter())?;
             }
             OutputFormat::Table => {
-                self.block.push((self.to_row)(&v));
+                self.block.push(row.cells());
                 if self.block.len() >= TABLE_BLOCK {
                     self.flush_block()?;
                 }
@@ -268,7 +330,7 @@ impl ValueWriter {
         let p = &self.printer;
         let mut t = p.new_table();
         t.set_header(
-            self.columns
+            T::columns()
                 .iter()
                 .map(|c| p.header_cell(c))
                 .collect::<Vec<_>>(),

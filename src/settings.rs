@@ -1,10 +1,11 @@
 //! Flags + environment + config file -> validated `Settings`, built once.
 //! Precedence: flag > env > config (profile, then top level) > default.
 
-use crate::cli::{ColorChoice, GlobalArgs, OutputFormat, ReplayArgs, SafetyArgs, SelectionArgs};
+use crate::cli::{ColorChoice, GlobalArgs, ReplayArgs, SafetyArgs, SelectionArgs};
 use crate::error::usage;
 use crate::jq::JqFilter;
 use crate::model::{RecordId, Target};
+use crate::output::OutputFormat;
 use crate::redact;
 use crate::select::{ReplayedFilter, Selection};
 use crate::tls;
@@ -423,6 +424,7 @@ impl Settings {
             .or(base.redis_wait_replicas);
         let output = g
             .output
+            .map(OutputFormat::from)
             .or(profile.output)
             .or(base.output)
             .unwrap_or(OutputFormat::Table);

@@ -124,7 +124,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
                 .map(|(k, g)| {
                     // Tables stay readable; machine formats get the full text.
                     let fit = |s: String| {
-                        if printer.format == cli::OutputFormat::Table {
+                        if printer.format == crate::output::OutputFormat::Table {
                             ellipsize(&s, 70)
                         } else {
                             s

@@ -3,14 +3,13 @@
 use crate::error::Exit;
 use crate::fingerprint;
 use crate::model::rfc3339;
-use crate::output::{Printer, ellipsize, short_time};
+use crate::output::{Printer, Tabled, ellipsize, short_time};
 use crate::settings::Settings;
 use crate::source::summary::{ListOptions, QueueSummary, Sample};
 use crate::source::table::FailedTable;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::json;
 use std::collections::HashMap;
 
 pub struct Options {
@@ -30,7 +29,7 @@ pub struct ReasonCount {
     pub example: String,
 }
 
-/// One line of `list`: a table or a DLQ.
+/// One line of `list`: a table or a DLQ. Fields in the JSON order.
 #[derive(Debug, Clone, Serialize)]
 pub struct SourceSummary {
     pub source: &'static str,
@@ -39,11 +38,93 @@ pub struct SourceSummary {
     pub pending: u64,
     /// All rows (table) or ready + unacked (queue).
     pub total: u64,
-    pub oldest: Option<String>,
-    /// Queue only.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub details: Option<serde_json::Value>,
+    #[serde(serialize_with = "opt_rfc3339")]
+    pub oldest: Option<DateTime<Utc>>,
     pub top_reasons: Vec<ReasonCount>,
+    /// Queue only (null for the table).
+    pub details: Option<QueueDetails>,
+}
+
+/// The queue-only facts of a `list` line.
+#[derive(Debug, Clone, Serialize)]
+pub struct QueueDetails {
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    pub ready: u64,
+    pub unacked: Option<u64>,
+    pub consumers: u32,
+    pub fed_by: Vec<String>,
+    pub dead_letter_exchanges: Vec<String>,
+    pub delivery_limit: Option<i64>,
+    pub discovered: bool,
+    pub sample: SampleView,
+}
+
+/// How much of a DLQ's head was read for its oldest message and reasons.
+#[derive(Debug, Clone, Serialize)]
+#[serde(untagged)]
+pub enum SampleView {
+    Read { read: u64, of: u64, complete: bool },
+    Skipped { read: u64, skipped: String },
+}
+
+fn opt_rfc3339<S: serde::Serializer>(t: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+    match t {
+        Some(t) => s.serialize_str(&rfc3339(t)),
+        None => s.serialize_none(),
+    }
+}
+
+impl Tabled for SourceSummary {
+    fn columns() -> &'static [&'static str] {
+        &[
+            "source",
+            "location",
+            "pending",
+            "total",
+            "oldest pending",
+            "top reasons",
+            "details",
+        ]
+    }
+
+    fn cells(&self) -> Vec<String> {
+        let d = self.details.as_ref();
+        let partial = match d.map(|d| &d.sample) {
+            Some(SampleView::Read { read, of, complete }) if !complete && *read != 0 => {
+                Some((*read, *of))
+            }
+            _ => None,
+        };
+        let mut reasons: Vec<String> = Vec::new();
+        if let Some((read, of)) = partial {
+            reasons.push(format!("(first {read} of {of})"));
+        }
+        if let Some(SampleView::Skipped { skipped, .. }) = d.map(|d| &d.sample) {
+            reasons.push(format!("({skipped})"));
+        }
+        reasons.extend(
+            self.top_reasons
+                .iter()
+                .map(|r| format!("{:>6}× {}", r.count, ellipsize(&r.fingerprint, 60))),
+        );
+        let mut oldest = self
+            .oldest
+            .map(|t| format!("{} ({})", short_time(&t), age(t)))
+            .unwrap_or_else(|| "-".into());
+        if let (Some((read, _)), true) = (partial, self.oldest.is_some()) {
+            oldest.push_str(&format!("\n(in first {read})"));
+        }
+        vec![
+            self.source.into(),
+            self.location.clone(),
+            self.pending.to_string(),
+            self.total.to_string(),
+            oldest,
+            reasons.join("\n"),
+            d.map(queue_details).unwrap_or_default(),
+        ]
+    }
 }
 
 /// Groups raw reasons by fingerprint, most frequent first.
@@ -84,7 +165,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             location: table.location(),
             pending: s.pending,
             total: s.total,
-            oldest: s.oldest_pending.as_ref().map(rfc3339),
+            oldest: s.oldest_pending,
             details: None,
             top_reasons: top_reasons(s.reasons, opts.top),
         });
@@ -132,7 +213,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             exit = Exit::Partial;
         }
     }
-    print(printer, &summaries)?;
+    printer.typed(&summaries)?;
     Ok(exit)
 }
 
@@ -144,157 +225,67 @@ fn queue_summary(q: &QueueSummary, top: usize) -> SourceSummary {
             reasons,
             oldest,
         } => (
-            json!({"read": read, "of": q.ready, "complete": *read >= q.ready}),
-            oldest.as_ref().map(rfc3339),
+            SampleView::Read {
+                read: *read,
+                of: q.ready,
+                complete: *read >= q.ready,
+            },
+            *oldest,
             top_reasons(reasons.iter().cloned(), top),
         ),
-        Sample::Skipped(why) => (json!({"read": 0, "skipped": why}), None, Vec::new()),
+        Sample::Skipped(why) => (
+            SampleView::Skipped {
+                read: 0,
+                skipped: why.clone(),
+            },
+            None,
+            Vec::new(),
+        ),
     };
-    let details = json!({
-        "type": q.kind.as_str(),
-        "ready": q.ready,
-        "unacked": q.unacked,
-        "consumers": q.consumers,
-        "fed_by": q.fed_by,
-        "dead_letter_exchanges": q.via,
-        "delivery_limit": q.delivery_limit,
-        "discovered": q.discovered,
-        "sample": sample,
-    });
     SourceSummary {
         source: "queue",
         location: q.name.clone(),
         pending: q.ready,
         total: q.ready + q.unacked.unwrap_or(0),
         oldest,
-        details: Some(details),
+        details: Some(QueueDetails {
+            kind: q.kind.as_str(),
+            ready: q.ready,
+            unacked: q.unacked,
+            consumers: q.consumers,
+            fed_by: q.fed_by.clone(),
+            dead_letter_exchanges: q.via.clone(),
+            delivery_limit: q.delivery_limit,
+            discovered: q.discovered,
+            sample,
+        }),
         top_reasons: reasons,
     }
 }
 
-fn print(printer: &Printer, summaries: &[SourceSummary]) -> Result<()> {
-    use crate::cli::OutputFormat;
-    match printer.format {
-        OutputFormat::Table => {
-            let rows: Vec<Vec<serde_json::Value>> = summaries
-                .iter()
-                .map(|s| {
-                    let d = s.details.as_ref();
-                    let partial = d
-                        .and_then(|d| d.get("sample"))
-                        .filter(|smp| smp["complete"] == false && smp["read"] != 0)
-                        .map(|smp| (smp["read"].clone(), smp["of"].clone()));
-                    let mut reasons: Vec<String> = Vec::new();
-                    if let Some((read, of)) = &partial {
-                        reasons.push(format!("(first {read} of {of})"));
-                    }
-                    if let Some(why) = d.and_then(|d| d["sample"]["skipped"].as_str()) {
-                        reasons.push(format!("({why})"));
-                    }
-                    reasons.extend(
-                        s.top_reasons
-                            .iter()
-                            .map(|r| format!("{:>6}× {}", r.count, ellipsize(&r.fingerprint, 60))),
-                    );
-                    let mut oldest = s
-                        .oldest
-                        .as_deref()
-                        .and_then(|o| o.parse::<DateTime<Utc>>().ok())
-                        .map(|t| format!("{} ({})", short_time(&t), age(t)))
-                        .unwrap_or_else(|| "-".into());
-                    if let (Some((read, _)), true) = (&partial, s.oldest.is_some()) {
-                        oldest.push_str(&format!("\n(in first {read})"));
-                    }
-                    vec![
-                        s.source.into(),
-                        s.location.clone().into(),
-                        s.pending.into(),
-                        s.total.into(),
-                        oldest.into(),
-                        reasons.join("\n").into(),
-                        d.map(queue_details).unwrap_or_default().into(),
-                    ]
-                })
-                .collect();
-            printer.rows(
-                &[
-                    "source",
-                    "location",
-                    "pending",
-                    "total",
-                    "oldest pending",
-                    "top reasons",
-                    "details",
-                ],
-                &rows,
-            )?;
-        }
-        _ => {
-            let rows: Vec<Vec<serde_json::Value>> = summaries
-                .iter()
-                .map(|s| {
-                    vec![
-                        s.source.into(),
-                        s.location.clone().into(),
-                        s.pending.into(),
-                        s.total.into(),
-                        s.oldest.clone().into(),
-                        serde_json::to_value(&s.top_reasons).unwrap_or_default(),
-                        s.details.clone().unwrap_or(serde_json::Value::Null),
-                    ]
-                })
-                .collect();
-            printer.rows(
-                &[
-                    "source",
-                    "location",
-                    "pending",
-                    "total",
-                    "oldest",
-                    "top_reasons",
-                    "details",
-                ],
-                &rows,
-            )?;
-        }
-    }
-    Ok(())
-}
-
 /// The queue facts of a `list` row, for humans: type, unacked, consumers, feeders.
-fn queue_details(d: &serde_json::Value) -> String {
-    let mut first = vec![d["type"].as_str().unwrap_or("?").to_string()];
-    match d["unacked"].as_u64() {
+fn queue_details(d: &QueueDetails) -> String {
+    let mut first = vec![d.kind.to_string()];
+    match d.unacked {
         Some(n) => first.push(format!("{n} unacked")),
         None => first.push("unacked ?".into()),
     }
-    let consumers = d["consumers"].as_u64().unwrap_or(0);
     first.push(format!(
-        "{consumers} consumer{}",
-        if consumers == 1 { "" } else { "s" }
+        "{} consumer{}",
+        d.consumers,
+        if d.consumers == 1 { "" } else { "s" }
     ));
-    if let Some(l) = d["delivery_limit"].as_i64() {
+    if let Some(l) = d.delivery_limit {
         first.push(format!("delivery limit {l}"));
     }
     let mut lines = vec![first.join(", ")];
-    let names = |k: &str| -> Vec<String> {
-        d[k].as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|v| v.as_str().map(str::to_owned))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let fed_by = names("fed_by");
-    if !fed_by.is_empty() {
-        lines.push(format!("fed by {}", fed_by.join(", ")));
-    } else if d["discovered"] == false {
+    if !d.fed_by.is_empty() {
+        lines.push(format!("fed by {}", d.fed_by.join(", ")));
+    } else if !d.discovered {
         lines.push("named (-Q / config)".into());
     }
-    let via = names("dead_letter_exchanges");
-    if !via.is_empty() {
-        lines.push(format!("via {}", via.join(", ")));
+    if !d.dead_letter_exchanges.is_empty() {
+        lines.push(format!("via {}", d.dead_letter_exchanges.join(", ")));
     }
     lines.join("\n")
 }

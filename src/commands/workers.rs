@@ -3,9 +3,10 @@
 use crate::celery::dispatch::Dispatcher;
 use crate::error::Exit;
 use crate::output::Printer;
+use crate::output::Tabled;
 use crate::settings::Settings;
 use anyhow::Result;
-use serde_json::{Value, json};
+use serde::Serialize;
 use std::time::Duration;
 
 pub struct Options {
@@ -23,33 +24,40 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             opts.timeout
         ));
     }
-    let to_row = if opts.full { full_row } else { short_row };
-    let mut out = printer.values(&["worker", "queues", "tasks"], to_row);
+    let mut out = printer.stream::<WorkerRow>();
     for w in live {
-        out.write(json!({ "name": w.name, "queues": w.queues, "tasks": w.tasks }))?;
+        out.write(WorkerRow {
+            name: w.name,
+            queues: w.queues,
+            tasks: w.tasks,
+            full: opts.full,
+        })?;
     }
     out.finish()?;
     Ok(Exit::Ok)
 }
 
-fn names(v: &Value) -> Vec<&str> {
-    v.as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default()
+/// One live worker; `-o json` always lists every task.
+#[derive(Serialize)]
+struct WorkerRow {
+    name: String,
+    queues: Vec<String>,
+    tasks: Vec<String>,
+    #[serde(skip)]
+    full: bool,
 }
 
-fn short_row(v: &Value) -> Vec<String> {
-    vec![
-        crate::output::plain(&v["name"]),
-        names(&v["queues"]).join(", "),
-        names(&v["tasks"]).len().to_string(),
-    ]
-}
+impl Tabled for WorkerRow {
+    fn columns() -> &'static [&'static str] {
+        &["worker", "queues", "tasks"]
+    }
 
-fn full_row(v: &Value) -> Vec<String> {
-    vec![
-        crate::output::plain(&v["name"]),
-        names(&v["queues"]).join(", "),
-        names(&v["tasks"]).join("\n"),
-    ]
+    fn cells(&self) -> Vec<String> {
+        let tasks = if self.full {
+            self.tasks.join("\n")
+        } else {
+            self.tasks.len().to_string()
+        };
+        vec![self.name.clone(), self.queues.join(", "), tasks]
+    }
 }

@@ -37,7 +37,7 @@ pub fn print_plan_groups(printer: &Printer, groups: &BTreeMap<(String, String), 
 /// The final report: a line on stderr (failures as warnings) and, with -o json/ndjson, the
 /// full report on stdout.
 pub fn print_report(printer: &Printer, report: &Report, verb_past: &str) {
-    use crate::cli::OutputFormat;
+    use crate::output::OutputFormat;
     match printer.format {
         OutputFormat::Json | OutputFormat::Ndjson => {
             // A closed stdout must not hide the summary on stderr below.

@@ -31,7 +31,7 @@ use crate::settings::{ReplayCommon, Settings};
 use crate::source::queue::{self as record, RecordOptions};
 use crate::{fingerprint, redact};
 use anyhow::Result;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
@@ -302,7 +302,7 @@ async fn take_plan(
         .common
         .safety
         .dry_run
-        .then(|| printer.values(&["id", "from", "to", "replays", "body"], dry_run_line));
+        .then(|| printer.stream::<MovePreview>());
     let mut selector = Selector::new(&opts.common.selection);
     let mut takers: Vec<Taker> = Vec::new();
     let mut holding = Holding::new(hold_budget());
@@ -352,15 +352,19 @@ async fn take_plan(
             if let Some(out) = dry.as_mut()
                 && let Ok(props) = requeue::prepare(&stored, &stamp, "dry-run")
             {
-                out.write(json!({
-                    "id": rec.id,
-                    "from": q.name,
-                    "exchange": route.0,
-                    "routing_key": route.1,
-                    "properties": crate::rabbit::codec::properties_to_json(&props),
-                    "headers": props.headers().as_ref().map(crate::rabbit::codec::table_to_json),
-                    "payload": rec.payload,
-                }))?;
+                out.write(MovePreview {
+                    id: rec.id.clone(),
+                    from: q.name.clone(),
+                    exchange: route.0.clone(),
+                    routing_key: route.1.clone(),
+                    properties: crate::rabbit::codec::properties_to_json(&props),
+                    headers: props
+                        .headers()
+                        .as_ref()
+                        .map(crate::rabbit::codec::table_to_json),
+                    payload: rec.payload.clone(),
+                    replays: requeue::replay_count(d.properties.headers().as_ref()),
+                })?;
             }
             // A dry run moves nothing: nothing to hold.
             if holding.single_pass && !opts.common.safety.dry_run {
@@ -1124,21 +1128,38 @@ async fn died_again(conn: &lapin::Connection, checked: &[Checked], replay_id: &s
     Ok(n)
 }
 
-fn dry_run_line(v: &Value) -> Vec<String> {
-    let to = if v["exchange"].as_str().unwrap_or("").is_empty() {
-        v["routing_key"].as_str().unwrap_or("").to_string()
-    } else {
-        format!(
-            "{}/{}",
-            v["exchange"].as_str().unwrap_or(""),
-            v["routing_key"].as_str().unwrap_or("")
-        )
-    };
-    vec![
-        crate::output::plain(&v["id"]),
-        v["from"].as_str().unwrap_or("").to_string(),
-        to,
-        v["headers"][requeue::REPLAY_COUNT].to_string(),
-        ellipsize(&v["payload"].to_string(), 60),
-    ]
+/// What a dry run shows for one message.
+#[derive(serde::Serialize)]
+struct MovePreview {
+    id: RecordId,
+    from: String,
+    exchange: String,
+    routing_key: String,
+    properties: Value,
+    headers: Option<Value>,
+    payload: Value,
+    /// Times dlq replayed it before this run.
+    #[serde(skip)]
+    replays: i64,
+}
+
+impl crate::output::Tabled for MovePreview {
+    fn columns() -> &'static [&'static str] {
+        &["id", "from", "to", "replays", "body"]
+    }
+
+    fn cells(&self) -> Vec<String> {
+        let to = if self.exchange.is_empty() {
+            self.routing_key.clone()
+        } else {
+            format!("{}/{}", self.exchange, self.routing_key)
+        };
+        vec![
+            self.id.to_string(),
+            self.from.clone(),
+            to,
+            self.replays.to_string(),
+            ellipsize(&self.payload.to_string(), 60),
+        ]
+    }
 }

@@ -24,7 +24,7 @@ use crate::settings::{ReplayCommon, Settings};
 use anyhow::Result;
 use base64::Engine as _;
 use futures_util::StreamExt;
-use serde_json::{Value, json};
+use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;
 
@@ -174,18 +174,51 @@ fn selected<'s>(
     }))
 }
 
-fn dry_view(rec: &DeadLetter, m: &Prepared) -> Value {
-    let (exchange, routing_key) = m.route();
-    let (properties, body) = m.parts();
-    json!({
-        "id": rec.id,
-        "task": rec.task,
-        "exchange": exchange,
-        "routing_key": routing_key,
-        "properties": crate::rabbit::codec::properties_to_json(properties),
-        "headers": properties.headers().as_ref().map(crate::rabbit::codec::table_to_json),
-        "body": serde_json::from_slice::<Value>(body).unwrap_or_else(|_| crate::model::payload_from_bytes(body)),
-    })
+/// What a dry run shows for one archived record.
+#[derive(serde::Serialize)]
+struct ArchivePreview {
+    id: RecordId,
+    task: Option<String>,
+    exchange: String,
+    routing_key: String,
+    properties: Value,
+    headers: Option<Value>,
+    body: Value,
+}
+
+impl ArchivePreview {
+    fn new(rec: &DeadLetter, m: &Prepared) -> ArchivePreview {
+        let (exchange, routing_key) = m.route();
+        let (properties, body) = m.parts();
+        ArchivePreview {
+            id: rec.id.clone(),
+            task: rec.task.clone(),
+            exchange,
+            routing_key,
+            properties: crate::rabbit::codec::properties_to_json(properties),
+            headers: properties
+                .headers()
+                .as_ref()
+                .map(crate::rabbit::codec::table_to_json),
+            body: serde_json::from_slice::<Value>(body)
+                .unwrap_or_else(|_| crate::model::payload_from_bytes(body)),
+        }
+    }
+}
+
+impl crate::output::Tabled for ArchivePreview {
+    fn columns() -> &'static [&'static str] {
+        &["id", "task", "exchange/routing key", "body"]
+    }
+
+    fn cells(&self) -> Vec<String> {
+        vec![
+            self.id.to_string(),
+            self.task.clone().unwrap_or_default(),
+            format!("{}/{}", self.exchange, self.routing_key),
+            crate::output::ellipsize(&self.body.to_string(), 80),
+        ]
+    }
 }
 
 /// The broker an archive goes back to: Celery's dispatcher for table rows, RabbitMQ for queue
@@ -261,19 +294,6 @@ impl Broker {
             }
         })
     }
-}
-
-fn dry_line(v: &Value) -> Vec<String> {
-    vec![
-        crate::output::plain(&v["id"]),
-        crate::output::plain(&v["task"]),
-        format!(
-            "{}/{}",
-            v["exchange"].as_str().unwrap_or(""),
-            v["routing_key"].as_str().unwrap_or("")
-        ),
-        crate::output::ellipsize(&v["body"].to_string(), 80),
-    ]
 }
 
 /// What the plan pass found.
@@ -396,7 +416,7 @@ fn plan_archive(
         .common
         .safety
         .dry_run
-        .then(|| printer.values(&["id", "task", "exchange/routing key", "body"], dry_line));
+        .then(|| printer.stream::<ArchivePreview>());
     let mut selector = Selector::new(&opts.common.selection);
     for r in selected(opts.file, &mut selector, done)? {
         let (_, rec) = r?;
@@ -422,7 +442,7 @@ fn plan_archive(
         let fp = fingerprint::fingerprint(rec.motivo.as_deref().unwrap_or(""));
         *plan.groups.entry((label, fp)).or_default() += 1;
         if let Some(out) = dry.as_mut() {
-            out.write(dry_view(&rec, &m))?;
+            out.write(ArchivePreview::new(&rec, &m))?;
         }
     }
     if let Some(out) = dry {

@@ -15,7 +15,7 @@ use crate::celery::workers::TaskMap;
 use crate::celery::{self, ReplayOrigin};
 use crate::error::Exit;
 use crate::model::{DeadLetter, RecordId};
-use crate::output::{Printer, ellipsize};
+use crate::output::{Printer, Tabled, ellipsize};
 use crate::report::Report;
 use crate::select::{Selected, Selection};
 use crate::settings::{Dialect, ReplayCommon, Settings};
@@ -23,7 +23,6 @@ use crate::source::table::{DecodeRecord, FailedTable, SqlBuilder, scrubbed};
 use crate::{bind_all, with_pool};
 use anyhow::Result;
 use chrono::Utc;
-use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -161,12 +160,11 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
 
 /// The plan pass (and the dry run's view of every message).
 async fn plan_rows(ctx: &RunContext, printer: &Printer, opts: &Options) -> Result<Plan> {
-    let mut dry = opts.common.safety.dry_run.then(|| {
-        printer.values(
-            &["row", "task", "exchange/routing key", "body"],
-            dry_run_line,
-        )
-    });
+    let mut dry = opts
+        .common
+        .safety
+        .dry_run
+        .then(|| printer.stream::<TaskPreview>());
     // Under --yes nobody reads the plan before the replay: a row is built (and refused if it
     // cannot become a valid message) when it is replayed, not twice.
     let validate = opts.common.safety.dry_run || !opts.common.safety.yes;
@@ -180,7 +178,7 @@ async fn plan_rows(ctx: &RunContext, printer: &Printer, opts: &Options) -> Resul
             &ctx.origin(&rec.id),
         );
         if let (Some(out), Ok(msg)) = (dry.as_mut(), &built) {
-            out.write(dry_run_view(rec, msg, &opts.target))?;
+            out.write(TaskPreview::new(rec, msg, &opts.target))?;
         }
         Ok(built.err().map(|e| e.to_string()))
     })
@@ -468,33 +466,43 @@ async fn replay_group(
 }
 
 /// The message a dry run shows for one row.
-pub fn dry_run_view(
-    rec: &DeadLetter,
-    msg: &celery::TaskMessage,
-    target: &Target,
-) -> serde_json::Value {
-    let (exchange, routing_key) = target.route();
-    json!({
-        "row_id": rec.id,
-        "task": msg.task,
-        "exchange": exchange,
-        "routing_key": routing_key,
-        "properties": crate::rabbit::codec::properties_to_json(&msg.properties),
-        "headers": crate::rabbit::codec::table_to_json(&msg.headers),
-        "body": serde_json::from_slice::<serde_json::Value>(&msg.body).unwrap_or(serde_json::Value::Null),
-    })
+#[derive(serde::Serialize)]
+pub(crate) struct TaskPreview {
+    row_id: RecordId,
+    task: String,
+    exchange: String,
+    routing_key: String,
+    properties: serde_json::Value,
+    headers: serde_json::Value,
+    body: serde_json::Value,
 }
 
-/// Short one-line view of a would-be message for table output.
-pub fn dry_run_line(v: &serde_json::Value) -> Vec<String> {
-    vec![
-        v["row_id"].to_string(),
-        v["task"].as_str().unwrap_or("").to_string(),
-        format!(
-            "{}/{}",
-            v["exchange"].as_str().unwrap_or(""),
-            v["routing_key"].as_str().unwrap_or("")
-        ),
-        ellipsize(&v["body"].to_string(), 80),
-    ]
+impl TaskPreview {
+    fn new(rec: &DeadLetter, msg: &celery::TaskMessage, target: &Target) -> TaskPreview {
+        let (exchange, routing_key) = target.route();
+        TaskPreview {
+            row_id: rec.id.clone(),
+            task: msg.task.clone(),
+            exchange,
+            routing_key,
+            properties: crate::rabbit::codec::properties_to_json(&msg.properties),
+            headers: crate::rabbit::codec::table_to_json(&msg.headers),
+            body: serde_json::from_slice(&msg.body).unwrap_or(serde_json::Value::Null),
+        }
+    }
+}
+
+impl Tabled for TaskPreview {
+    fn columns() -> &'static [&'static str] {
+        &["row", "task", "exchange/routing key", "body"]
+    }
+
+    fn cells(&self) -> Vec<String> {
+        vec![
+            self.row_id.to_string(),
+            self.task.clone(),
+            format!("{}/{}", self.exchange, self.routing_key),
+            ellipsize(&self.body.to_string(), 80),
+        ]
+    }
 }
