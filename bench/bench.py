@@ -5,6 +5,8 @@ Scenarios (numbered as in the benchmark issue):
   1 queue_replay  100k dead letters DLQ -> the queue they died in: dlq vs a dynamic shovel vs an
                   aio-pika mover; plus dlq selective replay of 10%
   2 table_replay  10k and 100k failed-task rows on PostgreSQL: dlq vs the seed's Celery loop
+ 2b table_replay_redis  10k rows replayed into a Redis-backed Celery ($BENCH_REDIS_URL, default
+                  redis://127.0.0.1:6379/0): dlq --broker-url vs the same seed loop on Redis
   3 scan          filter --count with a regex and with a jq expression over a 1M-row table;
     queue_scan    ... and over a 1M-message DLQ (wall time and peak RSS)
   4 list          dlq list against 200 DLQs
@@ -51,6 +53,7 @@ PY = sys.executable
 PG_URL = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/test")
 AMQP_BASE = os.environ.get("BENCH_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672").rstrip("/")
 MGMT_URL = os.environ.get("BENCH_MANAGEMENT_URL", "http://127.0.0.1:15672").rstrip("/")
+REDIS_URL = os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/0")
 
 # Sizes. --smoke keeps every scenario but shrinks it so the whole run takes seconds.
 FULL = {
@@ -70,6 +73,10 @@ FULL = {
     "list_dlqs": 200,
     "list_dead_per_dlq": 3,
     "list_repeats": 5,
+    # Table replay into a Redis-backed Celery (no worker: the pushed tasks are counted).
+    "redis_rows": 10_000,
+    "redis_windows": [64, 256],
+    "redis_repeats": 3,
     "timeout": 3600,
 }
 SMOKE = {
@@ -85,9 +92,12 @@ SMOKE = {
     "list_dlqs": 5,
     "list_dead_per_dlq": 2,
     "list_repeats": 1,
+    "redis_rows": 200,
+    "redis_windows": [16],
+    "redis_repeats": 1,
     "timeout": 120,
 }
-SCENARIOS = ["table_replay", "scan", "queue_replay", "queue_scan", "list"]
+SCENARIOS = ["table_replay", "scan", "queue_replay", "queue_scan", "list", "table_replay_redis"]
 
 # The selective replay picks the 10% of dead letters whose error is a KeyError.
 SELECTIVE_MOTIVO = "KeyError"
@@ -724,6 +734,86 @@ class Bench:
         self.verify_table_replay(m, n, table, queue)
         return m
 
+    # -- scenario 2b: table replay into a Redis-backed Celery -----------------------------------
+
+    def table_replay_redis(self) -> None:
+        log("\n== 2b. table replay (PostgreSQL) to Celery on Redis: dlq replay vs the seed's Celery loop")
+        import redis  # bench/.venv: celery[redis]
+
+        r = redis.Redis.from_url(REDIS_URL)
+        n = self.cfg["redis_rows"]
+        queue = f"{self.prefix}.redis"
+        table = self.table(f"replay_redis_{n}")
+        variants: list[tuple[str, Callable[[], Measurement]]] = [
+            ("seed loop (Celery send_task + UPDATE/commit per row)",
+             lambda: self.seed_redis_run(r, n, table, queue))]
+        for w in self.cfg["redis_windows"]:
+            variants.append((f"dlq replay --broker-url redis:// --window {w}",
+                             lambda w=w: self.dlq_redis_run(r, n, table, queue, w)))
+        try:
+            for rnd in range(self.cfg["redis_repeats"]):
+                order = variants[rnd % len(variants):] + variants[:rnd % len(variants)]
+                for name, fn in order:
+                    fill_table(table, n, mix=False)
+                    self.reset_redis_queue(r, queue)
+                    m = fn()
+                    m.repeat = rnd
+                    m.variant = name
+                    self.res.add(m)
+        finally:
+            r.delete(*self.redis_keys(queue))
+
+    @staticmethod
+    def redis_keys(queue: str) -> list[str]:
+        """kombu's keys for the queue: its priority lists and its binding."""
+        return [queue] + [f"{queue}\x06\x16{p}" for p in (3, 6, 9)] + [f"_kombu.binding.{queue}"]
+
+    def reset_redis_queue(self, r: Any, queue: str) -> None:
+        """An empty queue, declared as a worker started with -Q would (kombu's binding set)."""
+        r.delete(*self.redis_keys(queue))
+        r.sadd(f"_kombu.binding.{queue}", f"{queue}\x06\x16\x06\x16{queue}")
+
+    def verify_redis_replay(self, r: Any, m: Measurement, n: int, table: str, queue: str) -> None:
+        depth = r.llen(queue)
+        marked = pg_scalar(f'SELECT count(*) FROM "{table}" WHERE reprocessada')
+        m.ok = m.ok and depth == n and marked == n
+        m.check = (m.check + "; " if m.check else "") + f"list holds {depth}/{n}, rows marked {marked}/{n}"
+
+    def seed_redis_run(self, r: Any, n: int, table: str, queue: str) -> Measurement:
+        m = Measurement("table_replay_redis", f"{n} rows", "seed", n, role="baseline")
+        p = run_proc([PY, str(HERE / "seed_replay.py"), "--dsn", PG_URL, "--table", table,
+                      "--broker", REDIS_URL, "--queue", queue], timeout=self.cfg["timeout"])
+        m.wall_s, m.peak_rss_kib = p.wall_s, p.maxrss_kib
+        m.ok = p.rc == 0 and not p.timed_out
+        if m.ok:
+            out = json.loads(p.stdout.strip().splitlines()[-1])
+            m.timed_s = out["loop_s"]
+            m.rate = n / m.timed_s
+            m.notes = f"process wall {p.wall_s:.2f}s; rate from its loop ({m.timed_s:.2f}s), imports excluded"
+        else:
+            m.check = f"exit {p.rc}{' (timeout)' if p.timed_out else ''}: {tail(p.stderr)}"
+        self.verify_redis_replay(r, m, n, table, queue)
+        return m
+
+    def dlq_redis_run(self, r: Any, n: int, table: str, queue: str, window: int) -> Measurement:
+        m = Measurement("table_replay_redis", f"{n} rows", "dlq", n)
+        # No worker runs in the benchmark: --no-worker-check (the target check still runs).
+        p = self.dlq(*self.db_args(table), "--broker-url", REDIS_URL, "-o", "json", "replay", "--yes",
+                     "--no-worker-check", "--to-queue", queue, "--window", str(window))
+        m.wall_s = m.timed_s = p.wall_s
+        m.peak_rss_kib = p.maxrss_kib
+        m.rate = n / p.wall_s
+        m.ok = p.rc == 0 and not p.timed_out
+        if m.ok:
+            rep = json.loads(p.stdout.strip().splitlines()[-1])
+            if rep.get("succeeded") != n:
+                m.ok = False
+                m.check = f"report says {rep.get('succeeded')} replayed"
+        else:
+            m.check = f"exit {p.rc}{' (timeout)' if p.timed_out else ''}: {tail(p.stderr)}"
+        self.verify_redis_replay(r, m, n, table, queue)
+        return m
+
     # -- scenario 3: scans over the table ------------------------------------------------------
 
     def scan(self) -> None:
@@ -1079,6 +1169,13 @@ class Bench:
             targets.append({"target": f"table replay {n:,} rows >= 10x the seed loop",
                             "measured": ratio, "unit": "x", "goal": 10.0, "met": ratio is not None and ratio >= 10,
                             "best": b["variant"] if b else None})
+        if "table_replay_redis" in self.only:
+            n = self.cfg["redis_rows"]
+            b = best("table_replay_redis", f"{n} rows")
+            ratio = next((v for k, v in (b or {}).get("ratios", {}).items() if k.startswith("seed")), None)
+            targets.append({"target": f"table replay to Redis {n:,} rows >= 10x the seed loop (goal 20x)",
+                            "measured": ratio, "unit": "x", "goal": 10.0, "met": ratio is not None and ratio >= 10,
+                            "best": b["variant"] if b else None})
         for s in summary:
             if s["scenario"] in ("scan", "queue_scan") and s["role"] == "dlq":
                 v = s["max_peak_rss_mib"]
@@ -1181,6 +1278,8 @@ class Bench:
                 steps.append(("queue_scan", lambda: self.queue_scan(feats)))
             if "list" in self.only:
                 steps.append(("list", lambda: self.list_dlqs(feats)))
+            if "table_replay_redis" in self.only:
+                steps.append(("table_replay_redis", self.table_replay_redis))
             for name, step in steps:
                 try:
                     step()

@@ -9,8 +9,9 @@
 //!   replay/, archive/  the actions, each a plan and a run, through bulk's gate
 //!                      ("move messages back" is replay/queue.rs)
 //!   source/            the two record sources: table.rs (all SQL) and queue.rs (deliveries -> records)
-//!   rabbit/, celery/   RabbitMQ mechanics ("take a message without removing it" is rabbit/take.rs,
-//!                      publishing with confirms rabbit/publish.rs); Celery's message, dispatch, workers
+//!   rabbit/, celery/,  RabbitMQ mechanics ("take a message without removing it" is rabbit/take.rs,
+//!   redis/             publishing with confirms rabbit/publish.rs); Celery's message, dispatch
+//!                      (celery/amqp.rs, celery/redis.rs over redis/), workers
 //!   model, select, output, settings, bulk, cli, error, redact, tls, when, jq, fingerprint
 //! ```
 pub mod archive;
@@ -26,6 +27,7 @@ pub(crate) mod model;
 pub(crate) mod output;
 pub mod rabbit;
 pub mod redact;
+pub(crate) mod redis;
 pub(crate) mod replay;
 pub(crate) mod report;
 pub(crate) mod select;

@@ -1,50 +1,383 @@
-//! Celery tasks over Redis, exactly as kombu's Redis transport writes them. (Stub: the
-//! broker seam is in place; the transport lands in its own change.)
+//! Celery tasks over Redis, exactly as kombu's Redis transport writes them: one LPUSH of
+//! kombu's JSON envelope onto the queue's list per task (pipelined within `--window`), and
+//! Celery's remote control over kombu's Redis fanout for the worker check.
 
-use super::dispatch::Pending;
+use super::dispatch::{Pending, Sent};
 use super::message::TaskMessage;
-use super::workers::Worker;
+use super::workers::{Worker, parse_reply, request_body, tidy};
 use crate::error::usage;
 use crate::model::Target;
 use crate::rabbit::TargetFacts;
+use crate::rabbit::publish::Pace;
 use crate::settings::Settings;
-use anyhow::Result;
-use std::time::Duration;
+use anyhow::{Context, Result, anyhow};
+use futures_util::StreamExt;
+use futures_util::stream::FuturesOrdered;
+use redis::aio::MultiplexedConnection;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::redis::envelope;
+use crate::redis::{Endpoint, Redis, said};
+
+/// Celery's default exchange: the binding set a worker adds its queues to.
+const DEFAULT_EXCHANGE: &str = "celery";
+/// kombu's Mailbox names for Celery's `control_exchange` `celery`.
+const REQUEST_EXCHANGE: &str = "celery.pidbox";
+const REPLY_EXCHANGE: &str = "reply.celery.pidbox";
+/// The only methods ever sent, both read-only: the same mailbox accepts `shutdown`.
+const METHODS: [&str; 2] = ["registered", "active_queues"];
+/// How long `WAIT` gives replicas to acknowledge a push (ms).
+const WAIT_MS: u64 = 1000;
+/// The longest single BRPOP while collecting replies: the deadline is checked in between.
+const POLL_SLICE: Duration = Duration::from_secs(1);
 
 pub(crate) struct RedisDispatch {
+    redis: Redis,
+    prefix: String,
+    wait_replicas: Option<u32>,
     shown: String,
 }
 
+/// Hands pushes to the task that sends them, in submission order.
 #[derive(Clone)]
-pub(crate) struct RedisSender {}
+pub(crate) struct RedisSender {
+    tx: mpsc::Sender<Push>,
+    prefix: String,
+}
+
+/// One LPUSH on its way, and who waits for its reply.
+struct Push {
+    key: String,
+    element: Vec<u8>,
+    reply: oneshot::Sender<Result<Sent>>,
+}
 
 impl RedisDispatch {
-    pub(crate) async fn connect(_settings: &Settings, url: &str) -> Result<RedisDispatch> {
-        let shown = crate::redact::url(url);
-        Err(usage(format!(
-            "--broker-url {shown}: Redis is not supported yet"
-        )))
+    pub(crate) async fn connect(settings: &Settings, url: &str) -> Result<RedisDispatch> {
+        let endpoint = Endpoint::parse(url)?;
+        Ok(RedisDispatch {
+            redis: endpoint.connect(settings).await?,
+            prefix: settings.redis_key_prefix.clone(),
+            wait_replicas: settings.redis_wait_replicas,
+            shown: crate::redact::url(url),
+        })
     }
 
     pub(crate) fn describe(&self) -> String {
         self.shown.clone()
     }
 
-    pub(crate) async fn check_target(&self, _target: &Target) -> Result<TargetFacts> {
-        unimplemented!()
+    /// Refuses `--to-exchange` (kombu's Redis routing has no exchanges of its own to aim at)
+    /// and a queue no worker ever declared (a typo would sit in a list nobody reads).
+    pub(crate) async fn check_target(&self, target: &Target) -> Result<TargetFacts> {
+        let q = match target {
+            Target::Queue(q) => q,
+            Target::Exchange { exchange, .. } => {
+                return Err(usage(format!(
+                    "--to-exchange {exchange:?}: on a Redis broker tasks go to a queue: use --to-queue"
+                )));
+            }
+        };
+        if !self.declared(q).await? {
+            return Err(usage(format!(
+                "target queue {q:?} is unknown to Redis at {}: no worker ever declared it (it is not in {}); nothing was replayed (start its workers, check --redis-key-prefix, or pass --to-queue)",
+                self.shown,
+                envelope::binding_key(&self.prefix, DEFAULT_EXCHANGE),
+            )));
+        }
+        let mut pipe = redis::pipe();
+        for key in envelope::queue_keys(&self.prefix, q) {
+            pipe.cmd("LLEN").arg(key);
+        }
+        let sizes: Vec<u64> = self.query_all(&pipe, "sizing the target queue").await?;
+        Ok(TargetFacts {
+            note: Some(format!(
+                "queue {q:?}: {} message(s) waiting",
+                sizes.iter().sum::<u64>()
+            )),
+            warnings: Vec::new(),
+        })
     }
 
-    pub(crate) async fn workers(&self, _timeout: Duration) -> Result<Vec<Worker>> {
-        unimplemented!()
+    /// Whether a worker bound `q` to Celery's default exchange (or, for a queue Celery made
+    /// up from `-Q`, to the exchange of the same name).
+    async fn declared(&self, q: &str) -> Result<bool> {
+        for exchange in [DEFAULT_EXCHANGE, q] {
+            let mut cmd = redis::cmd("SMEMBERS");
+            cmd.arg(envelope::binding_key(&self.prefix, exchange));
+            let members: Vec<Vec<u8>> = self.query(&cmd, "reading kombu's bindings").await?;
+            let named = |m: &Vec<u8>| envelope::binding_queue(m).is_some_and(|b| b == q);
+            if members.iter().any(named) {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
-    pub(crate) async fn sender(&self, _window: usize, _rate: Option<f64>) -> Result<RedisSender> {
-        unimplemented!()
+    pub(crate) async fn workers(&self, timeout: Duration) -> Result<Vec<Worker>> {
+        let oid = uuid::Uuid::new_v4().to_string();
+        let reply_queue = format!("{oid}.{REPLY_EXCHANGE}");
+        // The reply exchange is direct: a worker's answer reaches our list only through this
+        // binding, exactly what kombu's `maybe_declare(reply_queue)` adds.
+        let binding = envelope::binding_key(&self.prefix, REPLY_EXCHANGE);
+        let member = envelope::binding_member(&oid, "", &reply_queue);
+        let mut bind = redis::cmd("SADD");
+        bind.arg(&binding).arg(&member);
+        let _: i64 = self.query(&bind, "asking the Celery workers").await?;
+        let answers = self.ask(&oid, &reply_queue, timeout).await;
+        // Removed whatever happened, so that nothing lingers (late answers included: without
+        // the binding they are dropped by the worker's publish).
+        let mut pipe = redis::pipe();
+        pipe.cmd("SREM").arg(&binding).arg(&member).ignore();
+        pipe.cmd("DEL")
+            .arg(envelope::queue_keys(&self.prefix, &reply_queue))
+            .ignore();
+        let _: Result<()> = self.query_all(&pipe, "cleaning up the reply list").await;
+        let answers =
+            answers.context("asking the Celery workers over the celery.pidbox mailbox")?;
+        Ok(answers.into_values().map(tidy).collect())
+    }
+
+    /// Publishes both requests and collects the answers by worker until `timeout`.
+    async fn ask(
+        &self,
+        oid: &str,
+        reply_queue: &str,
+        timeout: Duration,
+    ) -> Result<BTreeMap<String, Worker>> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let channel = envelope::fanout_channel(&self.prefix, self.redis.db, REQUEST_EXCHANGE);
+        let expires = (unix_now() + timeout).as_secs_f64();
+        let mut tickets = Vec::new();
+        let mut listeners = 0;
+        for method in METHODS {
+            let ticket = uuid::Uuid::new_v4().to_string();
+            let body = request_body(method, &ticket, oid);
+            let mut publish = redis::cmd("PUBLISH");
+            publish
+                .arg(&channel)
+                .arg(envelope::request(&body, REQUEST_EXCHANGE, expires));
+            listeners += self.query::<i64>(&publish, "publishing").await?;
+            tickets.push((ticket, method));
+        }
+        // PUBLISH counts the subscribers that got it: none means no worker is listening.
+        if listeners == 0 {
+            return Ok(BTreeMap::new());
+        }
+        let key = envelope::queue_key(&self.prefix, reply_queue, 0);
+        let mut workers = BTreeMap::new();
+        while let Some(raw) = self.next_reply(&key, deadline).await? {
+            if let Some((method, name, names)) = answer(&raw, &tickets) {
+                merge(&mut workers, method, name, names);
+            }
+        }
+        Ok(workers)
+    }
+
+    /// The next element of the reply list, or None once the deadline passed.
+    async fn next_reply(
+        &self,
+        key: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<Option<Vec<u8>>> {
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let mut pop = redis::cmd("BRPOP");
+            pop.arg(key)
+                .arg(left.min(POLL_SLICE).as_secs_f64().max(0.01));
+            let got: Option<(Vec<u8>, Vec<u8>)> = self.query(&pop, "reading replies").await?;
+            if let Some((_, element)) = got {
+                return Ok(Some(element));
+            }
+        }
+    }
+
+    pub(crate) async fn sender(&self, window: usize, rate: Option<f64>) -> Result<RedisSender> {
+        let window = window.max(1);
+        let (tx, rx) = mpsc::channel(window);
+        let wait = self.wait_replicas;
+        tokio::spawn(drive(self.redis.conn.clone(), rx, window, rate, wait));
+        Ok(RedisSender {
+            tx,
+            prefix: self.prefix.clone(),
+        })
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd, doing: &str) -> Result<T> {
+        let mut conn = self.redis.conn.clone();
+        let out = cmd.query_async(&mut conn).await;
+        out.map_err(|e| self.failed(doing, &e))
+    }
+
+    async fn query_all<T: redis::FromRedisValue>(
+        &self,
+        pipe: &redis::Pipeline,
+        doing: &str,
+    ) -> Result<T> {
+        let mut conn = self.redis.conn.clone();
+        let out = pipe.query_async(&mut conn).await;
+        out.map_err(|e| self.failed(doing, &e))
+    }
+
+    fn failed(&self, doing: &str, e: &redis::RedisError) -> anyhow::Error {
+        anyhow!("Redis at {}: {doing}: {}", self.redis.place, said(e))
     }
 }
 
 impl RedisSender {
-    pub(crate) async fn submit(&self, _msg: TaskMessage, _target: &Target) -> Result<Pending> {
-        unimplemented!()
+    /// Queues the push of one task in call order; the future resolves with Redis' reply.
+    pub(crate) async fn submit(&self, msg: TaskMessage, target: &Target) -> Result<Pending> {
+        let Target::Queue(queue) = target else {
+            return Err(usage(
+                "on a Redis broker tasks go to a queue: use --to-queue",
+            ));
+        };
+        let (priority, element) = envelope::task(&msg, queue);
+        let key = envelope::queue_key(&self.prefix, queue, priority);
+        let (reply, rx) = oneshot::channel();
+        let stopped = || anyhow!("the Redis sender stopped (connection lost?)");
+        self.tx
+            .send(Push {
+                key,
+                element,
+                reply,
+            })
+            .await
+            .map_err(|_| stopped())?;
+        Ok(Box::pin(async move { rx.await.map_err(|_| stopped())? }))
+    }
+}
+
+/// The sending task: takes pushes while fewer than `window` await their reply, paces them to
+/// `rate`, and answers each as its reply arrives (in order: one connection, one pipeline).
+async fn drive(
+    conn: MultiplexedConnection,
+    mut rx: mpsc::Receiver<Push>,
+    window: usize,
+    rate: Option<f64>,
+    wait: Option<u32>,
+) {
+    let mut pace = Pace::new(rate);
+    let mut inflight = FuturesOrdered::new();
+    let mut closed = false;
+    loop {
+        if closed && inflight.is_empty() {
+            break;
+        }
+        tokio::select! {
+            biased;
+            Some((reply, out)) = inflight.next(), if !inflight.is_empty() => {
+                let _: Result<(), _> = oneshot::Sender::send(reply, out);
+            }
+            push = rx.recv(), if !closed && inflight.len() < window => match push {
+                None => closed = true,
+                Some(push) => {
+                    pace.wait().await;
+                    inflight.push_back(send(conn.clone(), push, wait));
+                }
+            },
+        }
+    }
+}
+
+/// One LPUSH (followed by `WAIT n 1000` when replicas must have it); the reply decides.
+async fn send(
+    mut conn: MultiplexedConnection,
+    push: Push,
+    wait: Option<u32>,
+) -> (oneshot::Sender<Result<Sent>>, Result<Sent>) {
+    let Push {
+        key,
+        element,
+        reply,
+    } = push;
+    let mut pipe = redis::pipe();
+    pipe.cmd("LPUSH").arg(&key).arg(element).ignore();
+    if let Some(n) = wait {
+        pipe.cmd("WAIT").arg(n).arg(WAIT_MS);
+    }
+    let out = match pipe.query_async::<Vec<i64>>(&mut conn).await {
+        Err(e) => Err(anyhow!("Redis: the push got no reply: {}", said(&e))),
+        Ok(acked) => Ok(match (wait, acked.first()) {
+            (Some(n), Some(&got)) if got < i64::from(n) => Sent::Refused(format!(
+                "in Redis' memory, but only {got} of {n} replica(s) acknowledged it within {WAIT_MS} ms (--redis-wait-replicas)"
+            )),
+            _ => Sent::Delivered,
+        }),
+    };
+    (reply, out)
+}
+
+/// One reply element: the method its ticket answers, the worker and the names it lists.
+fn answer(
+    raw: &[u8],
+    tickets: &[(String, &'static str)],
+) -> Option<(&'static str, String, Vec<String>)> {
+    let got = envelope::open(raw)?;
+    let ticket = got.headers.get("ticket")?.as_str()?;
+    let &(_, method) = tickets.iter().find(|(t, _)| t == ticket)?;
+    let (name, names) = parse_reply(method, &got.body)?;
+    Some((method, name, names))
+}
+
+fn merge(workers: &mut BTreeMap<String, Worker>, method: &str, name: String, names: Vec<String>) {
+    let w = workers.entry(name.clone()).or_insert_with(|| Worker {
+        name,
+        queues: Vec::new(),
+        tasks: Vec::new(),
+    });
+    match method {
+        "registered" => w.tasks.extend(names),
+        _ => w.queues.extend(names),
+    }
+}
+
+fn unix_now() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn answers_match_their_ticket() {
+        let reply = |ticket: &str, body: &str| {
+            use base64::Engine as _;
+            let b = base64::engine::general_purpose::STANDARD.encode(body);
+            json!({"body": b, "headers": {"ticket": ticket, "clock": 3},
+                   "properties": {"body_encoding": "base64"}})
+            .to_string()
+        };
+        let tickets = vec![
+            ("t1".to_owned(), "registered"),
+            ("t2".to_owned(), "active_queues"),
+        ];
+        let got = answer(
+            reply("t1", r#"{"w@h": ["a", "b [rate_limit=1/s]"]}"#).as_bytes(),
+            &tickets,
+        );
+        assert_eq!(
+            got,
+            Some(("registered", "w@h".into(), vec!["a".into(), "b".into()]))
+        );
+        let got = answer(
+            reply("t2", r#"{"w@h": [{"name": "q"}]}"#).as_bytes(),
+            &tickets,
+        );
+        assert_eq!(got, Some(("active_queues", "w@h".into(), vec!["q".into()])));
+        assert_eq!(
+            answer(reply("other", r#"{"w@h": []}"#).as_bytes(), &tickets),
+            None
+        );
     }
 }

@@ -76,14 +76,10 @@ async fn ask_on(
     // Bound and consumed before the requests go out: a quick worker's answer must find it.
     let replies = open_reply_queue(ch, oid, reply_queue).await?;
     let deadline = tokio::time::Instant::now() + timeout;
-    let registered = json!({"taskinfoitems": []});
     let tickets = [
+        (request(ch, REGISTERED, oid, timeout).await?, REGISTERED),
         (
-            request(ch, REGISTERED, registered, oid, timeout).await?,
-            REGISTERED,
-        ),
-        (
-            request(ch, ACTIVE_QUEUES, json!({}), oid, timeout).await?,
+            request(ch, ACTIVE_QUEUES, oid, timeout).await?,
             ACTIVE_QUEUES,
         ),
     ];
@@ -176,23 +172,9 @@ async fn collect(
 }
 
 /// Publishes one broadcast request exactly as kombu's `Mailbox._publish` does; returns its ticket.
-async fn request(
-    ch: &Channel,
-    method: &str,
-    arguments: Value,
-    oid: &str,
-    timeout: Duration,
-) -> Result<String> {
+async fn request(ch: &Channel, method: &str, oid: &str, timeout: Duration) -> Result<String> {
     let ticket = uuid::Uuid::new_v4().to_string();
-    let body = json!({
-        "method": method,
-        "arguments": arguments,
-        "destination": null,
-        "pattern": null,
-        "matcher": null,
-        "ticket": ticket,
-        "reply_to": {"exchange": REPLY_EXCHANGE, "routing_key": oid},
-    });
+    let body = request_body(method, &ticket, oid);
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
@@ -234,7 +216,7 @@ fn header_str<'a>(props: &'a BasicProperties, key: &str) -> Option<&'a str> {
 /// One reply body, `{"<hostname>": <result>}`: the hostname and the names it lists (task names
 /// for `registered`, queue names for `active_queues`). None for anything else, including a
 /// worker's `{"error": "..."}` when its handler failed.
-fn parse_reply(method: &str, body: &[u8]) -> Option<(String, Vec<String>)> {
+pub(crate) fn parse_reply(method: &str, body: &[u8]) -> Option<(String, Vec<String>)> {
     let Value::Object(reply) = serde_json::from_slice(body).ok()? else {
         return None;
     };
@@ -261,7 +243,25 @@ fn parse_reply(method: &str, body: &[u8]) -> Option<(String, Vec<String>)> {
 }
 
 /// Sorted and deduplicated: a worker may list a queue twice (two bindings).
-fn tidy(mut w: Worker) -> Worker {
+/// The body kombu's `Mailbox._publish` sends for a broadcast with a reply, on any broker.
+pub(crate) fn request_body(method: &str, ticket: &str, oid: &str) -> Value {
+    let arguments = match method {
+        REGISTERED => json!({"taskinfoitems": []}),
+        _ => json!({}),
+    };
+    json!({
+        "method": method,
+        "arguments": arguments,
+        "destination": null,
+        "pattern": null,
+        "matcher": null,
+        "ticket": ticket,
+        "reply_to": {"exchange": REPLY_EXCHANGE, "routing_key": oid},
+    })
+}
+
+/// Sorted and deduplicated, whichever broker the answers came over.
+pub(crate) fn tidy(mut w: Worker) -> Worker {
     w.queues.sort();
     w.queues.dedup();
     w.tasks.sort();

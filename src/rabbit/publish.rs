@@ -436,13 +436,13 @@ impl Publisher {
 }
 
 /// Spaces publishes evenly to honour `--rate`.
-struct Pace {
+pub(crate) struct Pace {
     interval: Option<Duration>,
     next: tokio::time::Instant,
 }
 
 impl Pace {
-    fn new(rate: Option<f64>) -> Pace {
+    pub(crate) fn new(rate: Option<f64>) -> Pace {
         let interval = rate
             .filter(|r| *r > 0.0)
             .map(|r| Duration::from_secs_f64(1.0 / r));
@@ -452,7 +452,7 @@ impl Pace {
         }
     }
 
-    async fn wait(&mut self) {
+    pub(crate) async fn wait(&mut self) {
         if let Some(i) = self.interval {
             tokio::time::sleep_until(self.next).await;
             self.next = tokio::time::Instant::now().max(self.next) + i;

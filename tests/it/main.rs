@@ -10,6 +10,7 @@ mod generated;
 mod queue_archive;
 mod queue_read;
 mod queue_replay;
+mod redis;
 mod secrets;
 mod table_archive;
 mod table_errors;
