@@ -81,11 +81,16 @@ pub struct DeadLetter {
 }
 
 impl DeadLetter {
-    /// The text `--pattern` searches in the payload: the stored text when there is one.
-    pub fn payload_search_text(&self) -> std::borrow::Cow<'_, str> {
+    /// Whether `--pattern` finds `re` in the payload. It must see the text `inspect` and
+    /// `-o json` show, identically on every source: Python's `json.dumps`, kombu and Django
+    /// on MariaDB/SQLite store `ação` as `a\u00e7\u00e3o`, PostgreSQL's jsonb does not. So
+    /// the stored text is searched (its spacing is what users write patterns against) and,
+    /// when it holds escapes, also the decoded JSON.
+    pub fn payload_matches(&self, re: &regex::Regex) -> bool {
         match &self.payload_text {
-            Some(t) => std::borrow::Cow::Borrowed(t.as_str()),
-            None => std::borrow::Cow::Owned(self.payload.to_string()),
+            Some(t) if re.is_match(t) => true,
+            Some(t) if !t.contains('\\') => false,
+            _ => re.is_match(&self.payload.to_string()),
         }
     }
 }

@@ -57,16 +57,44 @@ fn percent_decode(s: &str) -> String {
         .unwrap_or_else(|| s.to_string())
 }
 
-/// Masks every registered secret in a diagnostic text.
+/// Masks every registered secret in a diagnostic text. A secret that could be a word of
+/// the output (`work`, `guest`: a queue, vhost or user name may contain it) is masked only
+/// where it stands as a secret (URL userinfo, `password=...` and the like), so that a plan the
+/// operator confirms shows the real names; any other secret is masked wherever it appears.
 pub fn scrub(text: &str) -> String {
     let all = secrets().read().unwrap_or_else(|e| e.into_inner());
     let mut out = text.to_string();
     for s in all.iter() {
-        if out.contains(s.as_str()) {
+        if !out.contains(s.as_str()) {
+            continue;
+        }
+        if could_be_a_word(s) {
+            out = mask_where_secret(&out, s);
+        } else {
             out = out.replace(s.as_str(), MASK);
         }
     }
     out
+}
+
+/// Letters only, or short and alphanumeric: text that names things could contain it.
+fn could_be_a_word(secret: &str) -> bool {
+    secret.chars().all(char::is_alphabetic)
+        || (secret.chars().count() <= 8 && secret.chars().all(char::is_alphanumeric))
+}
+
+/// Masks `secret` where it stands as one: `scheme://user:SECRET@`, or after a password-like
+/// key (`password=SECRET`, `password: "SECRET"`, `PASSWORD 'SECRET'`).
+fn mask_where_secret(text: &str, secret: &str) -> String {
+    let pattern = format!(
+        r#"(?i)(://[^/\s:@]*:|\b(?:password|passwd|pass|pwd|secret|token)\b["']?\s*[=:]?\s*["']?){}"#,
+        regex::escape(secret)
+    );
+    match regex::Regex::new(&pattern) {
+        Ok(re) => re.replace_all(text, format!("${{1}}{MASK}")).into_owned(),
+        // Cannot happen (the secret is escaped); never let a secret through if it does.
+        Err(_) => text.replace(secret, MASK),
+    }
 }
 
 /// A URL fit for display: the password and password-like query parameters masked.
@@ -117,6 +145,25 @@ mod tests {
     fn unparsable_url_shows_no_secret() {
         let shown = url("postgres//user:hunter2@@@");
         assert!(!shown.contains("hunter2"), "{shown}");
+    }
+
+    #[test]
+    fn a_wordlike_password_is_masked_only_where_it_is_a_password() {
+        register_url("amqp://guest:work@h/qa.work");
+        register_url("amqp://guest:guest@h/%2f");
+        assert_eq!(
+            scrub("move 3 message(s) from qa.work.dlq to queue work.orders"),
+            "move 3 message(s) from qa.work.dlq to queue work.orders"
+        );
+        assert_eq!(
+            scrub("connecting to amqp://guest:work@h/qa.work"),
+            "connecting to amqp://guest:***@h/qa.work"
+        );
+        assert_eq!(scrub("amqp://guest:guest@h/%2f"), "amqp://guest:***@h/%2f");
+        assert_eq!(
+            scrub("login refused: password 'work' invalid"),
+            "login refused: password '***' invalid"
+        );
     }
 
     #[test]

@@ -120,7 +120,7 @@ impl Selection {
         if let Some(re) = &self.pattern {
             let in_reason = r.motivo.as_deref().is_some_and(|m| re.is_match(m));
             let in_task = r.task.as_deref().is_some_and(|t| re.is_match(t));
-            if !(in_reason || in_task || re.is_match(&r.payload_search_text())) {
+            if !(in_reason || in_task || r.payload_matches(re)) {
                 return false;
             }
         }
@@ -315,6 +315,35 @@ mod tests {
             properties: None,
             raw: None,
             payload_text: None,
+        }
+    }
+
+    #[test]
+    fn pattern_sees_the_decoded_text_whatever_the_stored_escapes() {
+        let sel = |p: &str| Selection {
+            pattern: Some(regex::Regex::new(p).unwrap()),
+            replayed: ReplayedFilter::All,
+            ..Default::default()
+        };
+        // As Python's json.dumps / MariaDB / SQLite store it, and as PostgreSQL's jsonb does.
+        for stored in [
+            r#"{"nome": "Jo\u00e3o", "acao": "a\u00e7\u00e3o"}"#,
+            r#"{"nome": "João", "acao": "ação"}"#,
+        ] {
+            let mut r = rec(
+                1,
+                "t",
+                "m",
+                "2026-01-01T00:00:00Z",
+                false,
+                serde_json::from_str(stored).unwrap(),
+            );
+            r.payload_text = Some(stored.into());
+            assert!(sel("ação").matches(&r).unwrap(), "{stored}");
+            assert!(sel("João").matches(&r).unwrap(), "{stored}");
+            // Patterns written against the stored spacing still match.
+            assert!(sel(r#""nome": "#).matches(&r).unwrap(), "{stored}");
+            assert!(!sel("Maria").matches(&r).unwrap(), "{stored}");
         }
     }
 

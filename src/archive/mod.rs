@@ -350,7 +350,13 @@ pub fn records(path: &Path) -> Result<impl Iterator<Item = Result<(u64, DeadLett
 /// per line, appended (and flushed) right after each confirm, so a re-run resumes.
 pub struct Journal {
     done: std::collections::HashSet<u64>,
-    file: File,
+    path: PathBuf,
+    /// The archive's checksum: a journal belongs to exactly one archive.
+    sha256: String,
+    /// Opened on the first record, so that a dry run or a refused run writes nothing.
+    file: Option<File>,
+    /// Set when the journal on disk belongs to another archive (and is not applied).
+    pub foreign: Option<String>,
 }
 
 impl Journal {
@@ -360,19 +366,37 @@ impl Journal {
         PathBuf::from(p)
     }
 
-    pub fn open(archive: &Path) -> Result<Journal> {
+    /// The records already restored from the archive whose checksum is `sha256`. A journal
+    /// left by another archive at the same path (deleted and written again) is ignored with a
+    /// warning, never applied: its record numbers mean other records.
+    pub fn open(archive: &Path, sha256: &str) -> Result<Journal> {
         let path = Self::path_for(archive);
-        let done = match std::fs::read_to_string(&path) {
-            Ok(text) => text.lines().filter_map(|l| l.trim().parse().ok()).collect(),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Default::default(),
+        let mut journal = Journal {
+            done: Default::default(),
+            path: path.clone(),
+            sha256: sha256.to_string(),
+            file: None,
+            foreign: None,
+        };
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(journal),
             Err(e) => return Err(anyhow!(e).context(format!("reading {}", path.display()))),
         };
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .with_context(|| format!("cannot write the restore journal {}", path.display()))?;
-        Ok(Journal { done, file })
+        let mut lines = text.lines();
+        match lines.next().and_then(|l| l.strip_prefix("archive ")) {
+            Some(owner) if owner.trim() == sha256 => {
+                journal.done = lines.filter_map(|l| l.trim().parse().ok()).collect();
+            }
+            _ => {
+                journal.foreign = Some(format!(
+                    "the journal {} belongs to another archive (or an older dlq) and is ignored; it is set aside as {}.old when this run restores its first record",
+                    path.display(),
+                    path.display()
+                ));
+            }
+        }
+        Ok(journal)
     }
 
     pub fn done(&self) -> &std::collections::HashSet<u64> {
@@ -388,15 +412,44 @@ impl Journal {
     }
 
     pub fn record(&mut self, n: u64) -> Result<()> {
-        writeln!(self.file, "{n}").context("writing the restore journal")?;
+        if self.file.is_none() {
+            self.file = Some(self.create()?);
+        }
+        let Some(file) = self.file.as_mut() else {
+            unreachable!("opened above")
+        };
+        writeln!(file, "{n}").context("writing the restore journal")?;
         self.done.insert(n);
         Ok(())
     }
 
+    /// Opens the journal for appending; a foreign one is set aside first.
+    fn create(&mut self) -> Result<File> {
+        let path = &self.path;
+        if self.foreign.is_some() {
+            let mut old = path.as_os_str().to_owned();
+            old.push(".old");
+            std::fs::rename(path, &old)
+                .with_context(|| format!("setting aside the foreign journal {}", path.display()))?;
+            self.foreign = None;
+        }
+        let fresh = !path.exists();
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("cannot write the restore journal {}", path.display()))?;
+        if fresh {
+            writeln!(file, "archive {}", self.sha256).context("writing the restore journal")?;
+        }
+        Ok(file)
+    }
+
     pub fn sync(&self) -> Result<()> {
-        self.file
-            .sync_data()
-            .context("fsync of the restore journal")
+        match &self.file {
+            Some(f) => f.sync_data().context("fsync of the restore journal"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -551,12 +604,41 @@ mod tests {
     fn journal_resumes() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("a.ndjson");
-        let mut j = Journal::open(&p).unwrap();
+        let j = Journal::open(&p, "sha-a").unwrap();
+        drop(j);
+        assert!(
+            !Journal::path_for(&p).exists(),
+            "nothing written before a record"
+        );
+        let mut j = Journal::open(&p, "sha-a").unwrap();
         j.record(1).unwrap();
         j.record(3).unwrap();
         drop(j);
-        let j = Journal::open(&p).unwrap();
+        let j = Journal::open(&p, "sha-a").unwrap();
         assert!(j.is_done(1) && j.is_done(3) && !j.is_done(2));
+        assert!(j.foreign.is_none());
+    }
+
+    #[test]
+    fn a_journal_of_another_archive_is_never_applied() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a.ndjson");
+        let mut j = Journal::open(&p, "sha-old").unwrap();
+        j.record(1).unwrap();
+        drop(j);
+        let mut j = Journal::open(&p, "sha-new").unwrap();
+        assert!(j.foreign.is_some());
+        assert_eq!(j.done_count(), 0);
+        j.record(2).unwrap();
+        drop(j);
+        let j = Journal::open(&p, "sha-new").unwrap();
+        assert!(j.is_done(2) && !j.is_done(1));
+        let mut old = Journal::path_for(&p).into_os_string();
+        old.push(".old");
+        assert!(
+            std::path::Path::new(&old).exists(),
+            "set aside, not deleted"
+        );
     }
 }
 

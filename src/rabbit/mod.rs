@@ -486,6 +486,43 @@ pub(crate) async fn check_target(
     }
 }
 
+/// A warning for the plan when a destination is at or near its length limit: with the
+/// default overflow (`drop-head`) the broker confirms every publish and then dead-letters
+/// the oldest messages again, so a replay would report success for messages it pushed out.
+/// `None` when there is no limit, room enough, or no management API to ask.
+pub(crate) async fn length_limit_warning(
+    settings: &Settings,
+    target: &Target,
+    queue: &str,
+    adding: u64,
+) -> Option<String> {
+    let api = target.management(settings).ok()?;
+    let q = api.queue(&target.vhost, queue).await.ok()??;
+    let policy = q.effective_policy_definition.clone().unwrap_or_default();
+    let setting = |arg: &str, key: &str| q.arguments.get(arg).or_else(|| policy.get(key)).cloned();
+    let max = setting("x-max-length", "max-length")?.as_u64()?;
+    let overflow = setting("x-overflow", "overflow")
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "drop-head".into());
+    let held = q.messages.unwrap_or(0);
+    // Near: the replay would take it past nine tenths of its limit.
+    if (held + adding) * 10 < max * 9 {
+        return None;
+    }
+    let what = match overflow.as_str() {
+        "drop-head" => {
+            "the broker confirms every publish and then drops (or dead-letters) the oldest messages to make room: they may land back in a DLQ although the replay reports them replayed"
+        }
+        "reject-publish" | "reject-publish-dlx" => {
+            "publishes past the limit are refused (nacked): those messages stay where they are and are reported as failed"
+        }
+        _ => "messages past the limit are handled by the queue's overflow setting",
+    };
+    Some(format!(
+        "destination queue {queue:?} holds {held} of at most {max} message(s) (overflow {overflow}) and this run sends up to {adding}: {what}"
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -437,6 +437,16 @@ async fn plan_gate(
     for (id, why) in plan.refused.iter().take(10) {
         printer.warn(format!("stays in the DLQ: id {id}: {why}"));
     }
+    let amqp = rabbit::Target::from_settings(settings)?;
+    let full_check: Vec<&String> = match &opts.common.target {
+        Some(Target::Queue(q)) => vec![q],
+        _ => plan.destinations.iter().collect(),
+    };
+    for d in full_check {
+        if let Some(w) = rabbit::length_limit_warning(settings, &amqp, d, plan.count).await {
+            printer.warn(w);
+        }
+    }
     let gate = crate::bulk::Gate {
         safety: opts.common.safety,
         planned: plan.count,

@@ -394,7 +394,10 @@ fn open_archive(printer: &Printer, file: &Path) -> Result<(SourceKind, Journal)>
             )));
         }
     };
-    let journal = Journal::open(file)?;
+    let journal = Journal::open(file, &trailer.sha256)?;
+    if let Some(w) = &journal.foreign {
+        printer.warn(w);
+    }
     if journal.done_count() > 0 {
         printer.info(format!(
             "{} record(s) already restored by an earlier run (journal)",

@@ -7,6 +7,7 @@ mod common;
 mod disruptive;
 mod faults;
 mod generated;
+mod hardening;
 mod queue_archive;
 mod queue_read;
 mod queue_replay;
