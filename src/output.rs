@@ -56,7 +56,6 @@ impl Printer {
         }
     }
 
-    /// A warning is shown even with -q: it is about something the user must know.
     /// One line of data on stdout (a count, a report, SQL). A closed pipe comes back as an
     /// error that `run` turns into a quiet exit, where `println!` would panic.
     pub fn data_line(&self, line: &str) -> std::io::Result<()> {
@@ -67,7 +66,17 @@ impl Printer {
         out.flush()
     }
 
+    /// A warning on stderr; `-q` (errors and data only) silences it, so a cron job mails
+    /// nobody about a queue without consumers.
     pub fn warn(&self, msg: impl AsRef<str>) {
+        if !self.quiet {
+            self.warn_always(msg);
+        }
+    }
+
+    /// What went wrong with some items of a run (failures in a report): shown even with `-q`,
+    /// like errors.
+    pub fn warn_always(&self, msg: impl AsRef<str>) {
         let prefix = if self.color {
             "\x1b[33mwarning:\x1b[0m"
         } else {
@@ -115,14 +124,8 @@ impl Printer {
             ));
         }
         let q = question.to_string();
-        let answer = tokio::task::spawn_blocking(move || {
-            dialoguer::Confirm::new()
-                .with_prompt(q)
-                .default(false)
-                .interact_opt()
-        })
-        .await??;
-        Ok(answer == Some(true))
+        let answer = tokio::task::spawn_blocking(move || ask(&q)).await??;
+        Ok(answer)
     }
 
     /// A small table on stderr (plans), so stdout stays data only.
@@ -153,9 +156,11 @@ impl Printer {
         {
             t.set_width(w);
         }
+        // Width and colour are separate questions: a table on a terminal fits it even with
+        // NO_COLOR or --color never (no cell is styled then).
         if self.color {
             t.enforce_styling();
-        } else {
+        } else if !self.stdout_tty {
             t.force_no_tty();
         }
         t
@@ -263,6 +268,21 @@ impl Printer {
             block: Vec::new(),
         }
     }
+}
+
+/// Asks a yes/no question on stderr and reads one line from the terminal: `y` or `yes` is
+/// yes; anything else, and end of input (Ctrl-D), is no. A line prompt needs no raw
+/// terminal mode, so end of input is seen at once.
+fn ask(question: &str) -> io::Result<bool> {
+    let mut err = io::stderr();
+    write!(err, "{question} [y/N] ")?;
+    err.flush()?;
+    let mut line = String::new();
+    if io::stdin().read_line(&mut line)? == 0 {
+        writeln!(err)?;
+        return Ok(false);
+    }
+    Ok(matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes"))
 }
 
 /// A typed output row (in the spirit of rabbitmqadmin-ng's `Tabled` rows): its table
@@ -661,6 +681,9 @@ pub fn ellipsize(s: &str, max: usize) -> String {
     }
 }
 
+/// One RFC 4180 line. A cell a spreadsheet would run as a formula (starting with `=`, `+`,
+/// `-`, `@`, a tab or a carriage return) gets a leading `'`, as OWASP recommends for CSV
+/// injection: dead letters carry whatever a producer or an attacker put in them.
 fn write_csv_line(out: &mut impl Write, fields: impl Iterator<Item = String>) -> io::Result<()> {
     let mut first = true;
     for f in fields {
@@ -668,6 +691,11 @@ fn write_csv_line(out: &mut impl Write, fields: impl Iterator<Item = String>) ->
             out.write_all(b",")?;
         }
         first = false;
+        let f = if f.starts_with(['=', '+', '-', '@', '\t', '\r']) {
+            format!("'{f}")
+        } else {
+            f
+        };
         if f.contains([',', '"', '\n', '\r']) {
             write!(out, "\"{}\"", f.replace('"', "\"\""))?;
         } else {
@@ -680,6 +708,17 @@ fn write_csv_line(out: &mut impl Write, fields: impl Iterator<Item = String>) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn csv_cells_that_look_like_formulas_are_neutralised() {
+        let mut buf = Vec::new();
+        let cells = ["=HYPERLINK(\"x\")", "+1", "-2", "@SUM(A1)", "ok", "a=b"];
+        write_csv_line(&mut buf, cells.iter().map(|s| s.to_string())).unwrap();
+        assert_eq!(
+            String::from_utf8(buf).unwrap(),
+            "\"'=HYPERLINK(\"\"x\"\")\",'+1,'-2,'@SUM(A1),ok,a=b\r\n"
+        );
+    }
 
     #[test]
     fn csv_quoting() {

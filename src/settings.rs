@@ -152,7 +152,7 @@ impl DatabaseUrl {
         };
         if dialect != Dialect::Sqlite {
             let parsed =
-                url::Url::parse(&url).map_err(|e| format!("invalid database URL {shown}: {e}"))?;
+                url::Url::parse(&url).map_err(|e| format!("invalid database URL {shown}: {e}{}", encoding_hint(e)))?;
             if parsed.host_str().is_none_or(str::is_empty) {
                 return Err(format!("invalid database URL {shown}: missing host"));
             }
@@ -519,9 +519,21 @@ impl CeleryBroker {
     }
 }
 
+/// A password with `/`, `:` or `@` left as is splits the URL in the wrong place, and the
+/// parser then complains about the port: say what to do instead.
+fn encoding_hint(e: url::ParseError) -> &'static str {
+    match e {
+        url::ParseError::InvalidPort => {
+            " (if the user name or password contains / : @ # or ?, percent-encode it: / is %2F, : is %3A, @ is %40, # is %23, ? is %3F)"
+        }
+        _ => "",
+    }
+}
+
 fn validate_amqp_url(raw: &str) -> Result<(), String> {
     let shown = redact::url(raw);
-    let u = url::Url::parse(raw).map_err(|e| format!("invalid AMQP URL {shown}: {e}"))?;
+    let u = url::Url::parse(raw)
+        .map_err(|e| format!("invalid AMQP URL {shown}: {e}{}", encoding_hint(e)))?;
     if !matches!(u.scheme(), "amqp" | "amqps") {
         return Err(format!(
             "invalid AMQP URL {shown}: scheme must be amqp:// or amqps://"
@@ -738,7 +750,10 @@ pub fn replay_request(
         (Some(q), _) => Some(Target::Queue(q.clone())),
         (None, Some(ex)) => Some(Target::Exchange {
             exchange: ex.clone(),
-            routing_key: a.routing_key.clone().unwrap_or_default(),
+            // Checked now, not at publish time: a forgotten key would route nothing.
+            routing_key: a.routing_key.clone().ok_or_else(|| {
+                usage("--to-exchange needs --routing-key (pass --routing-key '' for a fanout or headers exchange)")
+            })?,
         }),
         (None, None) => None,
     };

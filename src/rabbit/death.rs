@@ -173,6 +173,10 @@ fn int_value(v: &AMQPValue) -> Option<i64> {
 
 fn count_field(v: &AMQPValue, path: &str, warnings: &mut Vec<String>) -> Option<i64> {
     if let Some(n) = int_value(v) {
+        // The broker never writes one; a producer that did says nothing usable.
+        if n < 1 {
+            warnings.push(format!("{path} is {n}, not a count (counted as one death)"));
+        }
         return Some(n);
     }
     match v {
@@ -470,6 +474,21 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(info.origin(), Some(("pagamentos", "last rejected")));
+    }
+
+    #[test]
+    fn a_count_below_one_is_a_warning() {
+        let mut t = FieldTable::default();
+        t.insert("queue".into(), AMQPValue::LongString("q".into()));
+        t.insert("count".into(), AMQPValue::LongLongInt(-4));
+        let mut h = FieldTable::default();
+        h.insert(
+            "x-death".into(),
+            AMQPValue::FieldArray(vec![AMQPValue::FieldTable(t)].into()),
+        );
+        let info = parse_deaths(Some(&h));
+        assert_eq!(info.total_count(), 1);
+        assert_eq!(info.warnings, vec!["x-death[0].count is -4, not a count (counted as one death)"]);
     }
 
     #[test]

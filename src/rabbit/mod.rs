@@ -167,7 +167,7 @@ pub async fn connect(t: &Target) -> Result<Connection> {
         Connection::connect_uri_with_config(t.uri.clone(), props, t.tls_config(), runtime);
     match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
         Err(_) => Err(anyhow!(
-            "cannot connect to RabbitMQ at {}: no answer within {} s",
+            "cannot connect to RabbitMQ at {}: no answer within {} s (unreachable, or a server that is not RabbitMQ on that port?)",
             t.shown,
             CONNECT_TIMEOUT.as_secs()
         )),
@@ -216,15 +216,26 @@ fn connect_error(e: &lapin::Error, t: &Target) -> anyhow::Error {
                 _ => anyhow!("RabbitMQ at {shown} closed the connection: {msg}"),
             }
         }
+        // Something else listens there (HTTP, Redis, ...): its bytes are no AMQP frame.
+        lapin::ErrorKind::ParsingError(_) | lapin::ErrorKind::InvalidProtocolVersion(_) => {
+            anyhow!(
+                "cannot connect to RabbitMQ at {shown}: the server on port {} did not answer as RabbitMQ (AMQP 0-9-1); is this the AMQP port (5672, 5671 for amqps)?",
+                t.uri.authority.port
+            )
+        }
         lapin::ErrorKind::IOError(io) => {
             // A TLS client talking to a plain AMQP port reads garbage, not a clear refusal.
-            let hint = if t.tls() && io.kind() == std::io::ErrorKind::InvalidData {
-                format!(
-                    " (TLS handshake failed: does port {} speak TLS? amqps usually uses 5671)",
-                    t.uri.authority.port
-                )
-            } else {
-                String::new()
+            use std::io::ErrorKind as K;
+            let port = t.uri.authority.port;
+            let hint = match io.kind() {
+                K::InvalidData if t.tls() => format!(
+                    " (TLS handshake failed: does port {port} speak TLS? amqps usually uses 5671)"
+                ),
+                // Closed before the AMQP handshake: an HTTP server or the like.
+                K::ConnectionAborted | K::ConnectionReset | K::UnexpectedEof => format!(
+                    " (the server on port {port} closed the connection instead of answering as RabbitMQ: is this the AMQP port, 5672 or 5671 for amqps?)"
+                ),
+                _ => String::new(),
             };
             anyhow!(
                 "cannot connect to RabbitMQ at {shown}: {}{hint}",

@@ -452,10 +452,18 @@ impl Pace {
         }
     }
 
+    /// Waits for this message's slot. Slots follow a schedule, not a gap after each send:
+    /// a sleep that overshot (timers are coarse at high rates) is made up by the next ones,
+    /// so the rate achieved is the rate asked. A run held up longer (waiting for confirms)
+    /// catches up at most `CATCH_UP` worth of slots, so it never bursts far above the rate.
     pub(crate) async fn wait(&mut self) {
+        const CATCH_UP: Duration = Duration::from_millis(100);
         if let Some(i) = self.interval {
             tokio::time::sleep_until(self.next).await;
-            self.next = tokio::time::Instant::now().max(self.next) + i;
+            let floor = tokio::time::Instant::now()
+                .checked_sub(CATCH_UP)
+                .unwrap_or(self.next);
+            self.next = self.next.max(floor) + i;
         }
     }
 }

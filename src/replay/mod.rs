@@ -48,10 +48,10 @@ pub fn print_report(printer: &Printer, report: &Report, verb_past: &str) {
         _ => {}
     }
     for f in &report.failed {
-        printer.warn(format!("failed: id {}: {}", f.id, f.reason));
+        printer.warn_always(format!("failed: id {}: {}", f.id, f.reason));
     }
     if report.failed_count > report.failed.len() as u64 {
-        printer.warn(format!(
+        printer.warn_always(format!(
             "... and {} more failures",
             report.failed_count - report.failed.len() as u64
         ));
@@ -63,7 +63,7 @@ pub fn print_report(printer: &Printer, report: &Report, verb_past: &str) {
     if report.exit() == crate::error::Exit::Ok {
         printer.info(line);
     } else {
-        printer.warn(line);
+        printer.warn_always(line);
     }
 }
 

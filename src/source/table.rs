@@ -269,7 +269,15 @@ fn connect_failed(e: sqlx::Error, dialect: Dialect) -> anyhow::Error {
 
 /// Database errors can echo connection parameters: scrub them before they travel.
 pub fn scrubbed(e: sqlx::Error) -> anyhow::Error {
-    anyhow!(redact::scrub(&e.to_string()))
+    anyhow!(redact::scrub(&without_server_line(&e.to_string())))
+}
+
+/// PostgreSQL errors end in the server's own source line (`... at line 3665`): noise for
+/// an operator.
+fn without_server_line(text: &str) -> String {
+    static AT_LINE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let re = AT_LINE.get_or_init(|| regex::Regex::new(r" at line \d+\b").expect("valid regex"));
+    re.replace_all(text, "").into_owned()
 }
 
 struct Column {
@@ -926,14 +934,18 @@ async fn read_columns(pool: &Pool, dialect: Dialect, table: &TableName) -> Resul
                 .collect()
         }
         (Pool::Sqlite(p), _) => {
-            let rows: Vec<(String, String, i64)> = sqlx::query_as(
+            let rows: Result<Vec<(String, String, i64)>, _> = sqlx::query_as(
                 "SELECT name, type, \"notnull\" FROM pragma_table_info(?, COALESCE(?, 'main'))",
             )
             .bind(table.name.clone())
             .bind(table.schema.clone())
             .fetch_all(p)
-            .await
-            .map_err(scrubbed)?;
+            .await;
+            let rows = match rows {
+                // `--table public.x`: SQLite has no such schema, so no such table.
+                Err(e) if e.to_string().contains("unknown database") => Vec::new(),
+                r => r.map_err(scrubbed)?,
+            };
             rows.into_iter().map(|(n, t, nn)| (n, t, nn == 0)).collect()
         }
     };
@@ -975,6 +987,11 @@ pub fn init_statements(dialect: Dialect, table: &TableName) -> Vec<String> {
 
 /// Runs `init_statements`; safe to run twice.
 pub async fn init(pool: &Pool, dialect: Dialect, table: &TableName) -> Result<()> {
+    // An existing table must have dlq's columns before its index is created: otherwise
+    // PostgreSQL stops at `CREATE INDEX` naming only the first missing column.
+    if !read_columns(pool, dialect, table).await?.is_empty() {
+        FailedTable::check(pool.clone(), dialect, table).await?;
+    }
     for stmt in init_statements(dialect, table) {
         with_pool!(pool, p => {
             sqlx::query(AssertSqlSafe(stmt)).execute(p).await.map_err(scrubbed)?;

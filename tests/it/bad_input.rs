@@ -199,6 +199,11 @@ async fn thirty_bad_inputs_change_nothing() {
             "cannot be used with",
         ),
         case(
+            &["replay", "--no-worker-check", "--to-exchange", "x", "--yes"],
+            2,
+            "--to-exchange needs --routing-key",
+        ),
+        case(
             &["replay", "--no-worker-check", "--routing-key", "k", "--yes"],
             2,
             "--to-exchange",

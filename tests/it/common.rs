@@ -293,6 +293,12 @@ impl Dlq {
         self
     }
 
+    /// What the command reads on stdin (answers to its prompt).
+    pub fn stdin(mut self, data: &[u8]) -> Dlq {
+        self.stdin = Some(data.to_vec());
+        self
+    }
+
     pub fn run(mut self) -> Run {
         use std::io::Write;
         use std::process::Stdio;

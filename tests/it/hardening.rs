@@ -129,3 +129,61 @@ async fn a_full_destination_is_warned_about_in_the_plan() {
     db.drop().await;
     b.delete().await;
 }
+
+/// End of input (Ctrl-D) at the `[y/N]` prompt is "no", at once; `y` is yes.
+#[tokio::test]
+async fn end_of_input_at_the_prompt_is_no() {
+    let b = Broker::new("hard_prompt").await;
+    b.queue("celery", FieldTable::default()).await;
+    let mut db = TestDb::new(Dialect::Sqlite, "hard_prompt").await;
+    db.amqp_url = b.amqp_url();
+    db.init();
+    db.insert(&rows(2, "x")).await;
+    let ask = |answer: &[u8]| {
+        crate::common::Dlq::new()
+            .env("DLQ_DATABASE_URL", &db.url)
+            .env("DLQ_TABLE", &db.table)
+            .env("DLQ_AMQP_URL", &db.amqp_url)
+            .env("DLQ_FORCE_TTY", "1")
+            .args(&["replay", "--no-worker-check"])
+            .stdin(answer)
+            .run()
+    };
+    let run = ask(b"");
+    run.ok();
+    assert!(run.stderr().contains("[y/N]"), "{}", run.stderr());
+    assert!(run.stderr().contains("nothing done"), "{}", run.stderr());
+    assert_eq!(b.depth("celery").await, 0);
+    let run = ask(b"y\n");
+    run.ok();
+    assert_eq!(b.depth("celery").await, 2);
+    db.drop().await;
+    b.delete().await;
+}
+
+/// Another server on the AMQP port (here RabbitMQ's own HTTP API): said in plain words.
+#[test]
+fn a_server_that_is_not_rabbitmq_is_named_as_such() {
+    crate::common::Dlq::new()
+        .args(&[
+            "--amqp-url",
+            "amqp://guest:guest@127.0.0.1:15672/%2f",
+            "list",
+            "-Q",
+            "q",
+        ])
+        .run()
+        .fails(1, "is this the AMQP port");
+}
+
+/// `--table public.x` on SQLite: not found (exit 2), as on the other databases.
+#[tokio::test]
+async fn a_schema_qualified_table_on_sqlite_is_not_found() {
+    let db = TestDb::new(Dialect::Sqlite, "hard_schema").await;
+    db.init();
+    crate::common::Dlq::new()
+        .env("DLQ_DATABASE_URL", &db.url)
+        .args(&["--table", "public.x", "list"])
+        .run()
+        .fails(2, "table public.x not found");
+}
