@@ -53,6 +53,8 @@ Register-ArgumentCompleter -Native -CommandName 'dlq' -ScriptBlock {
             [CompletionResult]::new('archive', 'archive', [CompletionResultType]::ParameterValue, 'Write selected dead letters to an NDJSON archive, optionally deleting them from the source')
             [CompletionResult]::new('init', 'init', [CompletionResultType]::ParameterValue, 'Create the failed-task table with the right columns and index')
             [CompletionResult]::new('workers', 'workers', [CompletionResultType]::ParameterValue, 'The live Celery workers: the queues each consumes and the tasks each registers')
+            [CompletionResult]::new('check', 'check', [CompletionResultType]::ParameterValue, 'Nagios-style check: OK / WARNING / CRITICAL / UNKNOWN from pending dead letters, the age of the oldest and how many arrived lately (exit 0 / 1 / 2 / 3)')
+            [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Prometheus metrics of every dead-letter source: on stdout, in a textfile for node_exporter, or served on GET /metrics')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -357,6 +359,82 @@ Register-ArgumentCompleter -Native -CommandName 'dlq' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'dlq;check' {
+            [CompletionResult]::new('-Q', '-Q ', [CompletionResultType]::ParameterName, 'Act on this RabbitMQ dead-letter queue instead of the table (repeatable)')
+            [CompletionResult]::new('--queue', '--queue', [CompletionResultType]::ParameterName, 'Act on this RabbitMQ dead-letter queue instead of the table (repeatable)')
+            [CompletionResult]::new('--motivo-header', '--motivo-header', [CompletionResultType]::ParameterName, 'Extra message header holding the error text, used for motivo (repeatable)')
+            [CompletionResult]::new('--warn-pending', '--warn-pending', [CompletionResultType]::ParameterName, 'WARNING when more than N dead letters are pending (table rows / ready messages)')
+            [CompletionResult]::new('--crit-pending', '--crit-pending', [CompletionResultType]::ParameterName, 'CRITICAL when more than N dead letters are pending')
+            [CompletionResult]::new('--warn-age', '--warn-age', [CompletionResultType]::ParameterName, 'WARNING when the oldest pending dead letter is older than DURATION (30m, 2h, 7d)')
+            [CompletionResult]::new('--crit-age', '--crit-age', [CompletionResultType]::ParameterName, 'CRITICAL when the oldest pending dead letter is older than DURATION')
+            [CompletionResult]::new('--warn-new', '--warn-new', [CompletionResultType]::ParameterName, 'WARNING when more than N dead letters arrived within --new-within (queues: in the head sample)')
+            [CompletionResult]::new('--crit-new', '--crit-new', [CompletionResultType]::ParameterName, 'CRITICAL when more than N dead letters arrived within --new-within')
+            [CompletionResult]::new('--new-within', '--new-within', [CompletionResultType]::ParameterName, 'The window of --warn-new / --crit-new')
+            [CompletionResult]::new('--sample', '--sample', [CompletionResultType]::ParameterName, 'Messages read (and given back) at the head of each DLQ for age and new; 0 reads none [default: as `list`: 100, fewer with many DLQs]')
+            [CompletionResult]::new('--config', '--config', [CompletionResultType]::ParameterName, 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]')
+            [CompletionResult]::new('--profile', '--profile', [CompletionResultType]::ParameterName, 'Named profile from the config file [env: DLQ_PROFILE]')
+            [CompletionResult]::new('--database-url', '--database-url', [CompletionResultType]::ParameterName, 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]')
+            [CompletionResult]::new('--table', '--table', [CompletionResultType]::ParameterName, 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]')
+            [CompletionResult]::new('--amqp-url', '--amqp-url', [CompletionResultType]::ParameterName, 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]')
+            [CompletionResult]::new('--management-url', '--management-url', [CompletionResultType]::ParameterName, 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]')
+            [CompletionResult]::new('--amqp-ca-file', '--amqp-ca-file', [CompletionResultType]::ParameterName, 'CA certificates (PEM) to trust for amqps:// and an https management API, on top of the system''s [env: DLQ_AMQP_CA_FILE]')
+            [CompletionResult]::new('--amqp-client-cert', '--amqp-client-cert', [CompletionResultType]::ParameterName, 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]')
+            [CompletionResult]::new('--amqp-client-key', '--amqp-client-key', [CompletionResultType]::ParameterName, 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]')
+            [CompletionResult]::new('--vhost', '--vhost', [CompletionResultType]::ParameterName, 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]')
+            [CompletionResult]::new('--broker-url', '--broker-url', [CompletionResultType]::ParameterName, 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]')
+            [CompletionResult]::new('--redis-key-prefix', '--redis-key-prefix', [CompletionResultType]::ParameterName, 'Redis: the app''s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]')
+            [CompletionResult]::new('--redis-wait-replicas', '--redis-wait-replicas', [CompletionResultType]::ParameterName, 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format [default: table]')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format [default: table]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use colour [default: auto; NO_COLOR is honoured]')
+            [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Read a quorum queue even where that could push messages over its delivery limit (also needed when the queue type cannot be checked: management API unavailable)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only data and errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only data and errors')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More diagnostics on stderr (repeat for more)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More diagnostics on stderr (repeat for more)')
+            [CompletionResult]::new('--no-progress', '--no-progress', [CompletionResultType]::ParameterName, 'Never draw progress bars')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
+        'dlq;metrics' {
+            [CompletionResult]::new('-Q', '-Q ', [CompletionResultType]::ParameterName, 'Act on this RabbitMQ dead-letter queue instead of the table (repeatable)')
+            [CompletionResult]::new('--queue', '--queue', [CompletionResultType]::ParameterName, 'Act on this RabbitMQ dead-letter queue instead of the table (repeatable)')
+            [CompletionResult]::new('--motivo-header', '--motivo-header', [CompletionResultType]::ParameterName, 'Extra message header holding the error text, used for motivo (repeatable)')
+            [CompletionResult]::new('--sample', '--sample', [CompletionResultType]::ParameterName, 'Read (and give back) the first N messages of each DLQ for its age and reasons [default: read none]')
+            [CompletionResult]::new('--textfile', '--textfile', [CompletionResultType]::ParameterName, 'Write the metrics to PATH atomically (node_exporter''s textfile collector: *.prom)')
+            [CompletionResult]::new('--listen', '--listen', [CompletionResultType]::ParameterName, 'Serve GET /metrics on ADDR (e.g. 127.0.0.1:9419) until SIGINT / SIGTERM')
+            [CompletionResult]::new('--interval', '--interval', [CompletionResultType]::ParameterName, 'With --listen: ask the sources at most this often, whatever the scrape rate')
+            [CompletionResult]::new('--config', '--config', [CompletionResultType]::ParameterName, 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]')
+            [CompletionResult]::new('--profile', '--profile', [CompletionResultType]::ParameterName, 'Named profile from the config file [env: DLQ_PROFILE]')
+            [CompletionResult]::new('--database-url', '--database-url', [CompletionResultType]::ParameterName, 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]')
+            [CompletionResult]::new('--table', '--table', [CompletionResultType]::ParameterName, 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]')
+            [CompletionResult]::new('--amqp-url', '--amqp-url', [CompletionResultType]::ParameterName, 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]')
+            [CompletionResult]::new('--management-url', '--management-url', [CompletionResultType]::ParameterName, 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]')
+            [CompletionResult]::new('--amqp-ca-file', '--amqp-ca-file', [CompletionResultType]::ParameterName, 'CA certificates (PEM) to trust for amqps:// and an https management API, on top of the system''s [env: DLQ_AMQP_CA_FILE]')
+            [CompletionResult]::new('--amqp-client-cert', '--amqp-client-cert', [CompletionResultType]::ParameterName, 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]')
+            [CompletionResult]::new('--amqp-client-key', '--amqp-client-key', [CompletionResultType]::ParameterName, 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]')
+            [CompletionResult]::new('--vhost', '--vhost', [CompletionResultType]::ParameterName, 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]')
+            [CompletionResult]::new('--broker-url', '--broker-url', [CompletionResultType]::ParameterName, 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]')
+            [CompletionResult]::new('--redis-key-prefix', '--redis-key-prefix', [CompletionResultType]::ParameterName, 'Redis: the app''s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]')
+            [CompletionResult]::new('--redis-wait-replicas', '--redis-wait-replicas', [CompletionResultType]::ParameterName, 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format [default: table]')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format [default: table]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use colour [default: auto; NO_COLOR is honoured]')
+            [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Read a quorum queue even where that could push messages over its delivery limit (also needed when the queue type cannot be checked: management API unavailable)')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only data and errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only data and errors')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More diagnostics on stderr (repeat for more)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More diagnostics on stderr (repeat for more)')
+            [CompletionResult]::new('--no-progress', '--no-progress', [CompletionResultType]::ParameterName, 'Never draw progress bars')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'dlq;completions' {
             [CompletionResult]::new('--config', '--config', [CompletionResultType]::ParameterName, 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]')
             [CompletionResult]::new('--profile', '--profile', [CompletionResultType]::ParameterName, 'Named profile from the config file [env: DLQ_PROFILE]')
@@ -393,6 +471,8 @@ Register-ArgumentCompleter -Native -CommandName 'dlq' -ScriptBlock {
             [CompletionResult]::new('archive', 'archive', [CompletionResultType]::ParameterValue, 'Write selected dead letters to an NDJSON archive, optionally deleting them from the source')
             [CompletionResult]::new('init', 'init', [CompletionResultType]::ParameterValue, 'Create the failed-task table with the right columns and index')
             [CompletionResult]::new('workers', 'workers', [CompletionResultType]::ParameterValue, 'The live Celery workers: the queues each consumes and the tasks each registers')
+            [CompletionResult]::new('check', 'check', [CompletionResultType]::ParameterValue, 'Nagios-style check: OK / WARNING / CRITICAL / UNKNOWN from pending dead letters, the age of the oldest and how many arrived lately (exit 0 / 1 / 2 / 3)')
+            [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Prometheus metrics of every dead-letter source: on stdout, in a textfile for node_exporter, or served on GET /metrics')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
             break
@@ -416,6 +496,12 @@ Register-ArgumentCompleter -Native -CommandName 'dlq' -ScriptBlock {
             break
         }
         'dlq;help;workers' {
+            break
+        }
+        'dlq;help;check' {
+            break
+        }
+        'dlq;help;metrics' {
             break
         }
         'dlq;help;completions' {

@@ -50,6 +50,8 @@ set edit:completion:arg-completer[dlq] = {|@words|
             cand archive 'Write selected dead letters to an NDJSON archive, optionally deleting them from the source'
             cand init 'Create the failed-task table with the right columns and index'
             cand workers 'The live Celery workers: the queues each consumes and the tasks each registers'
+            cand check 'Nagios-style check: OK / WARNING / CRITICAL / UNKNOWN from pending dead letters, the age of the oldest and how many arrived lately (exit 0 / 1 / 2 / 3)'
+            cand metrics 'Prometheus metrics of every dead-letter source: on stdout, in a textfile for node_exporter, or served on GET /metrics'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -346,6 +348,80 @@ set edit:completion:arg-completer[dlq] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'dlq;check'= {
+            cand -Q 'Act on this RabbitMQ dead-letter queue instead of the table (repeatable)'
+            cand --queue 'Act on this RabbitMQ dead-letter queue instead of the table (repeatable)'
+            cand --motivo-header 'Extra message header holding the error text, used for motivo (repeatable)'
+            cand --warn-pending 'WARNING when more than N dead letters are pending (table rows / ready messages)'
+            cand --crit-pending 'CRITICAL when more than N dead letters are pending'
+            cand --warn-age 'WARNING when the oldest pending dead letter is older than DURATION (30m, 2h, 7d)'
+            cand --crit-age 'CRITICAL when the oldest pending dead letter is older than DURATION'
+            cand --warn-new 'WARNING when more than N dead letters arrived within --new-within (queues: in the head sample)'
+            cand --crit-new 'CRITICAL when more than N dead letters arrived within --new-within'
+            cand --new-within 'The window of --warn-new / --crit-new'
+            cand --sample 'Messages read (and given back) at the head of each DLQ for age and new; 0 reads none [default: as `list`: 100, fewer with many DLQs]'
+            cand --config 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]'
+            cand --profile 'Named profile from the config file [env: DLQ_PROFILE]'
+            cand --database-url 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]'
+            cand --table 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]'
+            cand --amqp-url 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]'
+            cand --management-url 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]'
+            cand --amqp-ca-file 'CA certificates (PEM) to trust for amqps:// and an https management API, on top of the system''s [env: DLQ_AMQP_CA_FILE]'
+            cand --amqp-client-cert 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]'
+            cand --amqp-client-key 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]'
+            cand --vhost 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]'
+            cand --broker-url 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]'
+            cand --redis-key-prefix 'Redis: the app''s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]'
+            cand --redis-wait-replicas 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked'
+            cand -o 'Output format [default: table]'
+            cand --output 'Output format [default: table]'
+            cand --color 'When to use colour [default: auto; NO_COLOR is honoured]'
+            cand --force 'Read a quorum queue even where that could push messages over its delivery limit (also needed when the queue type cannot be checked: management API unavailable)'
+            cand -q 'Print only data and errors'
+            cand --quiet 'Print only data and errors'
+            cand -v 'More diagnostics on stderr (repeat for more)'
+            cand --verbose 'More diagnostics on stderr (repeat for more)'
+            cand --no-progress 'Never draw progress bars'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
+        &'dlq;metrics'= {
+            cand -Q 'Act on this RabbitMQ dead-letter queue instead of the table (repeatable)'
+            cand --queue 'Act on this RabbitMQ dead-letter queue instead of the table (repeatable)'
+            cand --motivo-header 'Extra message header holding the error text, used for motivo (repeatable)'
+            cand --sample 'Read (and give back) the first N messages of each DLQ for its age and reasons [default: read none]'
+            cand --textfile 'Write the metrics to PATH atomically (node_exporter''s textfile collector: *.prom)'
+            cand --listen 'Serve GET /metrics on ADDR (e.g. 127.0.0.1:9419) until SIGINT / SIGTERM'
+            cand --interval 'With --listen: ask the sources at most this often, whatever the scrape rate'
+            cand --config 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]'
+            cand --profile 'Named profile from the config file [env: DLQ_PROFILE]'
+            cand --database-url 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]'
+            cand --table 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]'
+            cand --amqp-url 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]'
+            cand --management-url 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]'
+            cand --amqp-ca-file 'CA certificates (PEM) to trust for amqps:// and an https management API, on top of the system''s [env: DLQ_AMQP_CA_FILE]'
+            cand --amqp-client-cert 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]'
+            cand --amqp-client-key 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]'
+            cand --vhost 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]'
+            cand --broker-url 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]'
+            cand --redis-key-prefix 'Redis: the app''s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]'
+            cand --redis-wait-replicas 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked'
+            cand -o 'Output format [default: table]'
+            cand --output 'Output format [default: table]'
+            cand --color 'When to use colour [default: auto; NO_COLOR is honoured]'
+            cand --force 'Read a quorum queue even where that could push messages over its delivery limit (also needed when the queue type cannot be checked: management API unavailable)'
+            cand -q 'Print only data and errors'
+            cand --quiet 'Print only data and errors'
+            cand -v 'More diagnostics on stderr (repeat for more)'
+            cand --verbose 'More diagnostics on stderr (repeat for more)'
+            cand --no-progress 'Never draw progress bars'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'dlq;completions'= {
             cand --config 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]'
             cand --profile 'Named profile from the config file [env: DLQ_PROFILE]'
@@ -381,6 +457,8 @@ set edit:completion:arg-completer[dlq] = {|@words|
             cand archive 'Write selected dead letters to an NDJSON archive, optionally deleting them from the source'
             cand init 'Create the failed-task table with the right columns and index'
             cand workers 'The live Celery workers: the queues each consumes and the tasks each registers'
+            cand check 'Nagios-style check: OK / WARNING / CRITICAL / UNKNOWN from pending dead letters, the age of the oldest and how many arrived lately (exit 0 / 1 / 2 / 3)'
+            cand metrics 'Prometheus metrics of every dead-letter source: on stdout, in a textfile for node_exporter, or served on GET /metrics'
             cand completions 'Print a shell completion script'
             cand help 'Print this message or the help of the given subcommand(s)'
         }
@@ -397,6 +475,10 @@ set edit:completion:arg-completer[dlq] = {|@words|
         &'dlq;help;init'= {
         }
         &'dlq;help;workers'= {
+        }
+        &'dlq;help;check'= {
+        }
+        &'dlq;help;metrics'= {
         }
         &'dlq;help;completions'= {
         }

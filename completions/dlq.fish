@@ -56,6 +56,8 @@ complete -c dlq -n "__fish_dlq_needs_command" -f -a "replay" -d 'Re-dispatch sel
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "archive" -d 'Write selected dead letters to an NDJSON archive, optionally deleting them from the source'
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "init" -d 'Create the failed-task table with the right columns and index'
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "workers" -d 'The live Celery workers: the queues each consumes and the tasks each registers'
+complete -c dlq -n "__fish_dlq_needs_command" -f -a "check" -d 'Nagios-style check: OK / WARNING / CRITICAL / UNKNOWN from pending dead letters, the age of the oldest and how many arrived lately (exit 0 / 1 / 2 / 3)'
+complete -c dlq -n "__fish_dlq_needs_command" -f -a "metrics" -d 'Prometheus metrics of every dead-letter source: on stdout, in a textfile for node_exporter, or served on GET /metrics'
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c dlq -n "__fish_dlq_using_subcommand list" -s Q -l queue -d 'Also list this queue (repeatable; works without the management API)' -r
@@ -324,6 +326,74 @@ complete -c dlq -n "__fish_dlq_using_subcommand workers" -s v -l verbose -d 'Mor
 complete -c dlq -n "__fish_dlq_using_subcommand workers" -l no-progress -d 'Never draw progress bars'
 complete -c dlq -n "__fish_dlq_using_subcommand workers" -s h -l help -d 'Print help'
 complete -c dlq -n "__fish_dlq_using_subcommand workers" -s V -l version -d 'Print version'
+complete -c dlq -n "__fish_dlq_using_subcommand check" -s Q -l queue -d 'Act on this RabbitMQ dead-letter queue instead of the table (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l motivo-header -d 'Extra message header holding the error text, used for motivo (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l warn-pending -d 'WARNING when more than N dead letters are pending (table rows / ready messages)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l crit-pending -d 'CRITICAL when more than N dead letters are pending' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l warn-age -d 'WARNING when the oldest pending dead letter is older than DURATION (30m, 2h, 7d)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l crit-age -d 'CRITICAL when the oldest pending dead letter is older than DURATION' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l warn-new -d 'WARNING when more than N dead letters arrived within --new-within (queues: in the head sample)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l crit-new -d 'CRITICAL when more than N dead letters arrived within --new-within' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l new-within -d 'The window of --warn-new / --crit-new' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l sample -d 'Messages read (and given back) at the head of each DLQ for age and new; 0 reads none [default: as `list`: 100, fewer with many DLQs]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l profile -d 'Named profile from the config file [env: DLQ_PROFILE]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l database-url -d 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l amqp-ca-file -d 'CA certificates (PEM) to trust for amqps:// and an https management API, on top of the system\'s [env: DLQ_AMQP_CA_FILE]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
+json\t''
+ndjson\t''
+csv\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit (also needed when the queue type cannot be checked: management API unavailable)'
+complete -c dlq -n "__fish_dlq_using_subcommand check" -s q -l quiet -d 'Print only data and errors'
+complete -c dlq -n "__fish_dlq_using_subcommand check" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l no-progress -d 'Never draw progress bars'
+complete -c dlq -n "__fish_dlq_using_subcommand check" -s h -l help -d 'Print help'
+complete -c dlq -n "__fish_dlq_using_subcommand check" -s V -l version -d 'Print version'
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -s Q -l queue -d 'Act on this RabbitMQ dead-letter queue instead of the table (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l motivo-header -d 'Extra message header holding the error text, used for motivo (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l sample -d 'Read (and give back) the first N messages of each DLQ for its age and reasons [default: read none]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l textfile -d 'Write the metrics to PATH atomically (node_exporter\'s textfile collector: *.prom)' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l listen -d 'Serve GET /metrics on ADDR (e.g. 127.0.0.1:9419) until SIGINT / SIGTERM' -r
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l interval -d 'With --listen: ask the sources at most this often, whatever the scrape rate' -r
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l profile -d 'Named profile from the config file [env: DLQ_PROFILE]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l database-url -d 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l amqp-ca-file -d 'CA certificates (PEM) to trust for amqps:// and an https management API, on top of the system\'s [env: DLQ_AMQP_CA_FILE]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
+json\t''
+ndjson\t''
+csv\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit (also needed when the queue type cannot be checked: management API unavailable)'
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -s q -l quiet -d 'Print only data and errors'
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l no-progress -d 'Never draw progress bars'
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -s h -l help -d 'Print help'
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -s V -l version -d 'Print version'
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l profile -d 'Named profile from the config file [env: DLQ_PROFILE]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l database-url -d 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]' -r
@@ -349,12 +419,14 @@ complete -c dlq -n "__fish_dlq_using_subcommand completions" -s v -l verbose -d 
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l no-progress -d 'Never draw progress bars'
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -s h -l help -d 'Print help'
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers completions help" -f -a "list" -d 'Overview of every dead-letter source: counts, oldest, top reasons'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers completions help" -f -a "inspect" -d 'Show individual dead letters (default --limit 20; --full shows everything)'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers completions help" -f -a "filter" -d 'Evaluate a selection: group it, count it, or export its records (-o ndjson)'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers completions help" -f -a "replay" -d 'Re-dispatch selected dead letters (table rows as Celery tasks, queue messages to where they died)'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers completions help" -f -a "archive" -d 'Write selected dead letters to an NDJSON archive, optionally deleting them from the source'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers completions help" -f -a "init" -d 'Create the failed-task table with the right columns and index'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers completions help" -f -a "workers" -d 'The live Celery workers: the queues each consumes and the tasks each registers'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "list" -d 'Overview of every dead-letter source: counts, oldest, top reasons'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "inspect" -d 'Show individual dead letters (default --limit 20; --full shows everything)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "filter" -d 'Evaluate a selection: group it, count it, or export its records (-o ndjson)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "replay" -d 'Re-dispatch selected dead letters (table rows as Celery tasks, queue messages to where they died)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "archive" -d 'Write selected dead letters to an NDJSON archive, optionally deleting them from the source'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "init" -d 'Create the failed-task table with the right columns and index'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "workers" -d 'The live Celery workers: the queues each consumes and the tasks each registers'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "check" -d 'Nagios-style check: OK / WARNING / CRITICAL / UNKNOWN from pending dead letters, the age of the oldest and how many arrived lately (exit 0 / 1 / 2 / 3)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "metrics" -d 'Prometheus metrics of every dead-letter source: on stdout, in a textfile for node_exporter, or served on GET /metrics'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "completions" -d 'Print a shell completion script'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -137,6 +137,14 @@ pub enum Command {
     Init(InitArgs),
     /// The live Celery workers: the queues each consumes and the tasks each registers
     Workers(WorkersArgs),
+    /// Nagios-style check: OK / WARNING / CRITICAL / UNKNOWN from pending dead letters, the
+    /// age of the oldest and how many arrived lately (exit 0 / 1 / 2 / 3)
+    #[command(after_help = CHECK_HELP)]
+    Check(CheckArgs),
+    /// Prometheus metrics of every dead-letter source: on stdout, in a textfile for
+    /// node_exporter, or served on GET /metrics
+    #[command(after_help = METRICS_HELP)]
+    Metrics(MetricsArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
 }
@@ -365,4 +373,94 @@ pub struct CompletionsArgs {
 /// The clap command, for completions, man pages and the drift test.
 pub fn command() -> clap::Command {
     <Cli as clap::CommandFactory>::command()
+}
+
+const CHECK_HELP: &str = "\
+Sources: the table whenever a database is configured, plus every DLQ discovered through the
+management API (and the config file's `queues`), or only the queues named with -Q.
+
+What the levels read (a figure above a level alerts):
+  pending  table: pending rows (COUNT). queue: ready messages (passive declare), nothing read
+  age      table: the oldest pending criada_em. queue: the oldest death time in a sample of
+           the queue's head, read and given back as `inspect` does (nothing changes)
+  new      table: pending rows with criada_em within --new-within. queue: messages of that
+           head sample that died within --new-within (a lower bound on a longer queue)
+A queue that must not be read (quorum queue with a delivery limit, type unknown without the
+management API; --force reads it) has no age or new; the first line says so.
+
+Exit codes (the Nagios plugin convention; other dlq commands use 0 / 1 / 2 / 3 differently):
+  0  OK        1  WARNING        2  CRITICAL
+  3  UNKNOWN   a source unreachable, a named queue missing, a bad level (garbage, negative,
+               warn above crit), nothing to check
+Output: `DLQ <STATUS> - <worst sources> | <perfdata>`, then one line per source; -o json gives
+status, pending, oldest_age_seconds, new and the levels per source.";
+
+const METRICS_HELP: &str = "\
+Gauges: dlq_dead_letters, dlq_oldest_age_seconds, dlq_dead_letters_by_reason (reason = the
+fingerprint; the table's top 20 and `other`), dlq_replayed (table), each labelled
+source=\"table|queue\", location=\"...\".
+Queue depth comes from passive declare and the management API: by default no queue message is
+read, so queues have no age or reasons; --sample N reads (and gives back) the first N.
+Exit codes: 0 success, 1 a source unreachable (with --listen: that scrape answers 503),
+2 bad usage.";
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// WARNING when more than N dead letters are pending (table rows / ready messages)
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    pub warn_pending: Option<String>,
+    /// CRITICAL when more than N dead letters are pending
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    pub crit_pending: Option<String>,
+    /// WARNING when the oldest pending dead letter is older than DURATION (30m, 2h, 7d)
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    pub warn_age: Option<String>,
+    /// CRITICAL when the oldest pending dead letter is older than DURATION
+    #[arg(long, value_name = "DURATION", allow_hyphen_values = true)]
+    pub crit_age: Option<String>,
+    /// WARNING when more than N dead letters arrived within --new-within (queues: in the
+    /// head sample)
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    pub warn_new: Option<String>,
+    /// CRITICAL when more than N dead letters arrived within --new-within
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    pub crit_new: Option<String>,
+    /// The window of --warn-new / --crit-new
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "1h",
+        allow_hyphen_values = true
+    )]
+    pub new_within: String,
+    /// Messages read (and given back) at the head of each DLQ for age and new; 0 reads none
+    /// [default: as `list`: 100, fewer with many DLQs]
+    #[arg(long, value_name = "N", allow_hyphen_values = true)]
+    pub sample: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct MetricsArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Read (and give back) the first N messages of each DLQ for its age and reasons
+    /// [default: read none]
+    #[arg(long, value_name = "N")]
+    pub sample: Option<u64>,
+    /// Write the metrics to PATH atomically (node_exporter's textfile collector: *.prom)
+    #[arg(long, value_name = "PATH", conflicts_with = "listen")]
+    pub textfile: Option<PathBuf>,
+    /// Serve GET /metrics on ADDR (e.g. 127.0.0.1:9419) until SIGINT / SIGTERM
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// With --listen: ask the sources at most this often, whatever the scrape rate
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "30s",
+        requires = "listen"
+    )]
+    pub interval: String,
 }

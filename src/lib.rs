@@ -24,6 +24,7 @@ pub(crate) mod fingerprint;
 pub mod generated;
 pub(crate) mod jq;
 pub(crate) mod model;
+pub(crate) mod monitor;
 pub(crate) mod output;
 pub mod rabbit;
 pub mod redact;

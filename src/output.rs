@@ -282,7 +282,10 @@ fn ask(question: &str) -> io::Result<bool> {
         writeln!(err)?;
         return Ok(false);
     }
-    Ok(matches!(line.trim().to_ascii_lowercase().as_str(), "y" | "yes"))
+    Ok(matches!(
+        line.trim().to_ascii_lowercase().as_str(),
+        "y" | "yes"
+    ))
 }
 
 /// A typed output row (in the spirit of rabbitmqadmin-ng's `Tabled` rows): its table

@@ -151,8 +151,8 @@ impl DatabaseUrl {
             _ => raw.to_string(),
         };
         if dialect != Dialect::Sqlite {
-            let parsed =
-                url::Url::parse(&url).map_err(|e| format!("invalid database URL {shown}: {e}{}", encoding_hint(e)))?;
+            let parsed = url::Url::parse(&url)
+                .map_err(|e| format!("invalid database URL {shown}: {e}{}", encoding_hint(e)))?;
             if parsed.host_str().is_none_or(str::is_empty) {
                 return Err(format!("invalid database URL {shown}: missing host"));
             }

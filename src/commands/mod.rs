@@ -1,11 +1,13 @@
 //! One file per subcommand, each thin: validated options in, an exit code out.
 
 pub mod archive;
+pub mod check;
 pub mod completions;
 pub mod filter;
 pub mod init;
 pub mod inspect;
 pub mod list;
+pub mod metrics;
 pub mod replay;
 pub mod workers;
 
@@ -41,7 +43,14 @@ async fn run_command(cli: Cli) -> Result<Exit> {
     if let Command::Completions(a) = &cli.command {
         return completions::run(a.shell);
     }
-    let settings = Settings::from_env(&cli.global)?;
+    let settings = match Settings::from_env(&cli.global) {
+        Ok(s) => s,
+        // A monitoring system reads exit codes as Nagios states: never CRITICAL for a typo.
+        Err(e) if matches!(cli.command, Command::Check(_)) => {
+            return Ok(check::unknown_before_settings(&e));
+        }
+        Err(e) => return Err(e),
+    };
     let printer = Printer::new(&settings);
     for w in &settings.warnings {
         printer.warn(w);
@@ -100,6 +109,34 @@ async fn run_command(cli: Cli) -> Result<Exit> {
                 timeout: settings::worker_timeout(&a.worker_timeout)?,
             };
             workers::run(&settings, &printer, opts).await
+        }
+        Command::Check(a) => {
+            let opts = check::Options {
+                queues: a.source.queues,
+                motivo_headers: a.source.motivo_header,
+                force: a.source.force,
+                sample: a.sample,
+                warn_pending: a.warn_pending,
+                crit_pending: a.crit_pending,
+                warn_age: a.warn_age,
+                crit_age: a.crit_age,
+                warn_new: a.warn_new,
+                crit_new: a.crit_new,
+                new_within: a.new_within,
+            };
+            check::run(&settings, &printer, opts).await
+        }
+        Command::Metrics(a) => {
+            let opts = metrics::Options {
+                queues: a.source.queues,
+                motivo_headers: a.source.motivo_header,
+                force: a.source.force,
+                sample: a.sample,
+                textfile: a.textfile,
+                listen: a.listen,
+                interval: a.interval,
+            };
+            metrics::run(&settings, &printer, opts).await
         }
         Command::Completions(_) => unreachable!("handled above"),
     }

@@ -488,7 +488,10 @@ mod tests {
         );
         let info = parse_deaths(Some(&h));
         assert_eq!(info.total_count(), 1);
-        assert_eq!(info.warnings, vec!["x-death[0].count is -4, not a count (counted as one death)"]);
+        assert_eq!(
+            info.warnings,
+            vec!["x-death[0].count is -4, not a count (counted as one death)"]
+        );
     }
 
     #[test]

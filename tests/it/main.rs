@@ -8,6 +8,7 @@ mod disruptive;
 mod faults;
 mod generated;
 mod hardening;
+mod operate;
 mod queue_archive;
 mod queue_read;
 mod queue_replay;

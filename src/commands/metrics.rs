@@ -1,0 +1,56 @@
+//! `dlq metrics`: the figures of every dead-letter source in the Prometheus text format,
+//! on stdout, in a textfile for node_exporter, or served on `GET /metrics`.
+
+use crate::error::{Exit, usage};
+use crate::monitor::{self, Request, exposition, serve};
+use crate::output::Printer;
+use crate::settings::Settings;
+use anyhow::Result;
+use std::path::PathBuf;
+
+pub(crate) struct Options {
+    /// `-Q`: only these queues.
+    pub queues: Vec<String>,
+    pub motivo_headers: Vec<String>,
+    pub force: bool,
+    /// Messages read at the head of each DLQ for age and reasons; `None` reads nothing.
+    pub sample: Option<u64>,
+    pub textfile: Option<PathBuf>,
+    pub listen: Option<String>,
+    /// `--interval` as given: the least time between two refreshes of `--listen`.
+    pub interval: String,
+}
+
+pub(crate) async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
+    let interval = crate::when::parse_duration(&opts.interval)
+        .map_err(|e| usage(format!("--interval: {e}")))?
+        .to_std()
+        .map_err(|_| usage("--interval must not be negative"))?;
+    let req = Request {
+        queues: opts.queues,
+        motivo_headers: opts.motivo_headers,
+        force: opts.force,
+        // By default metrics never read a queue: depth alone is exact and cheap.
+        sample: Some(opts.sample.unwrap_or(0)),
+        new_since: None,
+    };
+    let render = || async {
+        let figures = monitor::gather(settings, &req).await?;
+        for w in &figures.warnings {
+            printer.warn(w);
+        }
+        Ok(exposition::render(&figures.sources, chrono::Utc::now()))
+    };
+    match (&opts.listen, &opts.textfile) {
+        (Some(addr), _) => serve::listen(addr, interval, render, printer).await?,
+        (None, Some(path)) => serve::write_atomically(path, &render().await?)?,
+        (None, None) => {
+            use std::io::Write as _;
+            let text = render().await?;
+            let mut out = std::io::stdout().lock();
+            out.write_all(text.as_bytes())?;
+            out.flush()?;
+        }
+    }
+    Ok(Exit::Ok)
+}

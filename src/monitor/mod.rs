@@ -1,0 +1,253 @@
+//! Monitoring (`check`, `metrics`): the figures of every dead-letter source, gathered once
+//! per run (or per refresh) from the same sources as `list`: the table whenever a database
+//! is configured, and every discovered DLQ or only the ones named with `-Q`.
+//!
+//! Queue depth comes from `list`'s discovery (passive declare, the management API); the
+//! head of a queue is read only when a sample is asked for (sample.rs).
+
+pub(crate) mod exposition;
+pub(crate) mod sample;
+pub(crate) mod serve;
+
+use crate::rabbit::{Target, connect};
+use crate::select::Selection;
+use crate::settings::{DatabaseUrl, Settings};
+use crate::source::summary::{self, ListOptions, QueueSummary};
+use crate::source::table::FailedTable;
+use anyhow::{Result, anyhow};
+use chrono::{DateTime, Utc};
+use sample::{HeadRead, SampleSpec};
+
+/// What to gather.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Request {
+    /// `-Q`: only these queues (else every discovered DLQ and the config file's `queues`).
+    pub queues: Vec<String>,
+    pub motivo_headers: Vec<String>,
+    pub force: bool,
+    /// Messages read at the head of each queue; `None`: `list`'s automatic size.
+    pub sample: Option<u64>,
+    /// Count the pending dead letters that arrived at or after this time.
+    pub new_since: Option<DateTime<Utc>>,
+}
+
+/// One source's figures.
+#[derive(Debug, Clone)]
+pub(crate) struct SourceFigures {
+    /// `table` or `queue`.
+    pub source: &'static str,
+    pub location: String,
+    /// Pending rows / ready messages.
+    pub pending: u64,
+    /// The oldest pending dead letter's time, when known (queues: in the sample).
+    pub oldest: Option<DateTime<Utc>>,
+    /// Whether `oldest` and `reasons` were read (false: a queue not sampled).
+    pub read: bool,
+    /// Dead letters that arrived since `Request::new_since` (queues: in the sample).
+    pub new: Option<u64>,
+    /// Raw reason -> pending dead letters (table: all pending rows; queue: the sample).
+    pub reasons: Vec<(String, u64)>,
+    /// Table only: rows already replayed.
+    pub replayed: Option<u64>,
+    /// Queue only: messages read at its head.
+    pub sampled: Option<u64>,
+    /// Why the queue's head was not read.
+    pub not_read: Option<String>,
+}
+
+impl SourceFigures {
+    /// Seconds the oldest pending dead letter has waited; 0 when nothing is pending,
+    /// `None` when unknown (a queue not read, messages without a death time).
+    pub fn oldest_age_seconds(&self, now: DateTime<Utc>) -> Option<i64> {
+        match (self.pending, self.oldest) {
+            (0, _) => Some(0),
+            (_, Some(t)) => Some(now.signed_duration_since(t).num_seconds().max(0)),
+            (_, None) => None,
+        }
+    }
+}
+
+/// Every source's figures, and what the user should hear on stderr.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Figures {
+    pub sources: Vec<SourceFigures>,
+    pub warnings: Vec<String>,
+}
+
+/// Gathers the table's and the queues' figures. Fails when a configured source cannot be
+/// read, or a named queue does not exist: a monitor must not report a partial picture as
+/// the whole. RabbitMQ is optional exactly as in `list` (only the built-in default URL,
+/// nothing named): then it is a warning when unreachable.
+pub(crate) async fn gather(settings: &Settings, req: &Request) -> Result<Figures> {
+    let mut figures = Figures::default();
+    if let Some(db) = &settings.database {
+        figures
+            .sources
+            .push(table_figures(db, settings, req).await?);
+    }
+    let named = named_queues(settings, req);
+    let rabbit_optional = !settings.amqp_url_explicit
+        && named.is_empty()
+        && settings.management_url.is_none()
+        && settings.vhost.is_none();
+    match queue_figures(settings, req, named).await {
+        Ok((queues, warnings)) => {
+            figures.sources.extend(queues);
+            figures.warnings.extend(warnings);
+        }
+        Err(e) if rabbit_optional && !figures.sources.is_empty() => {
+            figures
+                .warnings
+                .push(format!("RabbitMQ not checked: {e:#}"));
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(figures)
+}
+
+/// `-Q` names only these; without it, the config file's `queues` join the discovered DLQs.
+fn named_queues(settings: &Settings, req: &Request) -> Vec<String> {
+    let mut named: Vec<String> = Vec::new();
+    let from = if req.queues.is_empty() {
+        &settings.config_queues
+    } else {
+        &req.queues
+    };
+    for q in from {
+        if !named.contains(q) {
+            named.push(q.clone());
+        }
+    }
+    named
+}
+
+async fn table_figures(
+    db: &DatabaseUrl,
+    settings: &Settings,
+    req: &Request,
+) -> Result<SourceFigures> {
+    let table = FailedTable::open(db, &settings.table).await?;
+    let s = table.summary().await?;
+    let new = match req.new_since {
+        Some(since) => Some(pending_since(&table, since).await?),
+        None => None,
+    };
+    crate::with_pool!(&table.pool, p => p.close().await);
+    Ok(SourceFigures {
+        source: "table",
+        location: table.location(),
+        pending: s.pending,
+        oldest: s.oldest_pending,
+        read: true,
+        new,
+        reasons: s.reasons,
+        replayed: Some(s.total.saturating_sub(s.pending)),
+        sampled: None,
+        not_read: None,
+    })
+}
+
+/// Pending rows created at or after `since`: one `COUNT(*)` where SQL decides it exactly,
+/// else (SQLite text timestamps) the pre-selected rows counted by the selection itself.
+async fn pending_since(table: &FailedTable, since: DateTime<Utc>) -> Result<u64> {
+    let sel = Selection {
+        since: Some(since),
+        ..Default::default()
+    };
+    if let Some(n) = table.count_exact(&sel).await? {
+        return Ok(n);
+    }
+    let mut rx = table.stream(&sel)?;
+    let mut n = 0;
+    while let Some(r) = rx.recv().await {
+        if sel.matches(&r?).unwrap_or(false) {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// The queues' figures: depth from `list`'s discovery, which reads nothing; then, when a
+/// sample is wanted, each head read through sample.rs.
+async fn queue_figures(
+    settings: &Settings,
+    req: &Request,
+    named: Vec<String>,
+) -> Result<(Vec<SourceFigures>, Vec<String>)> {
+    let only_named = !req.queues.is_empty();
+    let list_opts = ListOptions {
+        named: named.clone(),
+        sample: Some(0),
+        motivo_headers: req.motivo_headers.clone(),
+    };
+    let listing = summary::list(settings, &list_opts).await?;
+    if let Some(m) = listing.missing.first() {
+        return Err(anyhow!("queue {m:?} does not exist (nothing was created)"));
+    }
+    let mut warnings = listing.warnings.clone();
+    // Without the API nothing is discovered: only a check of named queues is whole then.
+    if !listing.notes.is_empty() && named.is_empty() {
+        return Err(anyhow!("{}", listing.notes.join("; ")));
+    }
+    warnings.extend(listing.notes.iter().cloned());
+    let queues: Vec<QueueSummary> = listing
+        .queues
+        .into_iter()
+        .filter(|q| !only_named || named.contains(&q.name))
+        .collect();
+    let spec = SampleSpec {
+        size: req
+            .sample
+            .unwrap_or_else(|| summary::default_sample(queues.len())),
+        force: req.force,
+        motivo_headers: req.motivo_headers.clone(),
+    };
+    let heads = if spec.size == 0 || queues.is_empty() {
+        vec![HeadRead::Skipped("head not read (sample size 0)".into()); queues.len()]
+    } else {
+        let conn = connect(&Target::from_settings(settings)?).await?;
+        let heads = sample::sample_all(&conn, &queues, &spec).await;
+        crate::rabbit::close(&conn, "dlq monitoring done").await;
+        heads?
+    };
+    let sources = queues
+        .iter()
+        .zip(heads)
+        .map(|(q, head)| queue_source(q, head, req.new_since, &mut warnings))
+        .collect();
+    Ok((sources, warnings))
+}
+
+fn queue_source(
+    q: &QueueSummary,
+    head: HeadRead,
+    new_since: Option<DateTime<Utc>>,
+    warnings: &mut Vec<String>,
+) -> SourceFigures {
+    let mut f = SourceFigures {
+        source: "queue",
+        location: q.name.clone(),
+        pending: q.ready,
+        oldest: None,
+        read: false,
+        new: None,
+        reasons: Vec::new(),
+        replayed: None,
+        sampled: None,
+        not_read: None,
+    };
+    match head {
+        HeadRead::Read(s) => {
+            warnings.extend(s.warnings);
+            f.read = true;
+            f.oldest = s.times.iter().min().copied();
+            f.new = new_since.map(|t| s.times.iter().filter(|&&at| at >= t).count() as u64);
+            f.reasons = s.reasons;
+            f.sampled = Some(s.read);
+        }
+        // An empty queue has nothing new, read or not.
+        HeadRead::Skipped(_) if q.ready == 0 => f.new = new_since.map(|_| 0),
+        HeadRead::Skipped(why) => f.not_read = Some(why),
+    }
+    f
+}
