@@ -19,6 +19,9 @@ _dlq() {
             dlq,archive)
                 cmd="dlq__subcmd__archive"
                 ;;
+            dlq,audit)
+                cmd="dlq__subcmd__audit"
+                ;;
             dlq,check)
                 cmd="dlq__subcmd__check"
                 ;;
@@ -51,6 +54,9 @@ _dlq() {
                 ;;
             dlq__subcmd__help,archive)
                 cmd="dlq__subcmd__help__subcmd__archive"
+                ;;
+            dlq__subcmd__help,audit)
+                cmd="dlq__subcmd__help__subcmd__audit"
                 ;;
             dlq__subcmd__help,check)
                 cmd="dlq__subcmd__help__subcmd__check"
@@ -89,7 +95,7 @@ _dlq() {
 
     case "${cmd}" in
         dlq)
-            opts="-o -q -v -h -V --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version list inspect filter replay archive init workers check metrics completions help"
+            opts="-o -q -v -h -V --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version list inspect filter replay archive init workers check metrics completions audit help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -159,6 +165,10 @@ _dlq() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -167,7 +177,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__archive)
-            opts="-Q -i -e -y -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --dry-run --yes --to --delete --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version"
+            opts="-Q -i -e -y -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --dry-run --yes --to --delete --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -293,6 +303,100 @@ _dlq() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlq__subcmd__audit)
+            opts="-o -q -v -h -V --since --run --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                --since)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --run)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --config)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --profile)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --database-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --table)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --management-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-ca-file)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-cert)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --amqp-client-key)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --vhost)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --broker-url)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-key-prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-wait-replicas)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --output)
+                    COMPREPLY=($(compgen -W "table json ndjson csv" -- "${cur}"))
+                    return 0
+                    ;;
+                -o)
+                    COMPREPLY=($(compgen -W "table json ndjson csv" -- "${cur}"))
+                    return 0
+                    ;;
+                --color)
+                    COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -301,7 +405,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__check)
-            opts="-Q -o -q -v -h -V --queue --motivo-header --force --warn-pending --crit-pending --warn-age --crit-age --warn-new --crit-new --new-within --sample --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version"
+            opts="-Q -o -q -v -h -V --queue --motivo-header --force --warn-pending --crit-pending --warn-age --crit-age --warn-new --crit-new --new-within --sample --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -415,6 +519,10 @@ _dlq() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -423,7 +531,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__completions)
-            opts="-o -q -v -h -V --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version bash elvish fish powershell zsh"
+            opts="-o -q -v -h -V --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -493,6 +601,10 @@ _dlq() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -501,7 +613,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__filter)
-            opts="-Q -i -e -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --group-by --count --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version"
+            opts="-Q -i -e -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --group-by --count --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -627,6 +739,10 @@ _dlq() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -635,7 +751,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__help)
-            opts="list inspect filter replay archive init workers check metrics completions help"
+            opts="list inspect filter replay archive init workers check metrics completions audit help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -649,6 +765,20 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__help__subcmd__archive)
+            opts=""
+            if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
+                COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+                return 0
+            fi
+            case "${prev}" in
+                *)
+                    COMPREPLY=()
+                    ;;
+            esac
+            COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
+            return 0
+            ;;
+        dlq__subcmd__help__subcmd__audit)
             opts=""
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 3 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
@@ -803,7 +933,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__init)
-            opts="-o -q -v -h -V --dry-run --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version"
+            opts="-o -q -v -h -V --dry-run --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -873,6 +1003,10 @@ _dlq() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -881,7 +1015,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__inspect)
-            opts="-Q -i -e -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --full --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version"
+            opts="-Q -i -e -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --full --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1003,6 +1137,10 @@ _dlq() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1011,7 +1149,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__list)
-            opts="-Q -o -q -v -h -V --queue --top --sample --motivo-header --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version"
+            opts="-Q -o -q -v -h -V --queue --top --sample --motivo-header --exclude --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1034,6 +1172,10 @@ _dlq() {
                     return 0
                     ;;
                 --motivo-header)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --exclude)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -1101,6 +1243,10 @@ _dlq() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1109,7 +1255,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__metrics)
-            opts="-Q -o -q -v -h -V --queue --motivo-header --force --sample --textfile --listen --interval --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version"
+            opts="-Q -o -q -v -h -V --queue --motivo-header --force --sample --textfile --listen --interval --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1207,6 +1353,10 @@ _dlq() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1215,7 +1365,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__replay)
-            opts="-Q -i -e -y -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --dry-run --yes --to-queue --to-exchange --routing-key --rate --window --from-file --max-replays --canary --canary-wait --plan-first --task-map --worker-timeout --no-worker-check --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version"
+            opts="-Q -i -e -y -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --dry-run --yes --to-queue --to-exchange --routing-key --rate --window --from-file --max-replays --canary --canary-wait --plan-first --task-map --worker-timeout --no-worker-check --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1381,6 +1531,10 @@ _dlq() {
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
                     return 0
                     ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 *)
                     COMPREPLY=()
                     ;;
@@ -1389,7 +1543,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__workers)
-            opts="-o -q -v -h -V --full --worker-timeout --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --help --version"
+            opts="-o -q -v -h -V --full --worker-timeout --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1461,6 +1615,10 @@ _dlq() {
                     ;;
                 --color)
                     COMPREPLY=($(compgen -W "auto always never" -- "${cur}"))
+                    return 0
+                    ;;
+                --audit-log)
+                    COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
                 *)

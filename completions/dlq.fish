@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_dlq_global_optspecs
-    string join \n config= profile= database-url= table= amqp-url= management-url= amqp-ca-file= amqp-client-cert= amqp-client-key= vhost= broker-url= redis-key-prefix= redis-wait-replicas= o/output= q/quiet v/verbose color= no-progress h/help V/version
+    string join \n config= profile= database-url= table= amqp-url= management-url= amqp-ca-file= amqp-client-cert= amqp-client-key= vhost= broker-url= redis-key-prefix= redis-wait-replicas= o/output= q/quiet v/verbose color= no-progress audit-log= h/help V/version
 end
 
 function __fish_dlq_needs_command
@@ -44,6 +44,7 @@ csv\t''"
 complete -c dlq -n "__fish_dlq_needs_command" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
 always\t''
 never\t''"
+complete -c dlq -n "__fish_dlq_needs_command" -l audit-log -d 'Audit trail (NDJSON) appended by every replay and archive --delete [env: DLQ_AUDIT_LOG] [default: $XDG_STATE_HOME/dlq/audit.ndjson, else ~/.local/state/dlq/audit.ndjson]' -r -F
 complete -c dlq -n "__fish_dlq_needs_command" -s q -l quiet -d 'Print only data and errors'
 complete -c dlq -n "__fish_dlq_needs_command" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
 complete -c dlq -n "__fish_dlq_needs_command" -l no-progress -d 'Never draw progress bars'
@@ -59,11 +60,13 @@ complete -c dlq -n "__fish_dlq_needs_command" -f -a "workers" -d 'The live Celer
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "check" -d 'Nagios-style check: OK / WARNING / CRITICAL / UNKNOWN from pending dead letters, the age of the oldest and how many arrived lately (exit 0 / 1 / 2 / 3)'
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "metrics" -d 'Prometheus metrics of every dead-letter source: on stdout, in a textfile for node_exporter, or served on GET /metrics'
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "completions" -d 'Print a shell completion script'
+complete -c dlq -n "__fish_dlq_needs_command" -f -a "audit" -d 'The audit trail: who replayed, restored or archived (--delete) what, when, and how it ended'
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
 complete -c dlq -n "__fish_dlq_using_subcommand list" -s Q -l queue -d 'Also list this queue (repeatable; works without the management API)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l top -d 'How many top reasons to show per source' -r
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l sample -d 'Messages read (and given back) at the head of each DLQ for its oldest message and top reasons; 0 reads none [default: 100, fewer with many DLQs: about 4000 in all, at least 20 each]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l motivo-header -d 'Extra message header holding the error text, used for reasons (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l exclude -d 'Leave out discovered DLQs whose name matches this glob (`*`, `?`; repeatable)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l profile -d 'Named profile from the config file [env: DLQ_PROFILE]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l database-url -d 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]' -r
@@ -84,6 +87,7 @@ csv\t''"
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
 always\t''
 never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l audit-log -d 'Audit trail (NDJSON) appended by every replay and archive --delete [env: DLQ_AUDIT_LOG] [default: $XDG_STATE_HOME/dlq/audit.ndjson, else ~/.local/state/dlq/audit.ndjson]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand list" -s q -l quiet -d 'Print only data and errors'
 complete -c dlq -n "__fish_dlq_using_subcommand list" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l no-progress -d 'Never draw progress bars'
@@ -120,6 +124,7 @@ csv\t''"
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
 always\t''
 never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l audit-log -d 'Audit trail (NDJSON) appended by every replay and archive --delete [env: DLQ_AUDIT_LOG] [default: $XDG_STATE_HOME/dlq/audit.ndjson, else ~/.local/state/dlq/audit.ndjson]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit (also needed when the queue type cannot be checked: management API unavailable)'
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -s i -l ignore-case -d 'Make --motivo case-insensitive'
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l include-replayed -d 'Also select rows already marked reprocessada'
@@ -164,6 +169,7 @@ csv\t''"
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
 always\t''
 never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l audit-log -d 'Audit trail (NDJSON) appended by every replay and archive --delete [env: DLQ_AUDIT_LOG] [default: $XDG_STATE_HOME/dlq/audit.ndjson, else ~/.local/state/dlq/audit.ndjson]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit (also needed when the queue type cannot be checked: management API unavailable)'
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -s i -l ignore-case -d 'Make --motivo case-insensitive'
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l include-replayed -d 'Also select rows already marked reprocessada'
@@ -216,6 +222,7 @@ csv\t''"
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
 always\t''
 never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l audit-log -d 'Audit trail (NDJSON) appended by every replay and archive --delete [env: DLQ_AUDIT_LOG] [default: $XDG_STATE_HOME/dlq/audit.ndjson, else ~/.local/state/dlq/audit.ndjson]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit (also needed when the queue type cannot be checked: management API unavailable)'
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -s i -l ignore-case -d 'Make --motivo case-insensitive'
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l include-replayed -d 'Also select rows already marked reprocessada'
@@ -261,6 +268,7 @@ csv\t''"
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
 always\t''
 never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l audit-log -d 'Audit trail (NDJSON) appended by every replay and archive --delete [env: DLQ_AUDIT_LOG] [default: $XDG_STATE_HOME/dlq/audit.ndjson, else ~/.local/state/dlq/audit.ndjson]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit (also needed when the queue type cannot be checked: management API unavailable)'
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -s i -l ignore-case -d 'Make --motivo case-insensitive'
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l include-replayed -d 'Also select rows already marked reprocessada'
@@ -293,6 +301,7 @@ csv\t''"
 complete -c dlq -n "__fish_dlq_using_subcommand init" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
 always\t''
 never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand init" -l audit-log -d 'Audit trail (NDJSON) appended by every replay and archive --delete [env: DLQ_AUDIT_LOG] [default: $XDG_STATE_HOME/dlq/audit.ndjson, else ~/.local/state/dlq/audit.ndjson]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand init" -l dry-run -d 'Print the SQL instead of running it'
 complete -c dlq -n "__fish_dlq_using_subcommand init" -s q -l quiet -d 'Print only data and errors'
 complete -c dlq -n "__fish_dlq_using_subcommand init" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
@@ -320,6 +329,7 @@ csv\t''"
 complete -c dlq -n "__fish_dlq_using_subcommand workers" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
 always\t''
 never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l audit-log -d 'Audit trail (NDJSON) appended by every replay and archive --delete [env: DLQ_AUDIT_LOG] [default: $XDG_STATE_HOME/dlq/audit.ndjson, else ~/.local/state/dlq/audit.ndjson]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand workers" -l full -d 'List every registered task of each worker'
 complete -c dlq -n "__fish_dlq_using_subcommand workers" -s q -l quiet -d 'Print only data and errors'
 complete -c dlq -n "__fish_dlq_using_subcommand workers" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
@@ -356,6 +366,7 @@ csv\t''"
 complete -c dlq -n "__fish_dlq_using_subcommand check" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
 always\t''
 never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l audit-log -d 'Audit trail (NDJSON) appended by every replay and archive --delete [env: DLQ_AUDIT_LOG] [default: $XDG_STATE_HOME/dlq/audit.ndjson, else ~/.local/state/dlq/audit.ndjson]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand check" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit (also needed when the queue type cannot be checked: management API unavailable)'
 complete -c dlq -n "__fish_dlq_using_subcommand check" -s q -l quiet -d 'Print only data and errors'
 complete -c dlq -n "__fish_dlq_using_subcommand check" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
@@ -388,6 +399,7 @@ csv\t''"
 complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
 always\t''
 never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l audit-log -d 'Audit trail (NDJSON) appended by every replay and archive --delete [env: DLQ_AUDIT_LOG] [default: $XDG_STATE_HOME/dlq/audit.ndjson, else ~/.local/state/dlq/audit.ndjson]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit (also needed when the queue type cannot be checked: management API unavailable)'
 complete -c dlq -n "__fish_dlq_using_subcommand metrics" -s q -l quiet -d 'Print only data and errors'
 complete -c dlq -n "__fish_dlq_using_subcommand metrics" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
@@ -414,19 +426,49 @@ csv\t''"
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
 always\t''
 never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -l audit-log -d 'Audit trail (NDJSON) appended by every replay and archive --delete [env: DLQ_AUDIT_LOG] [default: $XDG_STATE_HOME/dlq/audit.ndjson, else ~/.local/state/dlq/audit.ndjson]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -s q -l quiet -d 'Print only data and errors'
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l no-progress -d 'Never draw progress bars'
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -s h -l help -d 'Print help'
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -s V -l version -d 'Print version'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "list" -d 'Overview of every dead-letter source: counts, oldest, top reasons'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "inspect" -d 'Show individual dead letters (default --limit 20; --full shows everything)'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "filter" -d 'Evaluate a selection: group it, count it, or export its records (-o ndjson)'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "replay" -d 'Re-dispatch selected dead letters (table rows as Celery tasks, queue messages to where they died)'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "archive" -d 'Write selected dead letters to an NDJSON archive, optionally deleting them from the source'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "init" -d 'Create the failed-task table with the right columns and index'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "workers" -d 'The live Celery workers: the queues each consumes and the tasks each registers'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "check" -d 'Nagios-style check: OK / WARNING / CRITICAL / UNKNOWN from pending dead letters, the age of the oldest and how many arrived lately (exit 0 / 1 / 2 / 3)'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "metrics" -d 'Prometheus metrics of every dead-letter source: on stdout, in a textfile for node_exporter, or served on GET /metrics'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "completions" -d 'Print a shell completion script'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l since -d 'Records at or after WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l run -d 'Only the records of this run (its run_id, the replay id stamped on what it sent)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l profile -d 'Named profile from the config file [env: DLQ_PROFILE]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l database-url -d 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l amqp-ca-file -d 'CA certificates (PEM) to trust for amqps:// and an https management API, on top of the system\'s [env: DLQ_AMQP_CA_FILE]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
+json\t''
+ndjson\t''
+csv\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l audit-log -d 'Audit trail (NDJSON) appended by every replay and archive --delete [env: DLQ_AUDIT_LOG] [default: $XDG_STATE_HOME/dlq/audit.ndjson, else ~/.local/state/dlq/audit.ndjson]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -s q -l quiet -d 'Print only data and errors'
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l no-progress -d 'Never draw progress bars'
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -s h -l help -d 'Print help'
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -s V -l version -d 'Print version'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "list" -d 'Overview of every dead-letter source: counts, oldest, top reasons'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "inspect" -d 'Show individual dead letters (default --limit 20; --full shows everything)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "filter" -d 'Evaluate a selection: group it, count it, or export its records (-o ndjson)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "replay" -d 'Re-dispatch selected dead letters (table rows as Celery tasks, queue messages to where they died)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "archive" -d 'Write selected dead letters to an NDJSON archive, optionally deleting them from the source'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "init" -d 'Create the failed-task table with the right columns and index'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "workers" -d 'The live Celery workers: the queues each consumes and the tasks each registers'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "check" -d 'Nagios-style check: OK / WARNING / CRITICAL / UNKNOWN from pending dead letters, the age of the oldest and how many arrived lately (exit 0 / 1 / 2 / 3)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "metrics" -d 'Prometheus metrics of every dead-letter source: on stdout, in a textfile for node_exporter, or served on GET /metrics'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "completions" -d 'Print a shell completion script'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "audit" -d 'The audit trail: who replayed, restored or archived (--delete) what, when, and how it ended'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

@@ -1,7 +1,9 @@
 //! The gate every mutating command passes between its plan and its run:
 //! plan -> gate (nothing to do, dry run, confirmation unless `--yes`, no-TTY refusal) -> run -> report.
-//! Each action prints its own plan; what happens next is decided here, once.
+//! Each action prints its own plan; what happens next is decided here, once, and recorded in
+//! the audit trail: a dry run, a decline, a refusal, or the start of the run.
 
+use crate::audit::Audit;
 use crate::error::Exit;
 use crate::output::Printer;
 use crate::settings::Safety;
@@ -20,16 +22,22 @@ pub(crate) struct Gate<'a> {
     pub(crate) dry_run: &'a str,
     /// e.g. "Move 12 message(s)?".
     pub(crate) prompt: String,
+    /// The run's audit trail (`None`: the run changes nothing, e.g. archive without --delete).
+    pub(crate) audit: Option<&'a mut Audit>,
 }
 
-/// `Some(exit)`: stop here with that exit code; `None`: go ahead and run.
-pub(crate) async fn gate(printer: &Printer, g: Gate<'_>) -> Result<Option<Exit>> {
+/// `Some(exit)`: stop here with that exit code; `None`: go ahead and run (the audit's start
+/// record is written; if it cannot be, the run is refused with an error).
+pub(crate) async fn gate(printer: &Printer, mut g: Gate<'_>) -> Result<Option<Exit>> {
     if g.planned == 0 && g.refused == 0 {
         printer.info(g.nothing);
         return Ok(Some(Exit::Ok));
     }
     if g.safety.dry_run {
         printer.info(g.dry_run);
+        if let Some(a) = g.audit.as_mut() {
+            a.dry_run(g.planned);
+        }
         return Ok(Some(if g.refused == 0 {
             Exit::Ok
         } else {
@@ -37,9 +45,26 @@ pub(crate) async fn gate(printer: &Printer, g: Gate<'_>) -> Result<Option<Exit>>
         }));
     }
     // Nothing but refusals: the run reports them without asking.
-    if g.planned > 0 && !printer.confirm(&g.prompt, g.safety.yes).await? {
-        printer.info("nothing done");
-        return Ok(Some(Exit::Ok));
+    if g.planned > 0 {
+        match printer.confirm(&g.prompt, g.safety.yes).await {
+            Ok(true) => {}
+            Ok(false) => {
+                printer.info("nothing done");
+                if let Some(a) = g.audit.as_mut() {
+                    a.declined(g.planned);
+                }
+                return Ok(Some(Exit::Ok));
+            }
+            Err(e) => {
+                if let Some(a) = g.audit.as_mut() {
+                    a.refused(&e);
+                }
+                return Err(e);
+            }
+        }
+    }
+    if let Some(a) = g.audit {
+        a.start(Some(g.planned))?;
     }
     Ok(None)
 }

@@ -13,7 +13,8 @@ Exit codes:
 
 Environment: DLQ_DATABASE_URL (then DATABASE_URL), DLQ_TABLE, DLQ_AMQP_URL (then AMQP_URL),
 DLQ_MANAGEMENT_URL, DLQ_AMQP_CA_FILE, DLQ_AMQP_CLIENT_CERT, DLQ_AMQP_CLIENT_KEY, DLQ_VHOST,
-DLQ_PROFILE, DLQ_CONFIG, NO_COLOR.
+DLQ_BROKER_URL (then CELERY_BROKER_URL), DLQ_REDIS_KEY_PREFIX, DLQ_AUDIT_LOG, DLQ_PROFILE,
+DLQ_CONFIG, NO_COLOR.
 Config file: $XDG_CONFIG_HOME/dlq/config.toml (precedence: flag > env > config > default).";
 
 #[derive(Debug, Parser)]
@@ -90,6 +91,10 @@ pub struct GlobalArgs {
     /// Never draw progress bars
     #[arg(long, global = true)]
     pub no_progress: bool,
+    /// Audit trail (NDJSON) appended by every replay and archive --delete [env: DLQ_AUDIT_LOG]
+    /// [default: $XDG_STATE_HOME/dlq/audit.ndjson, else ~/.local/state/dlq/audit.ndjson]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub audit_log: Option<PathBuf>,
 }
 
 /// `-o`: the clap side of [`crate::output::OutputFormat`].
@@ -147,6 +152,9 @@ pub enum Command {
     Metrics(MetricsArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
+    /// The audit trail: who replayed, restored or archived (--delete) what, when, and how
+    /// it ended
+    Audit(AuditArgs),
 }
 
 /// Where dead letters come from: the table (default) or RabbitMQ queues.
@@ -232,6 +240,9 @@ pub struct ListArgs {
     /// Extra message header holding the error text, used for reasons (repeatable)
     #[arg(long, value_name = "NAME")]
     pub motivo_header: Vec<String>,
+    /// Leave out discovered DLQs whose name matches this glob (`*`, `?`; repeatable)
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -463,4 +474,14 @@ pub struct MetricsArgs {
         requires = "listen"
     )]
     pub interval: String,
+}
+
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Records at or after WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+    /// Only the records of this run (its run_id, the replay id stamped on what it sent)
+    #[arg(long, value_name = "ID")]
+    pub run: Option<String>,
 }

@@ -15,6 +15,7 @@
 //!   model, select, output, settings, bulk, cli, error, redact, tls, when, jq, fingerprint
 //! ```
 pub mod archive;
+pub(crate) mod audit;
 pub(crate) mod bulk;
 pub mod celery;
 pub mod cli;

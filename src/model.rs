@@ -95,6 +95,18 @@ impl DeadLetter {
     }
 }
 
+/// The exact bytes that will be sent, for a dry run's preview: JSON as it is written (no
+/// re-serialisation: `1e400` stays `1e400`, duplicate keys stay), anything else decoded as
+/// `payload_from_bytes` shows it.
+pub fn exact_json(bytes: &[u8]) -> Box<serde_json::value::RawValue> {
+    std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|t| serde_json::value::RawValue::from_string(t.trim().to_string()).ok())
+        .unwrap_or_else(|| {
+            serde_json::value::to_raw_value(&payload_from_bytes(bytes)).expect("JSON serializes")
+        })
+}
+
 /// Decodes stored bytes into the payload value: JSON when they parse as JSON,
 /// otherwise `{"base64": ...}` so that nothing is lost or mangled.
 pub fn payload_from_bytes(bytes: &[u8]) -> Value {

@@ -102,10 +102,17 @@ impl Printer {
             None => ProgressBar::new_spinner(),
         };
         let template = match len {
-            Some(_) => "{msg} [{bar:30}] {pos}/{len} {per_sec} eta {eta}",
-            None => "{spinner} {msg} {pos} {per_sec}",
+            Some(_) => "{msg} [{bar:30}] {pos}/{len} {rate} eta {eta}",
+            None => "{spinner} {msg} {pos} {rate}",
         };
         if let Ok(style) = ProgressStyle::with_template(template) {
+            // A whole number of messages per second, not indicatif's `772.224/s`.
+            let style = style.with_key(
+                "rate",
+                |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                    let _ = write!(w, "{:.0}/s", state.per_sec());
+                },
+            );
             bar.set_style(style.progress_chars("=> "));
         }
         bar.set_message(what.to_string());

@@ -63,6 +63,8 @@ pub struct ConfigSection {
     pub queues: Option<Vec<String>>,
     /// Stored Celery task name -> the name to send (`--task-map`).
     pub task_map: Option<BTreeMap<String, String>>,
+    /// The audit trail of every run that changes something (`--audit-log`).
+    pub audit_log: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -196,6 +198,9 @@ pub struct Settings {
     pub config_queues: Vec<String>,
     /// `task_map` from the config file, as `OLD=NEW` entries (flags add to it).
     pub config_task_map: Vec<String>,
+    /// `--audit-log`; `None` only without XDG_STATE_HOME and HOME (a run that changes
+    /// something is then refused).
+    pub audit_log: Option<PathBuf>,
     pub output: OutputFormat,
     pub quiet: bool,
     pub verbose: u8,
@@ -225,6 +230,14 @@ fn default_config_path(env: Env) -> Option<PathBuf> {
         return Some(Path::new(&x).join("dlq/config.toml"));
     }
     non_empty(env("HOME")).map(|h| Path::new(&h).join(".config/dlq/config.toml"))
+}
+
+/// `$XDG_STATE_HOME/dlq/audit.ndjson`, else `~/.local/state/dlq/audit.ndjson`.
+fn default_audit_log(env: Env) -> Option<PathBuf> {
+    if let Some(x) = non_empty(env("XDG_STATE_HOME")) {
+        return Some(Path::new(&x).join("dlq/audit.ndjson"));
+    }
+    non_empty(env("HOME")).map(|h| Path::new(&h).join(".local/state/dlq/audit.ndjson"))
 }
 
 /// Reads the config file: an explicit path must exist; the default path may not.
@@ -407,6 +420,8 @@ impl Settings {
             &c.amqp_client_key
         });
         let amqp_tls = amqp_tls(ca_file, client_cert, client_key)?;
+        let audit_log = path(&g.audit_log, "DLQ_AUDIT_LOG", |c| &c.audit_log)
+            .or_else(|| default_audit_log(env));
         let table_raw =
             pick!(g.table, ["DLQ_TABLE"], table).unwrap_or_else(|| DEFAULT_TABLE.to_string());
         let table = TableName::parse(&table_raw).map_err(usage)?;
@@ -466,6 +481,7 @@ impl Settings {
             redis_wait_replicas,
             config_queues,
             config_task_map,
+            audit_log,
             output,
             quiet: g.quiet,
             verbose: g.verbose,

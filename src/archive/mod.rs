@@ -475,9 +475,10 @@ pub fn destination(to: &Path) -> String {
 
 /// Prints the plan and asks before a `--delete` (unless `--yes`). `Some(exit)` means stop
 /// here (dry run, nothing to do, or declined); `None` means go ahead.
-pub async fn confirm(
+pub(crate) async fn confirm(
     printer: &crate::output::Printer,
     i: Intent<'_>,
+    audit: Option<&mut crate::audit::Audit>,
 ) -> Result<Option<crate::error::Exit>> {
     let verb = if i.delete {
         "archive and then delete"
@@ -498,8 +499,38 @@ pub async fn confirm(
         nothing: "nothing to archive",
         dry_run: "dry run: nothing was written or deleted",
         prompt: format!("Archive and delete {} {}?", i.count, i.what),
+        audit,
     };
     crate::bulk::gate(printer, gate).await
+}
+
+/// The audit trail of an archive run: only `--delete` changes something.
+pub(crate) fn audit(
+    settings: &crate::settings::Settings,
+    printer: &crate::output::Printer,
+    delete: bool,
+    source: &'static str,
+    location: String,
+    selection: String,
+) -> Option<crate::audit::Audit> {
+    let subject = crate::audit::Subject {
+        action: "archive",
+        source,
+        location,
+        selection,
+        run_id: uuid::Uuid::new_v4().to_string(),
+    };
+    delete.then(|| crate::audit::Audit::new(settings, printer, subject))
+}
+
+/// The end record of an archive --delete: `deleted` of the archived records removed.
+pub(crate) fn audit_end(audit: Option<&mut crate::audit::Audit>, archived: u64, deleted: u64) {
+    if let Some(a) = audit {
+        let mut report = crate::report::Report::new("archive");
+        report.succeeded = deleted;
+        report.skipped_count = archived.saturating_sub(deleted);
+        a.end(&report, crate::error::Exit::Ok);
+    }
 }
 
 pub fn header(source: &str, location: &str, selection: &str) -> Header {

@@ -99,6 +99,14 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         ));
     }
     let session = open(settings, printer, &opts).await?;
+    let mut audit = super::audit(
+        settings,
+        printer,
+        opts.delete,
+        "queue",
+        session.names.join(","),
+        opts.selection.describe(),
+    );
     if opts.safety.dry_run || (opts.delete && !opts.safety.yes) {
         let mut selected = session.selected(printer, &opts);
         let mut n = 0u64;
@@ -116,7 +124,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             delete: opts.delete,
             safety: opts.safety,
         };
-        if let Some(exit) = super::confirm(printer, intent).await? {
+        if let Some(exit) = super::confirm(printer, intent, audit.as_mut()).await? {
             rabbit::close(&session.conn, "dlq archive done").await;
             return Ok(exit);
         }
@@ -126,9 +134,13 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         &session.names.join(","),
         &opts.selection.describe(),
     );
+    // Under --yes there was no gate: the run starts here.
+    if let Some(a) = audit.as_mut() {
+        a.start(None)?;
+    }
     let writer = ArchiveWriter::create(&opts.to, &header)?;
     let exit = if opts.delete {
-        archive_and_delete(printer, &opts, &session, writer).await
+        archive_and_delete(printer, &opts, &session, writer, audit.as_mut()).await
     } else {
         archive_only(printer, &opts, &session, writer).await
     };
@@ -198,6 +210,7 @@ async fn archive_and_delete(
     opts: &Options,
     session: &Session,
     mut writer: ArchiveWriter,
+    audit: Option<&mut crate::audit::Audit>,
 ) -> Result<Exit> {
     let conn = &*session.conn;
     let bar = printer.progress(None, "archiving");
@@ -266,6 +279,7 @@ async fn archive_and_delete(
         )));
     }
     printer.info(line);
+    super::audit_end(audit, trailer.count, deleted);
     Ok(Exit::Ok)
 }
 

@@ -38,6 +38,14 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     let table = FailedTable::open(db, &settings.table).await?;
     let _lock = table.archive_lock(db).await?;
     let destination = super::destination(&opts.to);
+    let mut audit = super::audit(
+        settings,
+        printer,
+        opts.delete,
+        "table",
+        table.location(),
+        opts.selection.describe(),
+    );
 
     if opts.safety.dry_run || (opts.delete && !opts.safety.yes) {
         let n = count(&table, &opts.selection).await?;
@@ -49,9 +57,13 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             delete: opts.delete,
             safety: opts.safety,
         };
-        if let Some(exit) = super::confirm(printer, intent).await? {
+        if let Some(exit) = super::confirm(printer, intent, audit.as_mut()).await? {
             return Ok(exit);
         }
+    }
+    // Under --yes there was no gate: the run starts here.
+    if let Some(a) = audit.as_mut() {
+        a.start(None)?;
     }
 
     let header = super::header("table", &table.location(), &opts.selection.describe());
@@ -133,6 +145,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         line.push_str(&format!(", {deleted} deleted"));
     }
     printer.info(line);
+    super::audit_end(audit.as_mut(), archived.count, deleted);
     Ok(Exit::Ok)
 }
 

@@ -19,6 +19,8 @@ pub struct Options {
     /// Messages read at the head of each DLQ for oldest/top reasons (`None`: automatic).
     pub sample: Option<u64>,
     pub motivo_headers: Vec<String>,
+    /// `--exclude GLOB`: discovered DLQs left out.
+    pub exclude: Vec<String>,
 }
 
 /// One reason group in a summary.
@@ -188,6 +190,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         named,
         sample: opts.sample,
         motivo_headers: opts.motivo_headers.clone(),
+        exclude: opts.exclude.clone(),
     };
     match crate::source::summary::list(settings, &list_opts).await {
         Ok(listing) => {
@@ -196,6 +199,9 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             }
             for n in &listing.notes {
                 printer.warn(n);
+            }
+            for r in &listing.remarks {
+                printer.info(r);
             }
             for m in &listing.missing {
                 printer.warn(format!("queue {m:?} does not exist (nothing was created)"));

@@ -1,6 +1,7 @@
 //! One file per subcommand, each thin: validated options in, an exit code out.
 
 pub mod archive;
+pub mod audit;
 pub mod check;
 pub mod completions;
 pub mod filter;
@@ -63,6 +64,7 @@ async fn run_command(cli: Cli) -> Result<Exit> {
                 top: a.top,
                 sample: a.sample,
                 motivo_headers: a.motivo_header,
+                exclude: a.exclude,
             };
             list::run(&settings, &printer, opts).await
         }
@@ -137,6 +139,13 @@ async fn run_command(cli: Cli) -> Result<Exit> {
                 interval: a.interval,
             };
             metrics::run(&settings, &printer, opts).await
+        }
+        Command::Audit(a) => {
+            let opts = audit::Options {
+                since: audit::since(a.since.as_deref(), now)?,
+                run: a.run,
+            };
+            audit::run(&settings, &printer, opts).await
         }
         Command::Completions(_) => unreachable!("handled above"),
     }

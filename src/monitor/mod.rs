@@ -179,6 +179,7 @@ async fn queue_figures(
         named: named.clone(),
         sample: Some(0),
         motivo_headers: req.motivo_headers.clone(),
+        exclude: Vec::new(),
     };
     let listing = summary::list(settings, &list_opts).await?;
     if let Some(m) = listing.missing.first() {

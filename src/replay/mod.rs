@@ -35,9 +35,15 @@ pub fn print_plan_groups(printer: &Printer, groups: &BTreeMap<(String, String), 
 }
 
 /// The final report: a line on stderr (failures as warnings) and, with -o json/ndjson, the
-/// full report on stdout.
-pub fn print_report(printer: &Printer, report: &Report, verb_past: &str) {
+/// full report on stdout; the audit trail's end record.
+pub(crate) fn print_report(
+    printer: &Printer,
+    report: &Report,
+    verb_past: &str,
+    audit: &mut crate::audit::Audit,
+) {
     use crate::output::OutputFormat;
+    audit.end(report, report.exit());
     match printer.format {
         OutputFormat::Json | OutputFormat::Ndjson => {
             // A closed stdout must not hide the summary on stderr below.

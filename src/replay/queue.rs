@@ -17,6 +17,7 @@ use super::acks::{Acked, Acks};
 use super::requeue::{self, Refusal, Stamp};
 use super::workers::TaskGate;
 use super::{Target, print_plan_groups, print_report};
+use crate::audit::{Audit, Subject};
 use crate::error::{Exit, usage};
 use crate::model::RecordId;
 use crate::output::{Printer, ellipsize};
@@ -191,6 +192,15 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         user: target_conn.user().to_string(),
         max_replays: opts.common.max_replays,
     };
+    let names: Vec<&str> = checked.iter().map(|q| q.name.as_str()).collect();
+    let subject = Subject {
+        action: "replay",
+        source: "queue",
+        location: names.join(","),
+        selection: opts.common.selection.describe(),
+        run_id: replay_id.clone(),
+    };
+    let mut audit = Audit::new(settings, printer, subject);
     // With --yes (and no dry run, no canary, no --plan-first) nobody reads the plan:
     // select and move in one pass, as a shovel does, instead of taking everything first.
     if opts.common.safety.yes
@@ -199,7 +209,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         && !opts.plan_first
     {
         return stream(
-            settings, printer, &opts, &conn, &checked, &stamp_for, &replay_id,
+            settings, printer, &opts, &conn, &checked, &stamp_for, &mut audit,
         )
         .await;
     }
@@ -209,12 +219,17 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     // so what is moved afterwards is exactly what the plan showed, read once. Past the
     // budget the plan keeps only which messages were selected, and the move reads again.
     let mut taken = take_plan(printer, &opts, &conn, &checked, &stamp_for, &replay_id).await?;
-    if let Some(exit) = plan_gate(settings, printer, &opts, &conn, &checked, &mut taken).await? {
+    let gated = plan_gate(
+        settings, printer, &opts, &conn, &checked, &mut taken, &mut audit,
+    )
+    .await;
+    if !matches!(gated, Ok(None)) {
+        // Stopped at the gate (or the audit log refused the run): give everything back.
         release_all(&conn, taken.takers, &[]).await;
-        return Ok(exit);
+        return gated.map(|exit| exit.unwrap_or(Exit::Ok));
     }
     move_planned(
-        printer, &opts, &conn, &checked, &stamp_for, &replay_id, taken,
+        printer, &opts, &conn, &checked, &stamp_for, &mut audit, taken,
     )
     .await
 }
@@ -362,7 +377,7 @@ async fn take_plan(
                         .headers()
                         .as_ref()
                         .map(crate::rabbit::codec::table_to_json),
-                    payload: rec.payload.clone(),
+                    payload: crate::model::exact_json(&d.data),
                     replays: requeue::replay_count(d.properties.headers().as_ref()),
                 })?;
             }
@@ -400,6 +415,7 @@ async fn plan_gate(
     conn: &lapin::Connection,
     checked: &[Checked],
     taken: &mut Taken,
+    audit: &mut Audit,
 ) -> Result<Option<Exit>> {
     let plan = &taken.plan;
     // Destinations must exist before anything moves.
@@ -454,6 +470,7 @@ async fn plan_gate(
         nothing: "nothing to replay",
         dry_run: "dry run: nothing was moved",
         prompt: format!("Move {} message(s)?", plan.count),
+        audit: Some(audit),
     };
     crate::bulk::gate(printer, gate).await
 }
@@ -465,7 +482,7 @@ async fn move_planned(
     conn: &lapin::Connection,
     checked: &[Checked],
     stamp_for: &dyn Fn(&str) -> Stamp,
-    replay_id: &str,
+    audit: &mut Audit,
     taken: Taken,
 ) -> Result<Exit> {
     let Taken {
@@ -526,7 +543,7 @@ async fn move_planned(
             tokio::time::sleep(opts.canary_wait).await;
             // Only messages that came back after being replayed are ready in the DLQs now
             // (the rest are still held by this run): they carry this run's replay id.
-            let died = died_again(conn, checked, replay_id).await?;
+            let died = died_again(conn, checked, audit.run_id()).await?;
             if died > 0 {
                 canary_ok = false;
                 mover.report.stopped = Some(format!(
@@ -553,7 +570,7 @@ async fn move_planned(
     signals.abort();
     printer.debug(2, "replay: closing the connection");
     rabbit::close(conn, "dlq replay done").await;
-    print_report(printer, &report, "replayed");
+    print_report(printer, &report, "replayed", audit);
     if report.stopped.is_some() && canary_ok {
         warn_unfinished(printer, opts.common.window.get());
     }
@@ -660,7 +677,7 @@ async fn stream(
     conn: &lapin::Connection,
     checked: &[Checked],
     stamp_for: &dyn Fn(&str) -> Stamp,
-    replay_id: &str,
+    audit: &mut Audit,
 ) -> Result<Exit> {
     let target_note = match &opts.common.target {
         Some(t) => super::note_target(printer, rabbit::check_target(conn, t).await?),
@@ -677,15 +694,24 @@ async fn stream(
     if let Some(n) = target_note {
         printer.info(n);
     }
+    // No gate under --yes: the run starts here.
+    audit.start(None)?;
     let mut report = Report::new("replay");
     let pipeline = Pipeline::open(conn, opts.common.rate).await?;
     let stop = Arc::new(AtomicBool::new(false));
     let signals = super::stop_on_signal(stop.clone());
-    let bar = printer.progress(None, "replaying");
+    // The messages present at the start: every selected one is among them.
+    let present: u64 = checked.iter().map(|q| u64::from(q.depth.ready)).sum();
+    let present = opts
+        .common
+        .selection
+        .limit
+        .map_or(present, |l| l.min(present));
+    let bar = printer.progress(Some(present), "replaying");
     let mut mover = Mover {
         conn,
         pipeline,
-        publish_ids: PublishIds::new(replay_id),
+        publish_ids: PublishIds::new(audit.run_id()),
         opts,
         printer,
         report: &mut report,
@@ -714,10 +740,11 @@ async fn stream(
         }
         if selector.taken() == 0 && report.stopped.is_none() {
             printer.info("nothing to replay");
+            audit.end(&report, Exit::Ok);
             return Ok(Exit::Ok);
         }
     }
-    print_report(printer, &report, "replayed");
+    print_report(printer, &report, "replayed", audit);
     if report.stopped.is_some() {
         warn_unfinished(printer, opts.common.window.get());
     }
@@ -1147,7 +1174,7 @@ struct MovePreview {
     routing_key: String,
     properties: Value,
     headers: Option<Value>,
-    payload: Value,
+    payload: Box<serde_json::value::RawValue>,
     /// Times dlq replayed it before this run.
     #[serde(skip)]
     replays: i64,
@@ -1169,7 +1196,7 @@ impl crate::output::Tabled for MovePreview {
             self.from.clone(),
             to,
             self.replays.to_string(),
-            ellipsize(&self.payload.to_string(), 60),
+            ellipsize(self.payload.get(), 60),
         ]
     }
 }

@@ -183,7 +183,7 @@ struct ArchivePreview {
     routing_key: String,
     properties: Value,
     headers: Option<Value>,
-    body: Value,
+    body: Box<serde_json::value::RawValue>,
 }
 
 impl ArchivePreview {
@@ -200,8 +200,7 @@ impl ArchivePreview {
                 .headers()
                 .as_ref()
                 .map(crate::rabbit::codec::table_to_json),
-            body: serde_json::from_slice::<Value>(body)
-                .unwrap_or_else(|_| crate::model::payload_from_bytes(body)),
+            body: crate::model::exact_json(body),
         }
     }
 }
@@ -216,7 +215,7 @@ impl crate::output::Tabled for ArchivePreview {
             self.id.to_string(),
             self.task.clone().unwrap_or_default(),
             format!("{}/{}", self.exchange, self.routing_key),
-            crate::output::ellipsize(&self.body.to_string(), 80),
+            crate::output::ellipsize(self.body.get(), 80),
         ]
     }
 }
@@ -348,6 +347,17 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
     for (id, why) in plan.invalid.iter().take(10) {
         printer.warn(format!("cannot be replayed: id {id}: {why}"));
     }
+    let mut audit = crate::audit::Audit::new(
+        settings,
+        printer,
+        crate::audit::Subject {
+            action: "restore",
+            source: kind.as_str(),
+            location: opts.file.display().to_string(),
+            selection: opts.common.selection.describe(),
+            run_id: ctx.replay_id.clone(),
+        },
+    );
     let gate = crate::bulk::Gate {
         safety: opts.common.safety,
         planned: plan.planned,
@@ -355,6 +365,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
         nothing: "nothing to replay",
         dry_run: "dry run: nothing was published",
         prompt: format!("Replay {} archived record(s)?", plan.planned),
+        audit: Some(&mut audit),
     };
     if let Some(exit) = crate::bulk::gate(printer, gate).await? {
         return Ok(exit);
@@ -363,7 +374,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
         .sender(opts.common.window.get(), opts.common.rate)
         .await?;
     let report = restore_records(printer, &ctx, &opts, sender, journal, plan).await?;
-    print_report(printer, &report, "replayed");
+    print_report(printer, &report, "replayed", &mut audit);
     if report.stopped.is_some() {
         printer.warn(
             "run the same command again to finish: records already confirmed are skipped (journal)",

@@ -142,6 +142,17 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         &plan.tasks,
     )
     .await?;
+    let mut audit = crate::audit::Audit::new(
+        settings,
+        printer,
+        crate::audit::Subject {
+            action: "replay",
+            source: "table",
+            location: ctx.table.location(),
+            selection: opts.common.selection.describe(),
+            run_id: ctx.replay_id.clone(),
+        },
+    );
     let gate = crate::bulk::Gate {
         safety: opts.common.safety,
         planned: plan.ids.len() as u64,
@@ -149,13 +160,14 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         nothing: "nothing to replay",
         dry_run: "dry run: nothing was published or marked",
         prompt: format!("Replay {} row(s)?", plan.ids.len()),
+        audit: Some(&mut audit),
     };
     if let Some(exit) = crate::bulk::gate(printer, gate).await? {
         return Ok(exit);
     }
     let sender = dispatcher.sender(shape.window, opts.common.rate).await?;
     let report = replay_rows(printer, ctx, sender, plan, opts, &shape).await;
-    super::print_report(printer, &report, "replayed");
+    super::print_report(printer, &report, "replayed", &mut audit);
     if report.stopped.is_some() {
         printer.warn(format!(
             "rows not reported as replayed were left un-marked; run the same command again to finish (at most {} of them may have been published already and will be published again)",
@@ -481,7 +493,7 @@ pub(crate) struct TaskPreview {
     routing_key: String,
     properties: serde_json::Value,
     headers: serde_json::Value,
-    body: serde_json::Value,
+    body: Box<serde_json::value::RawValue>,
 }
 
 impl TaskPreview {
@@ -494,7 +506,7 @@ impl TaskPreview {
             routing_key,
             properties: crate::rabbit::codec::properties_to_json(&msg.properties),
             headers: crate::rabbit::codec::table_to_json(&msg.headers),
-            body: serde_json::from_slice(&msg.body).unwrap_or(serde_json::Value::Null),
+            body: crate::model::exact_json(&msg.body),
         }
     }
 }
@@ -509,7 +521,7 @@ impl Tabled for TaskPreview {
             self.row_id.to_string(),
             self.task.clone(),
             format!("{}/{}", self.exchange, self.routing_key),
-            ellipsize(&self.body.to_string(), 80),
+            ellipsize(self.body.get(), 80),
         ]
     }
 }

@@ -3,6 +3,7 @@
 //! broker with hundreds of DLQs is listed in well under a second.
 
 use super::queue::{self as record, RecordOptions};
+use crate::rabbit::death::is_delay_hop;
 use crate::rabbit::management::{ApiError, Management};
 use crate::rabbit::reader::{self, ReadSpec};
 use crate::rabbit::topology::{self, ApiQueue, QueueFacts, QueueKind, ReadVerdict, Version};
@@ -38,6 +39,24 @@ pub struct ListOptions {
     /// `default_sample`.
     pub sample: Option<u64>,
     pub motivo_headers: Vec<String>,
+    /// `--exclude`: discovered DLQs whose name matches one of these globs are not listed.
+    pub exclude: Vec<String>,
+}
+
+/// `*` any run of characters, `?` one character; everything else literal.
+pub(crate) fn glob_match(pattern: &str, name: &str) -> bool {
+    fn go(p: &[char], n: &[char]) -> bool {
+        match (p.first(), n.first()) {
+            (None, None) => true,
+            (Some('*'), _) => go(&p[1..], n) || (!n.is_empty() && go(p, &n[1..])),
+            (Some('?'), Some(_)) => go(&p[1..], &n[1..]),
+            (Some(a), Some(b)) if a == b => go(&p[1..], &n[1..]),
+            _ => false,
+        }
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    go(&p, &n)
 }
 
 /// What a head sample found, or why there is none.
@@ -75,6 +94,8 @@ pub struct Listing {
     pub queues: Vec<QueueSummary>,
     /// What could not be discovered, and other remarks.
     pub notes: Vec<String>,
+    /// Informational only (what was recognised and left out).
+    pub remarks: Vec<String>,
     /// Topology problems (a DLX that does not exist, ...).
     pub warnings: Vec<String>,
     /// Named queues that do not exist.
@@ -115,6 +136,14 @@ async fn api_view(mgmt: &Management, vhost: &str) -> Result<ApiView, ApiError> {
     })
 }
 
+/// Topology warnings start with the queue they are about (`queue <name> dead-letters ...`).
+fn about_a_delay_hop(warning: &str) -> bool {
+    warning
+        .strip_prefix("queue ")
+        .and_then(|rest| rest.split(' ').next())
+        .is_some_and(is_delay_hop)
+}
+
 /// Lists every DLQ (and every named queue). Fails only when RabbitMQ itself cannot be
 /// reached; a missing management API is a note.
 pub async fn list(settings: &Settings, opts: &ListOptions) -> Result<Listing> {
@@ -127,7 +156,28 @@ pub async fn list(settings: &Settings, opts: &ListOptions) -> Result<Listing> {
     let mut wanted: BTreeMap<String, Place> = BTreeMap::new();
     let api = match api {
         Ok(v) => {
+            // Celery's own delayed delivery (5.5+, quorum queues) is a chain of TTL hops that
+            // dead-letter into each other: not dead-letter queues anyone must watch.
+            let hops = v
+                .topology
+                .dlqs
+                .iter()
+                .filter(|d| is_delay_hop(&d.name))
+                .count();
+            if hops > 0 {
+                listing.remarks.push(format!(
+                    "Celery's delayed-delivery queues were recognised ({hops} celery_delayed_* queue(s)): they are TTL hops of countdown/eta tasks, not dead-letter queues, and are not listed"
+                ));
+            }
+            let mut excluded = 0;
             for d in &v.topology.dlqs {
+                if is_delay_hop(&d.name) {
+                    continue;
+                }
+                if opts.exclude.iter().any(|p| glob_match(p, &d.name)) {
+                    excluded += 1;
+                    continue;
+                }
                 wanted.insert(
                     d.name.clone(),
                     Place {
@@ -137,7 +187,18 @@ pub async fn list(settings: &Settings, opts: &ListOptions) -> Result<Listing> {
                     },
                 );
             }
-            listing.warnings.extend(v.topology.warnings.iter().cloned());
+            if excluded > 0 {
+                listing
+                    .remarks
+                    .push(format!("{excluded} DLQ(s) left out by --exclude"));
+            }
+            listing.warnings.extend(
+                v.topology
+                    .warnings
+                    .iter()
+                    .filter(|w| !about_a_delay_hop(w))
+                    .cloned(),
+            );
             Some(v)
         }
         Err(e) => {

@@ -691,7 +691,7 @@ impl FailedTable {
             let mut reasons: Vec<(String, u64)> = Vec::new();
             let mut rows = sqlx::query(AssertSqlSafe(reasons_sql)).fetch(p);
             while let Some(row) = rows.try_next().await.map_err(scrubbed)? {
-                let motivo: Option<String> = row.try_get(0).map_err(scrubbed)?;
+                let motivo = text_or_bytes(&row, 0).map_err(scrubbed)?;
                 let n: i64 = row.try_get(1).map_err(scrubbed)?;
                 reasons.push((motivo.unwrap_or_default(), n.max(0) as u64));
             }
@@ -816,9 +816,22 @@ macro_rules! impl_decode {
                     IdKind::Int => RecordId::Int(row.try_get::<i64, _>(0).map_err(scrubbed)?),
                     IdKind::Text => RecordId::Text(row.try_get::<String, _>(0).map_err(scrubbed)?),
                 };
-                let task: Option<String> = row.try_get(1).map_err(scrubbed)?;
-                let args: Option<String> = row.try_get(2).map_err(scrubbed)?;
-                let motivo: Option<String> = row.try_get(3).map_err(scrubbed)?;
+                let text = |i: usize| -> Result<Option<String>> {
+                    // Python's sqlite3 stores `bytes` as BLOB, and a text column can hold
+                    // bytes that are not UTF-8: read them losslessly instead of failing.
+                    match row.try_get::<Option<String>, _>(i) {
+                        Ok(t) => Ok(t),
+                        Err(_) => row
+                            .try_get::<Option<Vec<u8>>, _>(i)
+                            .map(|b| b.map(|b| escape_bytes(&b)))
+                            .map_err(|e| {
+                                anyhow!("row id {id}: column {}: {}", COLUMN_NAMES[i], scrubbed(e))
+                            }),
+                    }
+                };
+                let task = text(1)?;
+                let args = text(2)?;
+                let motivo = text(3)?;
                 let created_at = match self.schema.created {
                     TimeKind::Tz => row.try_get::<Option<DateTime<Utc>>, _>(4).ok().flatten(),
                     TimeKind::Naive => row
@@ -858,6 +871,45 @@ macro_rules! impl_decode {
             }
         }
     };
+}
+
+/// A text column, read losslessly: Python's sqlite3 stores `bytes` as BLOB, and a text
+/// column can hold bytes that are not UTF-8.
+fn text_or_bytes<'r, R: sqlx::Row>(row: &'r R, i: usize) -> Result<Option<String>, sqlx::Error>
+where
+    usize: sqlx::ColumnIndex<R>,
+    Option<String>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+    Option<Vec<u8>>: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+{
+    match row.try_get::<Option<String>, _>(i) {
+        Ok(t) => Ok(t),
+        Err(_) => row
+            .try_get::<Option<Vec<u8>>, _>(i)
+            .map(|b| b.map(|b| escape_bytes(&b))),
+    }
+}
+
+/// The record columns in `record_columns` order, for messages.
+const COLUMN_NAMES: [&str; 6] = [
+    "id",
+    "task_original",
+    "args",
+    "motivo",
+    "criada_em",
+    "reprocessada",
+];
+
+/// Bytes as text: valid UTF-8 as it is, every other byte as `\xNN` (lossless, and shown
+/// escaped rather than as replacement characters).
+fn escape_bytes(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
 }
 
 impl_decode!(sqlx::postgres::PgRow);

@@ -279,6 +279,11 @@ impl Dlq {
             "XDG_CONFIG_HOME",
             std::env::temp_dir().join("dlq-tests-no-config"),
         );
+        // Nor does any test write the developer's audit trail (~/.local/state/dlq).
+        cmd.env(
+            "XDG_STATE_HOME",
+            std::env::temp_dir().join("dlq-tests-state"),
+        );
         cmd.env("COLUMNS", "200");
         Dlq { cmd, stdin: None }
     }
@@ -369,6 +374,14 @@ impl Run {
             .map(|l| serde_json::from_str(l).expect("ndjson line"))
             .collect()
     }
+}
+
+/// The dlq binary for tests that drive the process themselves (kill -9, signals): like
+/// `Dlq::new()`, its audit trail goes to a scratch directory, never the user's own.
+pub fn dlq_command() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_dlq"));
+    c.env("XDG_STATE_HOME", std::env::temp_dir().join("dlq-it-state"));
+    c
 }
 
 pub fn repo_root() -> PathBuf {

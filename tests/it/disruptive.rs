@@ -48,7 +48,7 @@ fn rabbit_start() {
 }
 
 fn dlq_child(env: &[(&str, &str)], args: &[&str]) -> std::process::Child {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_dlq"));
+    let mut c = crate::common::dlq_command();
     c.env(
         "XDG_CONFIG_HOME",
         std::env::temp_dir().join("dlq-tests-no-config"),

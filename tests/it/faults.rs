@@ -112,7 +112,7 @@ fn spawn_replay_with(
     if plan_first {
         args.push("--plan-first".into());
     }
-    Command::new(env!("CARGO_BIN_EXE_dlq"))
+    crate::common::dlq_command()
         .env(
             "XDG_CONFIG_HOME",
             std::env::temp_dir().join("dlq-tests-no-config"),
@@ -326,7 +326,7 @@ async fn two_queue_replays_and_a_replay_with_an_archive_at_once() {
     fill(&b, n).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("a.ndjson");
-    let archive = Command::new(env!("CARGO_BIN_EXE_dlq"))
+    let archive = crate::common::dlq_command()
         .env(
             "XDG_CONFIG_HOME",
             std::env::temp_dir().join("dlq-tests-no-config"),
@@ -404,7 +404,7 @@ async fn table_replay_and_archive_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("t.ndjson");
     let spawn = |args: Vec<String>| {
-        Command::new(env!("CARGO_BIN_EXE_dlq"))
+        crate::common::dlq_command()
             .env(
                 "XDG_CONFIG_HOME",
                 std::env::temp_dir().join("dlq-tests-no-config"),

@@ -187,3 +187,97 @@ async fn a_schema_qualified_table_on_sqlite_is_not_found() {
         .run()
         .fails(2, "table public.x not found");
 }
+
+/// Celery's delayed-delivery chain is recognised and kept out of the DLQ list; --exclude
+/// leaves out any other noise.
+#[tokio::test]
+async fn celery_delay_hops_are_not_listed_as_dlqs() {
+    use crate::broker::{ls, table};
+    use lapin::ExchangeKind;
+    let b = Broker::new("hard_hops").await;
+    let dlx = |to: &str| table(vec![("x-dead-letter-exchange", ls(to))]);
+    for (_feeder, via, dlq) in [
+        ("work", "work.dlx", "work.dlq"),
+        ("noise", "noise.dlx", "noise.dlq"),
+        ("celery_delayed_1", "cd.x", "celery_delayed_0"),
+        ("celery_delayed_0", "cd.y", "celery_delayed_delivery"),
+    ] {
+        b.exchange(via, ExchangeKind::Fanout).await;
+        b.queue(dlq, FieldTable::default()).await;
+        b.bind(dlq, via, "").await;
+    }
+    b.queue("work", dlx("work.dlx")).await;
+    b.queue("noise", dlx("noise.dlx")).await;
+    b.redeclare("celery_delayed_1", dlx("cd.x")).await;
+    b.redeclare("celery_delayed_0", dlx("cd.y")).await;
+    let run = b.run(&["list", "-o", "json"]).await;
+    let locations: Vec<String> = run
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["location"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(locations, vec!["noise.dlq", "work.dlq"], "{}", run.stderr());
+    assert!(
+        run.stderr()
+            .contains("delayed-delivery queues were recognised"),
+        "{}",
+        run.stderr()
+    );
+    let run = b.run(&["list", "-o", "json", "--exclude", "noise*"]).await;
+    let v = run.json();
+    assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v[0]["location"], "work.dlq");
+    b.delete().await;
+}
+
+/// A BLOB or non-UTF-8 value (Python's sqlite3 stores `bytes` as BLOB) is read losslessly,
+/// shown escaped; the table stays usable.
+#[tokio::test]
+async fn blob_and_non_utf8_values_do_not_break_the_table() {
+    let db = TestDb::new(Dialect::Sqlite, "hard_blob").await;
+    db.init();
+    db.insert(&rows(1, "ok")).await;
+    db.exec(
+        "INSERT INTO {t} (task_original, args, motivo, criada_em, reprocessada) \
+         VALUES (X'6c6962657261725f61636573736f5f637572736f', '[1]', X'4b65794572726f72ff', '2026-11-30T10:00:00Z', 0)",
+    )
+    .await;
+    db.dlq(&["list"]).ok();
+    let run = db.dlq(&["inspect", "-o", "json"]);
+    let v = run.json();
+    let records = v.as_array().unwrap();
+    assert_eq!(records.len(), 2, "{v}");
+    assert!(
+        records.iter().any(|r| r["motivo"] == "KeyError\\xff"),
+        "{v}"
+    );
+    assert!(
+        records.iter().all(|r| r["task"] == "liberar_acesso_curso"),
+        "{v}"
+    );
+    let run = db.dlq(&["filter", "--motivo", "KeyError", "--count"]);
+    assert_eq!(run.ok().trim(), "1");
+    db.drop().await;
+}
+
+/// The dry run shows the bytes that will be sent, not a re-serialisation of them.
+#[tokio::test]
+async fn the_dry_run_shows_the_bytes_that_will_go() {
+    let b = Broker::new("hard_bytes").await;
+    b.queue("celery", FieldTable::default()).await;
+    let mut db = TestDb::new(Dialect::Sqlite, "hard_bytes").await;
+    db.amqp_url = b.amqp_url();
+    db.init();
+    let args = r#"[[1e400], {"k": 1, "k": 2}]"#;
+    db.insert(&[row("t", Some(args), "m", "2026-11-30T10:00:00Z", false)])
+        .await;
+    let out = db
+        .dlq(&["replay", "--no-worker-check", "--dry-run", "-o", "ndjson"])
+        .ok();
+    assert!(out.contains("1e400"), "{out}");
+    assert!(out.contains(r#""k": 1, "k": 2"#), "{out}");
+    db.drop().await;
+    b.delete().await;
+}

@@ -1,4 +1,5 @@
 //! Integration tests: the real binary against real PostgreSQL, MariaDB, SQLite and RabbitMQ.
+mod audit;
 mod bad_input;
 mod bench_smoke;
 mod broker;

@@ -650,7 +650,7 @@ async fn metrics_listen_serves_caches_and_refreshes() {
     b.wait_depth(dlq, 1).await;
     let addr = format!("127.0.0.1:{}", free_port());
     let interval = Duration::from_secs(3);
-    let child = Command::new(env!("CARGO_BIN_EXE_dlq"))
+    let child = crate::common::dlq_command()
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env(

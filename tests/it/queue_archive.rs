@@ -213,7 +213,7 @@ async fn big_dlq(b: &Broker, n: usize) {
 }
 
 fn spawn_archive(b: &Broker, file: &std::path::Path) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_dlq"))
+    crate::common::dlq_command()
         .env(
             "XDG_CONFIG_HOME",
             std::env::temp_dir().join("dlq-tests-no-config"),

@@ -547,7 +547,7 @@ async fn kill_mid_run_leaves_at_most_a_window() {
     db.insert(&scenario2()).await;
     let space = Space::new("redis_kill");
     space.declare().await;
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dlq"))
+    let mut child = crate::common::dlq_command()
         .env(
             "XDG_CONFIG_HOME",
             std::env::temp_dir().join("dlq-tests-no-config"),

@@ -221,7 +221,7 @@ fn wait_for_file(p: &std::path::Path) {
 }
 
 fn spawn_archive(db: &TestDb, file: &std::path::Path) -> std::process::Child {
-    std::process::Command::new(env!("CARGO_BIN_EXE_dlq"))
+    crate::common::dlq_command()
         .env(
             "XDG_CONFIG_HOME",
             std::env::temp_dir().join("dlq-tests-no-config"),

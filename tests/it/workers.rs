@@ -358,3 +358,51 @@ async fn queue_replay_keeps_tasks_no_worker_registers() {
         .exchange_delete(dlx.as_str().into(), Default::default())
         .await;
 }
+
+/// A classic TTL delay in front of the work queue: the message first "died" (expired) in
+/// the delay queue, then a consumer rejected it in the work queue. The replay sends it back
+/// to the work queue, where it was given up on, not to the delay queue it first died in.
+#[tokio::test]
+async fn a_delayed_then_rejected_message_goes_back_where_it_was_rejected() {
+    use crate::broker::{ls, table};
+    use lapin::ExchangeKind;
+    use lapin::types::AMQPValue;
+    let b = Broker::new("wk_ttl").await;
+    b.exchange("to.work", ExchangeKind::Fanout).await;
+    b.exchange("to.dlq", ExchangeKind::Fanout).await;
+    b.queue("work.dlq", FieldTable::default()).await;
+    b.bind("work.dlq", "to.dlq", "").await;
+    b.queue(
+        "work",
+        table(vec![("x-dead-letter-exchange", ls("to.dlq"))]),
+    )
+    .await;
+    b.bind("work", "to.work", "").await;
+    b.queue(
+        "delay",
+        table(vec![
+            ("x-dead-letter-exchange", ls("to.work")),
+            ("x-message-ttl", AMQPValue::LongInt(50)),
+        ]),
+    )
+    .await;
+    b.publish(
+        "delay",
+        br#"{"pedido": 1}"#,
+        lapin::BasicProperties::default(),
+    )
+    .await;
+    b.wait_depth("work", 1).await;
+    b.reject("work", 1).await;
+    b.wait_depth("work.dlq", 1).await;
+    let run = b.run(&["replay", "-Q", "work.dlq", "--yes"]).await;
+    run.ok();
+    b.wait_depth("work", 1).await;
+    assert_eq!(
+        b.depth("delay").await,
+        0,
+        "not sent to the queue it first died in"
+    );
+    assert_eq!(b.depth("work.dlq").await, 0);
+    b.delete().await;
+}
