@@ -97,7 +97,7 @@ complete -c dlq -n "__fish_dlq_using_subcommand inspect" -s Q -l queue -d 'Act o
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l motivo-header -d 'Extra message header holding the error text, used for motivo (repeatable)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l motivo -d 'Reason contains TEXT (case-sensitive, like SQL LIKE \'%TEXT%\')' -r
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -s e -l pattern -d 'Regex over reason, task name and payload text' -r
-complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l task -d 'Task name (Celery task, or for queues the queue it first died in) (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l task -d 'Task name (Celery task, or for queues the queue it goes back to) (repeatable)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l since -d 'Created at or after WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l until -d 'Created before WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l older-than -d 'Created more than DURATION ago (90m, 7d) or before an RFC 3339 time' -r
@@ -139,7 +139,7 @@ complete -c dlq -n "__fish_dlq_using_subcommand filter" -s Q -l queue -d 'Act on
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l motivo-header -d 'Extra message header holding the error text, used for motivo (repeatable)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l motivo -d 'Reason contains TEXT (case-sensitive, like SQL LIKE \'%TEXT%\')' -r
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -s e -l pattern -d 'Regex over reason, task name and payload text' -r
-complete -c dlq -n "__fish_dlq_using_subcommand filter" -l task -d 'Task name (Celery task, or for queues the queue it first died in) (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l task -d 'Task name (Celery task, or for queues the queue it goes back to) (repeatable)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l since -d 'Created at or after WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l until -d 'Created before WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l older-than -d 'Created more than DURATION ago (90m, 7d) or before an RFC 3339 time' -r
@@ -184,7 +184,7 @@ complete -c dlq -n "__fish_dlq_using_subcommand replay" -s Q -l queue -d 'Act on
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l motivo-header -d 'Extra message header holding the error text, used for motivo (repeatable)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l motivo -d 'Reason contains TEXT (case-sensitive, like SQL LIKE \'%TEXT%\')' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -s e -l pattern -d 'Regex over reason, task name and payload text' -r
-complete -c dlq -n "__fish_dlq_using_subcommand replay" -l task -d 'Task name (Celery task, or for queues the queue it first died in) (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l task -d 'Task name (Celery task, or for queues the queue it goes back to) (repeatable)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l since -d 'Created at or after WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l until -d 'Created before WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l older-than -d 'Created more than DURATION ago (90m, 7d) or before an RFC 3339 time' -r
@@ -240,7 +240,7 @@ complete -c dlq -n "__fish_dlq_using_subcommand archive" -s Q -l queue -d 'Act o
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l motivo-header -d 'Extra message header holding the error text, used for motivo (repeatable)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l motivo -d 'Reason contains TEXT (case-sensitive, like SQL LIKE \'%TEXT%\')' -r
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -s e -l pattern -d 'Regex over reason, task name and payload text' -r
-complete -c dlq -n "__fish_dlq_using_subcommand archive" -l task -d 'Task name (Celery task, or for queues the queue it first died in) (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l task -d 'Task name (Celery task, or for queues the queue it goes back to) (repeatable)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l since -d 'Created at or after WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l until -d 'Created before WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l older-than -d 'Created more than DURATION ago (90m, 7d) or before an RFC 3339 time' -r

@@ -17,6 +17,47 @@ DLQ_BROKER_URL (then CELERY_BROKER_URL), DLQ_REDIS_KEY_PREFIX, DLQ_AUDIT_LOG, DL
 DLQ_CONFIG, NO_COLOR.
 Config file: $XDG_CONFIG_HOME/dlq/config.toml (precedence: flag > env > config > default).";
 
+const LIST_EXAMPLES: &str = "\
+Examples:
+  dlq list
+  dlq list -Q matriculas.dlq --sample 0
+  dlq list --exclude 'retry.*' -o json";
+
+const INSPECT_EXAMPLES: &str = "\
+Examples:
+  dlq inspect --motivo IntegrityError
+  dlq inspect -Q matriculas.dlq --id m-1 --full
+  dlq inspect -e 'usuario_id' --since 2h -o ndjson";
+
+const FILTER_EXAMPLES: &str = "\
+Examples:
+  dlq filter --group-by motivo
+  dlq filter -Q matriculas.dlq --motivo KeyError --count
+  dlq filter --task enviar_email -o ndjson > emails.ndjson";
+
+const REPLAY_EXAMPLES: &str = "\
+Examples:
+  dlq replay --motivo IntegrityError --dry-run
+  dlq replay --motivo IntegrityError --task-map liberar_acesso_curso=tasks.liberar_acesso_curso
+  dlq replay -Q matriculas.dlq --motivo KeyError --canary 5 --yes";
+
+const ARCHIVE_EXAMPLES: &str = "\
+Examples:
+  dlq archive --older-than 30d --include-replayed --to old.ndjson.gz --delete --dry-run
+  dlq archive -Q matriculas.dlq --to dlq.ndjson
+  dlq replay --from-file dlq.ndjson --dry-run";
+
+const WORKERS_EXAMPLES: &str = "\
+Examples:
+  dlq workers
+  dlq workers --full -o json
+  dlq --broker-url redis://127.0.0.1:6379/0 workers";
+
+const AUDIT_EXAMPLES: &str = "\
+Examples:
+  dlq audit --since 24h
+  dlq audit --run 5f0c... -o json";
+
 #[derive(Debug, Parser)]
 #[command(
     name = "dlq",
@@ -27,7 +68,7 @@ Config file: $XDG_CONFIG_HOME/dlq/config.toml (precedence: flag > env > config >
     max_term_width = 100
 )]
 pub struct Cli {
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Global options")]
     pub global: GlobalArgs,
     #[command(subcommand)]
     pub command: Command,
@@ -129,18 +170,24 @@ pub enum ColorChoice {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Overview of every dead-letter source: counts, oldest, top reasons
+    #[command(after_help = LIST_EXAMPLES)]
     List(ListArgs),
     /// Show individual dead letters (default --limit 20; --full shows everything)
+    #[command(after_help = INSPECT_EXAMPLES)]
     Inspect(InspectArgs),
     /// Evaluate a selection: group it, count it, or export its records (-o ndjson)
+    #[command(after_help = FILTER_EXAMPLES)]
     Filter(FilterArgs),
     /// Re-dispatch selected dead letters (table rows as Celery tasks, queue messages to where they died)
+    #[command(after_help = REPLAY_EXAMPLES)]
     Replay(ReplayArgs),
     /// Write selected dead letters to an NDJSON archive, optionally deleting them from the source
+    #[command(after_help = ARCHIVE_EXAMPLES)]
     Archive(ArchiveArgs),
     /// Create the failed-task table with the right columns and index
     Init(InitArgs),
     /// The live Celery workers: the queues each consumes and the tasks each registers
+    #[command(after_help = WORKERS_EXAMPLES)]
     Workers(WorkersArgs),
     /// Nagios-style check: OK / WARNING / CRITICAL / UNKNOWN from pending dead letters, the
     /// age of the oldest and how many arrived lately (exit 0 / 1 / 2 / 3)
@@ -154,6 +201,7 @@ pub enum Command {
     Completions(CompletionsArgs),
     /// The audit trail: who replayed, restored or archived (--delete) what, when, and how
     /// it ended
+    #[command(after_help = AUDIT_EXAMPLES)]
     Audit(AuditArgs),
 }
 
@@ -184,7 +232,7 @@ pub struct SelectionArgs {
     /// Regex over reason, task name and payload text
     #[arg(short = 'e', long, value_name = "REGEX")]
     pub pattern: Option<String>,
-    /// Task name (Celery task, or for queues the queue it first died in) (repeatable)
+    /// Task name (Celery task, or for queues the queue it goes back to) (repeatable)
     #[arg(long, value_name = "NAME")]
     pub task: Vec<String>,
     /// Created at or after WHEN (RFC 3339, YYYY-MM-DD, or a duration ago like 2h)
@@ -247,9 +295,9 @@ pub struct ListArgs {
 
 #[derive(Debug, Args)]
 pub struct InspectArgs {
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Source")]
     pub source: SourceArgs,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Selection")]
     pub selection: SelectionArgs,
     /// Show every field of every record, reasons in full
     #[arg(long)]
@@ -265,9 +313,9 @@ pub enum GroupBy {
 
 #[derive(Debug, Args)]
 pub struct FilterArgs {
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Source")]
     pub source: SourceArgs,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Selection")]
     pub selection: SelectionArgs,
     /// Group the selection and count each group
     #[arg(long, value_enum, value_name = "KEY", conflicts_with = "count")]
@@ -279,50 +327,61 @@ pub struct FilterArgs {
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Source")]
     pub source: SourceArgs,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Selection")]
     pub selection: SelectionArgs,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Safety")]
     pub safety: SafetyArgs,
     /// Publish to this queue (table default: celery; queue default: where each message died)
-    #[arg(long, value_name = "QUEUE", conflicts_with = "to_exchange")]
+    #[arg(
+        long,
+        value_name = "QUEUE",
+        conflicts_with = "to_exchange",
+        help_heading = "Target"
+    )]
     pub to_queue: Option<String>,
     /// Publish to this exchange instead
-    #[arg(long, value_name = "EXCHANGE")]
+    #[arg(long, value_name = "EXCHANGE", help_heading = "Target")]
     pub to_exchange: Option<String>,
     /// Routing key with --to-exchange
-    #[arg(long, value_name = "KEY", requires = "to_exchange")]
+    #[arg(
+        long,
+        value_name = "KEY",
+        requires = "to_exchange",
+        help_heading = "Target"
+    )]
     pub routing_key: Option<String>,
     /// At most N messages per second
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Replay")]
     pub rate: Option<f64>,
     /// Publishes in flight at once; also the most that a killed run can leave published but
     /// not yet marked/acked (the duplicate window)
-    #[arg(long, value_name = "N", default_value_t = 64)]
+    #[arg(long, value_name = "N", default_value_t = 64, help_heading = "Replay")]
     pub window: usize,
     /// Replay from an archive written by `dlq archive`
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", help_heading = "Replay")]
     pub from_file: Option<PathBuf>,
     /// Refuse messages already replayed this many times
-    #[arg(long, value_name = "N", default_value_t = 3)]
+    #[arg(long, value_name = "N", default_value_t = 3, help_heading = "Replay")]
     pub max_replays: u32,
     /// Replay N messages first and stop if any of them dies again
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", help_heading = "Replay")]
     pub canary: Option<u64>,
     /// How long to watch the canary messages
     #[arg(
         long,
         value_name = "DURATION",
         default_value = "30s",
-        requires = "canary"
+        requires = "canary",
+        help_heading = "Replay"
     )]
     pub canary_wait: String,
     /// Queue replay with --yes: take and select everything before moving anything (as
     /// without --yes), so a missing destination refuses the whole run
-    #[arg(long)]
+    #[arg(long, help_heading = "Replay")]
     pub plan_first: bool,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Celery workers")]
     pub workers: WorkerCheckArgs,
 }
 
@@ -353,11 +412,11 @@ pub struct WorkersArgs {
 
 #[derive(Debug, Args)]
 pub struct ArchiveArgs {
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Source")]
     pub source: SourceArgs,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Selection")]
     pub selection: SelectionArgs,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Safety")]
     pub safety: SafetyArgs,
     /// Archive file (NDJSON; gzip when it ends in .gz; - for stdout)
     #[arg(long, value_name = "FILE")]
@@ -417,7 +476,7 @@ Exit codes: 0 success, 1 a source unreachable (with --listen: that scrape answer
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Source")]
     pub source: SourceArgs,
     /// WARNING when more than N dead letters are pending (table rows / ready messages)
     #[arg(long, value_name = "N", allow_hyphen_values = true)]
@@ -454,7 +513,7 @@ pub struct CheckArgs {
 
 #[derive(Debug, Args)]
 pub struct MetricsArgs {
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Source")]
     pub source: SourceArgs,
     /// Read (and give back) the first N messages of each DLQ for its age and reasons
     /// [default: read none]

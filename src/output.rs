@@ -391,7 +391,9 @@ pub struct RecordWriter {
     full: bool,
     out: io::BufWriter<io::Stdout>,
     count: u64,
-    block: Vec<DeadLetter>,
+    /// Table rows waiting for their block: the few cells shown, never the whole record
+    /// (a 1 MiB payload must not be held until the end).
+    block: Vec<Vec<Cell>>,
 }
 
 const RECORD_COLUMNS: [&str; 8] = [
@@ -408,8 +410,11 @@ const RECORD_COLUMNS: [&str; 8] = [
 impl RecordWriter {
     pub fn write(&mut self, r: &DeadLetter) -> io::Result<()> {
         match self.printer.format {
+            // --full: each record rendered and released as it comes.
+            OutputFormat::Table if self.full => self.write_full(r)?,
             OutputFormat::Table => {
-                self.block.push(r.clone());
+                let row = self.row(r);
+                self.block.push(row);
                 if self.block.len() >= TABLE_BLOCK {
                     self.flush_block()?;
                 }
@@ -444,51 +449,49 @@ impl RecordWriter {
         Ok(())
     }
 
+    /// The cells of one record's table row.
+    fn row(&self, r: &DeadLetter) -> Vec<Cell> {
+        let p = &self.printer;
+        let replayed = Cell::new(if r.replayed { "yes" } else { "no" });
+        let replayed = if p.color && r.replayed {
+            replayed.fg(Color::Green)
+        } else {
+            replayed
+        };
+        vec![
+            Cell::new(r.id.to_string()),
+            Cell::new(r.task.as_deref().unwrap_or("-")),
+            Cell::new(
+                r.created_at
+                    .as_ref()
+                    .map(short_time)
+                    .unwrap_or_else(|| "-".into()),
+            ),
+            Cell::new(ellipsize(
+                crate::fingerprint::headline(r.motivo.as_deref().unwrap_or("-")),
+                REASON_WIDTH,
+            )),
+            replayed,
+            Cell::new(&r.location),
+        ]
+    }
+
     fn flush_block(&mut self) -> io::Result<()> {
         if self.block.is_empty() {
             return Ok(());
         }
-        let block = std::mem::take(&mut self.block);
-        if self.full {
-            for r in &block {
-                self.write_full(r)?;
-            }
-        } else {
-            let p = &self.printer;
-            let mut t = p.new_table();
-            t.set_header(
-                ["id", "task", "created_at", "motivo", "replayed", "location"]
-                    .iter()
-                    .map(|c| p.header_cell(c))
-                    .collect::<Vec<_>>(),
-            );
-            for r in &block {
-                let replayed = Cell::new(if r.replayed { "yes" } else { "no" });
-                let replayed = if p.color && r.replayed {
-                    replayed.fg(Color::Green)
-                } else {
-                    replayed
-                };
-                t.add_row(vec![
-                    Cell::new(r.id.to_string()),
-                    Cell::new(r.task.as_deref().unwrap_or("-")),
-                    Cell::new(
-                        r.created_at
-                            .as_ref()
-                            .map(short_time)
-                            .unwrap_or_else(|| "-".into()),
-                    ),
-                    Cell::new(ellipsize(
-                        crate::fingerprint::headline(r.motivo.as_deref().unwrap_or("-")),
-                        REASON_WIDTH,
-                    )),
-                    replayed,
-                    Cell::new(&r.location),
-                ]);
-            }
-            writeln!(self.out, "{t}")?;
+        let p = &self.printer;
+        let mut t = p.new_table();
+        t.set_header(
+            ["id", "task", "created_at", "motivo", "replayed", "location"]
+                .iter()
+                .map(|c| p.header_cell(c))
+                .collect::<Vec<_>>(),
+        );
+        for row in std::mem::take(&mut self.block) {
+            t.add_row(row);
         }
-        Ok(())
+        writeln!(self.out, "{t}")
     }
 
     /// `--full`: every field, payload pretty-printed, reason in full.

@@ -303,6 +303,36 @@ fn warn_if_readable_by_others(path: &Path, warnings: &mut Vec<String>) {
 #[cfg(not(unix))]
 fn warn_if_readable_by_others(_: &Path, _: &mut Vec<String>) {}
 
+/// `--color` (else the config's `color`): `auto` colours a terminal unless `NO_COLOR` is set.
+fn colour(choice: Option<ColorChoice>, env: Env, terminal: Terminal) -> bool {
+    let no_color = env("NO_COLOR").is_some_and(|v| !v.is_empty());
+    match choice.unwrap_or(ColorChoice::Auto) {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => terminal.stdout_tty && !no_color,
+    }
+}
+
+/// The config file's `queues` and `task_map` (the profile's, else the top level's), the map
+/// as `OLD=NEW` entries that `--task-map` flags add to.
+fn config_lists(profile: &ConfigSection, base: &ConfigSection) -> (Vec<String>, Vec<String>) {
+    let mut queues = profile
+        .queues
+        .clone()
+        .or_else(|| base.queues.clone())
+        .unwrap_or_default();
+    queues.dedup();
+    let task_map = profile
+        .task_map
+        .clone()
+        .or_else(|| base.task_map.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(old, new)| format!("{old}={new}"))
+        .collect();
+    (queues, task_map)
+}
+
 /// `--profile NAME`: that section of the config file (an unknown name is a usage error).
 fn select_profile(config: &ConfigFile, name: Option<&str>) -> Result<ConfigSection> {
     let Some(name) = name else {
@@ -443,31 +473,8 @@ impl Settings {
             .or(profile.output)
             .or(base.output)
             .unwrap_or(OutputFormat::Table);
-        let color_choice = g
-            .color
-            .or(profile.color)
-            .or(base.color)
-            .unwrap_or(ColorChoice::Auto);
-        let no_color = env("NO_COLOR").is_some_and(|v| !v.is_empty());
-        let color = match color_choice {
-            ColorChoice::Always => true,
-            ColorChoice::Never => false,
-            ColorChoice::Auto => terminal.stdout_tty && !no_color,
-        };
-        let mut config_queues = profile
-            .queues
-            .clone()
-            .or_else(|| base.queues.clone())
-            .unwrap_or_default();
-        config_queues.dedup();
-        let config_task_map = profile
-            .task_map
-            .clone()
-            .or_else(|| base.task_map.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(old, new)| format!("{old}={new}"))
-            .collect();
+        let color = colour(g.color.or(profile.color).or(base.color), env, terminal);
+        let (config_queues, config_task_map) = config_lists(&profile, base);
         Ok(Settings {
             database,
             table,

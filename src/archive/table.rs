@@ -69,20 +69,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     let header = super::header("table", &table.location(), &opts.selection.describe());
     let mut writer = ArchiveWriter::create(&opts.to, &header)?;
     let mut b = SqlBuilder::new(table.dialect);
-    let (clause, exact) = table.where_clause(&opts.selection, &mut b)?;
-    let limit = match (exact, opts.selection.limit) {
-        (true, Some(n)) => format!(" LIMIT {n}"),
-        _ => String::new(),
-    };
-    let lock = match (opts.delete, table.dialect) {
-        (true, Dialect::Postgres | Dialect::MySql) => " FOR UPDATE SKIP LOCKED",
-        _ => "",
-    };
-    let sql = format!(
-        "SELECT {} FROM {}{clause} ORDER BY id{limit}{lock}",
-        table.record_columns(),
-        table.quoted
-    );
+    let sql = select_sql(&table, &opts, &mut b)?;
     let bar = printer.progress(None, "archiving");
     let mut selector = Selector::new(&opts.selection);
 
@@ -135,18 +122,34 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     if let Some(w) = selector.warning() {
         printer.warn(w);
     }
-    let mut line = format!(
-        "archive: {} row(s) of table {} -> {destination} (sha256 {})",
+    let deleted_note = opts.delete.then(|| format!(", {deleted} deleted"));
+    printer.info(format!(
+        "archive: {} row(s) of table {} -> {destination} (sha256 {}){}",
         archived.count,
         table.location(),
-        &archived.sha256[..16]
-    );
-    if opts.delete {
-        line.push_str(&format!(", {deleted} deleted"));
-    }
-    printer.info(line);
+        &archived.sha256[..16],
+        deleted_note.unwrap_or_default()
+    ));
     super::audit_end(audit.as_mut(), archived.count, deleted);
     Ok(Exit::Ok)
+}
+
+/// The rows to archive, in id order; with --delete locked against a concurrent replay.
+fn select_sql(table: &FailedTable, opts: &Options, b: &mut SqlBuilder) -> Result<String> {
+    let (clause, exact) = table.where_clause(&opts.selection, b)?;
+    let limit = match (exact, opts.selection.limit) {
+        (true, Some(n)) => format!(" LIMIT {n}"),
+        _ => String::new(),
+    };
+    let lock = match (opts.delete, table.dialect) {
+        (true, Dialect::Postgres | Dialect::MySql) => " FOR UPDATE SKIP LOCKED",
+        _ => "",
+    };
+    Ok(format!(
+        "SELECT {} FROM {}{clause} ORDER BY id{limit}{lock}",
+        table.record_columns(),
+        table.quoted
+    ))
 }
 
 async fn count(table: &FailedTable, sel: &Selection) -> Result<u64> {
