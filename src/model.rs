@@ -78,6 +78,10 @@ pub struct DeadLetter {
     /// The payload as stored, for `--pattern`: never serialized.
     #[serde(skip)]
     pub payload_text: Option<String>,
+    /// A stored time dlq cannot read (`created_at` is then empty): reported by the selector
+    /// when a time bound cannot select the record. Never serialized.
+    #[serde(skip)]
+    pub unreadable_time: Option<String>,
 }
 
 impl DeadLetter {
@@ -209,6 +213,7 @@ mod tests {
             properties: None,
             raw: None,
             payload_text: None,
+            unreadable_time: None,
         };
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(

@@ -182,6 +182,9 @@ pub struct Selector<'a> {
     /// The first few records `--where` failed on; all are counted.
     eval_errors: Vec<EvalError>,
     eval_error_count: u64,
+    /// Records a time bound could not decide: their stored time is unreadable.
+    unreadable_times: u64,
+    unreadable_example: Option<(RecordId, String)>,
 }
 
 impl<'a> Selector<'a> {
@@ -191,6 +194,8 @@ impl<'a> Selector<'a> {
             taken: 0,
             eval_errors: Vec::new(),
             eval_error_count: 0,
+            unreadable_times: 0,
+            unreadable_example: None,
         }
     }
 
@@ -213,6 +218,13 @@ impl<'a> Selector<'a> {
         if self.full() {
             return false;
         }
+        if let Some(raw) = &rec.unreadable_time
+            && self.sel.has_time_bounds()
+        {
+            self.unreadable_times += 1;
+            self.unreadable_example
+                .get_or_insert_with(|| (rec.id.clone(), raw.clone()));
+        }
         match self.sel.matches(rec) {
             Ok(true) => {
                 self.taken += 1;
@@ -229,13 +241,23 @@ impl<'a> Selector<'a> {
         }
     }
 
-    /// A warning line when `--where` failed on some records, else `None`.
+    /// A warning line when `--where` failed on some records, or a time bound met records
+    /// whose stored time is unreadable (they are never selected by it), else `None`.
     pub fn warning(&self) -> Option<String> {
-        let first = self.eval_errors.first()?;
-        Some(format!(
-            "--where could not be evaluated on {} record(s), which were not selected (e.g. id {}: {})",
-            self.eval_error_count, first.id, first.message
-        ))
+        let mut parts = Vec::new();
+        if let Some(first) = self.eval_errors.first() {
+            parts.push(format!(
+                "--where could not be evaluated on {} record(s), which were not selected (e.g. id {}: {})",
+                self.eval_error_count, first.id, first.message
+            ));
+        }
+        if let Some((id, raw)) = &self.unreadable_example {
+            parts.push(format!(
+                "{} record(s) have a time dlq cannot read (e.g. id {id}: {raw:?}): --since, --until and --older-than never select them; fix criada_em or select them by --id",
+                self.unreadable_times
+            ));
+        }
+        (!parts.is_empty()).then(|| parts.join("; "))
     }
 }
 
@@ -315,6 +337,7 @@ mod tests {
             properties: None,
             raw: None,
             payload_text: None,
+            unreadable_time: None,
         }
     }
 
@@ -492,6 +515,7 @@ mod tests {
             properties: Some(json!({})),
             raw: None,
             payload_text: None,
+            unreadable_time: None,
         }
     }
 

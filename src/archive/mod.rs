@@ -564,6 +564,7 @@ mod tests {
             properties: None,
             raw: Some(serde_json::json!({"args": format!("{{\"i\": {i}}}")})),
             payload_text: None,
+            unreadable_time: None,
         }
     }
 
@@ -701,6 +702,7 @@ mod proptests {
                 properties: None,
                 raw: Some(serde_json::json!({ "args": String::from_utf8_lossy(&bytes) })),
                 payload_text: None,
+                unreadable_time: None,
             })
     }
 

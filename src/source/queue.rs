@@ -170,6 +170,7 @@ pub fn from_delivery(
             })
         }),
         payload_text: Some(String::from_utf8_lossy(body).into_owned()),
+        unreadable_time: None,
     }
 }
 

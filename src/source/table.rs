@@ -587,9 +587,10 @@ impl FailedTable {
             match (self.dialect, self.schema.created) {
                 (Dialect::Sqlite, _) => {
                     // Text timestamps compare as instants via julianday; rows stored in other
-                    // shapes are left for the client to decide.
+                    // shapes, and text julianday cannot read, are left for the client to decide
+                    // (and report).
                     preds.push(format!(
-                        "(typeof(criada_em) <> 'text' OR julianday(criada_em) {op} julianday({p}))"
+                        "(typeof(criada_em) <> 'text' OR julianday(criada_em) IS NULL OR julianday(criada_em) {op} julianday({p}))"
                     ));
                     exact = false;
                 }
@@ -832,6 +833,7 @@ macro_rules! impl_decode {
                 let task = text(1)?;
                 let args = text(2)?;
                 let motivo = text(3)?;
+                let mut unreadable_time = None;
                 let created_at = match self.schema.created {
                     TimeKind::Tz => row.try_get::<Option<DateTime<Utc>>, _>(4).ok().flatten(),
                     TimeKind::Naive => row
@@ -840,7 +842,14 @@ macro_rules! impl_decode {
                         .flatten()
                         .map(|n| Utc.from_utc_datetime(&n)),
                     TimeKind::Text => match row.try_get::<Option<String>, _>(4) {
-                        Ok(s) => s.as_deref().and_then(crate::when::parse_stored_time),
+                        Ok(Some(s)) => {
+                            let t = crate::when::parse_stored_time(&s);
+                            if t.is_none() && !s.trim().is_empty() {
+                                unreadable_time = Some(s);
+                            }
+                            t
+                        }
+                        Ok(None) => None,
                         Err(_) => row
                             .try_get::<Option<i64>, _>(4)
                             .ok()
@@ -867,6 +876,7 @@ macro_rules! impl_decode {
                     properties: None,
                     raw: None,
                     payload_text: args,
+                    unreadable_time,
                 })
             }
         }

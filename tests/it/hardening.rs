@@ -281,3 +281,41 @@ async fn the_dry_run_shows_the_bytes_that_will_go() {
     db.drop().await;
     b.delete().await;
 }
+
+/// A criada_em dlq cannot read is reported, not silently treated as "no time": an
+/// `archive --older-than --delete` says which rows it can never remove.
+#[tokio::test]
+async fn an_unreadable_criada_em_is_reported() {
+    let db = TestDb::new(Dialect::Sqlite, "hard_time").await;
+    db.init();
+    db.exec(
+        "INSERT INTO {t} (task_original, args, motivo, criada_em, reprocessada) VALUES \
+         ('t', '[1]', 'm', '2020-01-01T00:00:00Z', 0), ('t', '[2]', 'm', 'not a time', 0)",
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("old.ndjson");
+    let run = db.dlq(&[
+        "archive",
+        "--older-than",
+        "30d",
+        "--to",
+        f.to_str().unwrap(),
+        "--delete",
+        "--yes",
+    ]);
+    run.ok();
+    assert!(
+        run.stderr()
+            .contains("1 record(s) have a time dlq cannot read"),
+        "{}",
+        run.stderr()
+    );
+    assert!(run.stderr().contains("not a time"), "{}", run.stderr());
+    assert_eq!(
+        db.scalar_i64("SELECT COUNT(*) FROM {t}").await,
+        1,
+        "the old row went, the unreadable one stays"
+    );
+    db.drop().await;
+}
