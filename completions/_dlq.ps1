@@ -216,6 +216,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlq' -ScriptBlock {
             [CompletionResult]::new('--max-replays', '--max-replays', [CompletionResultType]::ParameterName, 'Refuse messages already replayed this many times')
             [CompletionResult]::new('--canary', '--canary', [CompletionResultType]::ParameterName, 'Replay N messages first and stop if any of them dies again')
             [CompletionResult]::new('--canary-wait', '--canary-wait', [CompletionResultType]::ParameterName, 'How long to watch the canary messages')
+            [CompletionResult]::new('--transform', '--transform', [CompletionResultType]::ParameterName, 'jq program over each selected record''s JSON (as --where sees it); its output, the edited record, gives the new .payload (and, for queue messages, .headers)')
             [CompletionResult]::new('--task-map', '--task-map', [CompletionResultType]::ParameterName, 'Send rows stored under task OLD as task NEW (repeatable; config key task_map)')
             [CompletionResult]::new('--worker-timeout', '--worker-timeout', [CompletionResultType]::ParameterName, 'How long to wait for the workers'' answers (Celery remote control)')
             [CompletionResult]::new('--config', '--config', [CompletionResultType]::ParameterName, 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]')

@@ -209,6 +209,7 @@ set edit:completion:arg-completer[dlq] = {|@words|
             cand --max-replays 'Refuse messages already replayed this many times'
             cand --canary 'Replay N messages first and stop if any of them dies again'
             cand --canary-wait 'How long to watch the canary messages'
+            cand --transform 'jq program over each selected record''s JSON (as --where sees it); its output, the edited record, gives the new .payload (and, for queue messages, .headers)'
             cand --task-map 'Send rows stored under task OLD as task NEW (repeatable; config key task_map)'
             cand --worker-timeout 'How long to wait for the workers'' answers (Celery remote control)'
             cand --config 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]'

@@ -200,6 +200,7 @@ complete -c dlq -n "__fish_dlq_using_subcommand replay" -l from-file -d 'Replay 
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l max-replays -d 'Refuse messages already replayed this many times' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l canary -d 'Replay N messages first and stop if any of them dies again' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l canary-wait -d 'How long to watch the canary messages' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l transform -d 'jq program over each selected record\'s JSON (as --where sees it); its output, the edited record, gives the new .payload (and, for queue messages, .headers)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l task-map -d 'Send rows stored under task OLD as task NEW (repeatable; config key task_map)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l worker-timeout -d 'How long to wait for the workers\' answers (Celery remote control)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F

@@ -167,6 +167,8 @@ pub enum ColorChoice {
     Never,
 }
 
+// Parsed once per run: the size of the biggest variant does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Overview of every dead-letter source: counts, oldest, top reasons
@@ -381,6 +383,10 @@ pub struct ReplayArgs {
     /// without --yes), so a missing destination refuses the whole run
     #[arg(long, help_heading = "Replay")]
     pub plan_first: bool,
+    /// jq program over each selected record's JSON (as --where sees it); its output, the
+    /// edited record, gives the new .payload (and, for queue messages, .headers)
+    #[arg(long, value_name = "JQ", help_heading = "Replay")]
+    pub transform: Option<String>,
     #[command(flatten, next_help_heading = "Celery workers")]
     pub workers: WorkerCheckArgs,
 }

@@ -50,6 +50,21 @@ impl JqFilter {
         &self.source
     }
 
+    /// Every output of the program on `json`, as JSON values (`--transform`).
+    pub fn outputs(&self, json: &[u8]) -> Result<Vec<serde_json::Value>, String> {
+        let input = jaq_json::read::parse_single(json).map_err(|e| format!("{e:?}"))?;
+        let ctx = Ctx::<data::JustLut<Val>>::new(&self.filter.lut, Vars::new([]));
+        self.filter
+            .id
+            .run((ctx, input))
+            .map(unwrap_valr)
+            .map(|v| {
+                let v = v.map_err(|e| e.to_string())?;
+                serde_json::from_str(&v.to_string()).map_err(|e| format!("output is not JSON: {e}"))
+            })
+            .collect()
+    }
+
     /// True when the first output is neither `false` nor `null`; no output is false.
     /// A runtime error (e.g. indexing a string) is returned so callers can count it.
     pub fn is_truthy(&self, json: &[u8]) -> Result<bool, String> {

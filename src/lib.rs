@@ -36,6 +36,7 @@ pub(crate) mod select;
 pub mod settings;
 pub mod source;
 pub mod tls;
+pub(crate) mod transform;
 pub(crate) mod when;
 
 use error::Exit;

@@ -699,6 +699,8 @@ pub struct ReplayCommon {
     pub max_replays: u32,
     pub safety: Safety,
     pub workers: WorkerCheck,
+    /// `--transform`: compiled once, before anything connects.
+    pub transform: Option<std::sync::Arc<crate::transform::Transform>>,
 }
 
 /// Asking the live Celery workers before any task is sent.
@@ -805,8 +807,22 @@ pub fn replay_request(
         max_replays: a.max_replays,
         safety: Safety::from(&a.safety),
         workers: worker_check(settings, &a.workers)?,
+        transform: a
+            .transform
+            .as_deref()
+            .map(|code| {
+                crate::transform::Transform::compile(code)
+                    .map(std::sync::Arc::new)
+                    .map_err(|e| usage(format!("invalid --transform jq program {code:?}: {e}")))
+            })
+            .transpose()?,
     };
     if let Some(file) = &a.from_file {
+        if common.transform.is_some() {
+            return Err(usage(
+                "--transform applies to table and queue replays (-Q), not yet to --from-file",
+            ));
+        }
         return Ok(ReplayRequest::Restore {
             file: file.clone(),
             common,

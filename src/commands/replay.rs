@@ -43,7 +43,7 @@ pub async fn run(
                 record: crate::source::queue::RecordOptions {
                     motivo_headers: queues.motivo_headers,
                     // Only jq can look at headers, properties or the raw copy.
-                    lean: common.selection.jq.is_none(),
+                    lean: common.selection.jq.is_none() && common.transform.is_none(),
                 },
                 queues: queues.names,
                 force: queues.force,

@@ -60,6 +60,10 @@ struct Plan {
     count: u64,
     groups: BTreeMap<(String, String), u64>,
     refused: Vec<(RecordId, String)>,
+    /// `--transform`: messages whose payload or headers the program changes, and the
+    /// first few of them as before -> after lines for the plan.
+    transformed: u64,
+    diffs: Vec<String>,
     destinations: BTreeSet<String>,
 }
 
@@ -275,23 +279,23 @@ impl Holding {
         id: RecordId,
         route: (String, String),
         props: Option<lapin::BasicProperties>,
-        d: lapin::message::Delivery,
-        chan: usize,
+        body: Vec<u8>,
+        (chan, tag): (usize, u64),
     ) {
         if !self.single_pass {
             return;
         }
         let props = props.and_then(|p| crate::rabbit::codec::encode_properties(&p));
-        self.bytes += d.data.len() + props.as_ref().map_or(0, |p| p.len()) + HELD_OVERHEAD;
+        self.bytes += body.len() + props.as_ref().map_or(0, |p| p.len()) + HELD_OVERHEAD;
         match props {
             Some(props) if self.bytes <= self.budget => self.held.push_back(Held {
                 queue,
                 id,
                 route: self.routes.intern(route),
                 props,
-                body: d.data,
+                body,
                 chan,
-                tag: d.delivery_tag,
+                tag,
             }),
             _ => {
                 // Too much to hold (or, defensively, not encodable): read again.
@@ -356,6 +360,19 @@ async fn take_plan(
                 plan.refused.push((rec.id, why));
                 continue;
             }
+            let edit = match edit_of(opts, &rec) {
+                Ok(e) => e,
+                Err(why) => {
+                    plan.refused.push((rec.id, why));
+                    continue;
+                }
+            };
+            if let Some(e) = edit.as_ref().filter(|e| e.changed) {
+                plan.transformed += 1;
+                if plan.transformed <= 10 {
+                    plan.diffs.push(diff_line(&rec, e));
+                }
+            }
             *plan.selected.entry(key(&q.name, &rec.id)).or_default() += 1;
             plan.count += 1;
             if route.0.is_empty() {
@@ -364,8 +381,13 @@ async fn take_plan(
             let fp = fingerprint::fingerprint(rec.motivo.as_deref().unwrap_or(""));
             *plan.groups.entry((describe_dest(&route), fp)).or_default() += 1;
             let stored = record::stored_properties(&d.properties);
+            let original = rec.id.to_string();
+            let edited = |props| edited(opts, edit.as_ref(), props, &original);
+            let body = edit
+                .as_ref()
+                .map_or(d.data.clone(), |e| e.payload.clone().into_bytes());
             if let Some(out) = dry.as_mut()
-                && let Ok(props) = requeue::prepare(&stored, &stamp, "dry-run")
+                && let Ok(props) = requeue::prepare(&stored, &stamp, "dry-run").map(edited)
             {
                 out.write(MovePreview {
                     id: rec.id.clone(),
@@ -377,14 +399,17 @@ async fn take_plan(
                         .headers()
                         .as_ref()
                         .map(crate::rabbit::codec::table_to_json),
-                    payload: crate::model::exact_json(&d.data),
+                    payload: crate::model::exact_json(&body),
                     replays: requeue::replay_count(d.properties.headers().as_ref()),
                 })?;
             }
             // A dry run moves nothing: nothing to hold.
             if holding.single_pass && !opts.common.safety.dry_run {
-                let props = requeue::prepare(&stored, &stamp, &publish_ids.next()).ok();
-                holding.keep(qi, rec.id, route, props, d, taker.channel_index());
+                let props = requeue::prepare(&stored, &stamp, &publish_ids.next())
+                    .ok()
+                    .map(edited);
+                let place = (taker.channel_index(), d.delivery_tag);
+                holding.keep(qi, rec.id, route, props, body, place);
             }
         }
         takers.push(taker);
@@ -452,6 +477,17 @@ async fn plan_gate(
     }
     for (id, why) in plan.refused.iter().take(10) {
         printer.warn(format!("stays in the DLQ: id {id}: {why}"));
+    }
+    if let Some(t) = opts.common.transform.as_deref() {
+        printer.info(format!(
+            "--transform (sha256 {}) changes {} of {} message(s); each goes as a new message (new message_id, dlq-transformed-from)",
+            &t.sha256()[..16],
+            plan.transformed,
+            plan.count
+        ));
+        for d in &plan.diffs {
+            printer.info(format!("  {d}"));
+        }
     }
     let amqp = rabbit::Target::from_settings(settings)?;
     let full_check: Vec<&String> = match &opts.common.target {
@@ -984,7 +1020,7 @@ impl Mover<'_> {
                 };
                 let (chan, tag) = (taker.channel_index(), d.delivery_tag);
                 self.acks.channel(qi, chan, &taker.channels()[chan]);
-                let (id, route, props) = match self.prepare_move(&q.name, &d, &stamp).await {
+                let (id, route, props, body) = match self.prepare_move(&q.name, &d, &stamp).await {
                     None => {
                         self.acks.not_moved(qi, chan);
                         continue;
@@ -1002,7 +1038,7 @@ impl Mover<'_> {
                     Outgoing {
                         exchange: route.0,
                         routing_key: route.1,
-                        body: d.data,
+                        body: body.unwrap_or(d.data),
                         properties: props,
                     },
                     Pending {
@@ -1034,15 +1070,15 @@ impl Mover<'_> {
         Ok(moved)
     }
 
-    /// Where a delivery goes and with which properties: `None` when it is not picked,
+    /// Where a delivery goes, with which properties and (edited by --transform) body: `None`
+    /// when it is not picked,
     /// `Err` (reported, it stays in the DLQ) when it cannot move.
     async fn prepare_move(
         &mut self,
         queue: &str,
         d: &lapin::message::Delivery,
         stamp: &Stamp,
-    ) -> Option<Result<(RecordId, (String, String), lapin::BasicProperties), (RecordId, String)>>
-    {
+    ) -> Option<Result<Moving, (RecordId, String)>> {
         let rec = self.picks.pick(queue, d, self.opts)?;
         let stored = record::stored_properties(&d.properties);
         let origin = rec.death.as_ref().and_then(record::origin_queue);
@@ -1058,9 +1094,18 @@ impl Mover<'_> {
         {
             return Some(Err((rec.id, why)));
         }
+        let edit = match edit_of(self.opts, &rec) {
+            Ok(e) => e,
+            Err(why) => return Some(Err((rec.id, why))),
+        };
+        let original = rec.id.to_string();
         Some(
             match requeue::prepare(&stored, stamp, &self.publish_ids.next()) {
-                Ok(props) => Ok((rec.id, route, props)),
+                Ok(props) => {
+                    let props = edited(self.opts, edit.as_ref(), props, &original);
+                    let body = edit.map(|e| e.payload.into_bytes());
+                    Ok((rec.id, route, props, body))
+                }
                 Err(why) => Err((rec.id, why.to_string())),
             },
         )
@@ -1163,6 +1208,58 @@ async fn died_again(conn: &lapin::Connection, checked: &[Checked], replay_id: &s
         n += c;
     }
     Ok(n)
+}
+
+/// A delivery on its way out: its id, route, properties, and the body when --transform
+/// edited it.
+type Moving = (
+    RecordId,
+    (String, String),
+    lapin::BasicProperties,
+    Option<Vec<u8>>,
+);
+
+/// `--transform` on one record: `Ok(None)` without a transform, `Err` when the program
+/// cannot edit it (the message stays in the DLQ, reported).
+fn edit_of(
+    opts: &Options,
+    rec: &crate::model::DeadLetter,
+) -> Result<Option<crate::transform::Edit>, String> {
+    opts.common
+        .transform
+        .as_deref()
+        .map(|t| t.apply(rec))
+        .transpose()
+}
+
+/// The published properties of an edited message (a new message: see requeue::transformed).
+fn edited(
+    opts: &Options,
+    edit: Option<&crate::transform::Edit>,
+    props: lapin::BasicProperties,
+    original_id: &str,
+) -> lapin::BasicProperties {
+    match (edit, opts.common.transform.as_deref()) {
+        (Some(e), Some(t)) => requeue::transformed(props, e, original_id, t.sha256()),
+        _ => props,
+    }
+}
+
+/// One compact before -> after line of a transformed message, for the plan.
+fn diff_line(rec: &crate::model::DeadLetter, e: &crate::transform::Edit) -> String {
+    let mut line = format!(
+        "id {}: payload {} -> {}",
+        rec.id,
+        ellipsize(&rec.payload.to_string(), 60),
+        ellipsize(&e.payload, 60)
+    );
+    for (k, v) in &e.headers {
+        match v {
+            Some(v) => line.push_str(&format!("; header {k} = {}", ellipsize(&v.to_string(), 30))),
+            None => line.push_str(&format!("; header {k} removed")),
+        }
+    }
+    line
 }
 
 /// What a dry run shows for one message.

@@ -61,6 +61,11 @@ pub enum Refusal {
     NoOrigin,
 }
 
+/// On a transformed message: the id of the dead letter it was made from.
+pub const TRANSFORMED_FROM: &str = "dlq-transformed-from";
+/// On a transformed message: the SHA-256 of the `--transform` program.
+pub const TRANSFORM: &str = "dlq-transform";
+
 /// How many times dlq replayed this message already.
 pub fn replay_count(headers: Option<&FieldTable>) -> i64 {
     let Some(v) = headers.and_then(|h| h.inner().get(REPLAY_COUNT)) else {
@@ -158,6 +163,54 @@ pub fn prepare(
         table.insert(k, v);
     }
     Ok(out.with_headers(table))
+}
+
+/// A transformed message is a new message: a fresh `message_id`, the application headers
+/// the program changed, and where it came from (`dlq-transformed-from`, the original id;
+/// `dlq-transform`, the program's SHA-256).
+pub fn transformed(
+    props: BasicProperties,
+    edit: &crate::transform::Edit,
+    original_id: &str,
+    program_sha256: &str,
+) -> BasicProperties {
+    let mut map = props.headers().clone().unwrap_or_default().inner().clone();
+    for (k, v) in &edit.headers {
+        match v {
+            Some(v) => {
+                map.insert(k.as_str().into(), json_header(v));
+            }
+            None => {
+                map.remove(k.as_str());
+            }
+        }
+    }
+    map.insert(TRANSFORMED_FROM.into(), long(original_id.to_string()));
+    map.insert(TRANSFORM.into(), long(program_sha256.to_string()));
+    let mut table = FieldTable::default();
+    for (k, v) in map {
+        table.insert(k, v);
+    }
+    props
+        .with_headers(table)
+        .with_message_id(uuid::Uuid::new_v4().to_string().into())
+}
+
+/// A header value a program wrote, as AMQP: strings, integers, floats, booleans and null
+/// keep their type; arrays and objects go as their JSON text.
+fn json_header(v: &serde_json::Value) -> AMQPValue {
+    use serde_json::Value;
+    match v {
+        Value::Null => AMQPValue::Void,
+        Value::Bool(b) => AMQPValue::Boolean(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_f64()) {
+            (Some(i), _) => AMQPValue::LongLongInt(i),
+            (None, Some(f)) => AMQPValue::Double(f),
+            _ => long(n.to_string()),
+        },
+        Value::String(s) => long(s.clone()),
+        other => long(other.to_string()),
+    }
 }
 
 #[cfg(test)]

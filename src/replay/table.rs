@@ -20,6 +20,7 @@ use crate::report::Report;
 use crate::select::{Selected, Selection};
 use crate::settings::{Dialect, ReplayCommon, Settings};
 use crate::source::table::{DecodeRecord, FailedTable, SqlBuilder, scrubbed};
+use crate::transform::Transform;
 use crate::{bind_all, with_pool};
 use anyhow::Result;
 use chrono::Utc;
@@ -187,21 +188,28 @@ async fn plan_rows(ctx: &RunContext, printer: &Printer, opts: &Options) -> Resul
     // Under --yes nobody reads the plan before the replay: a row is built (and refused if it
     // cannot become a valid message) when it is replayed, not twice.
     let validate = opts.common.safety.dry_run || !opts.common.safety.yes;
+    let transform = opts.common.transform.as_deref();
+    let mut changed = 0u64;
     let plan = plan(&ctx.table, &opts.common.selection, printer, |rec| {
         if !validate {
             return Ok(None);
         }
-        let built = celery::build(
-            ctx.map.sent_name(rec.task.as_deref().unwrap_or("")),
-            rec.payload_text.as_deref(),
-            &ctx.origin(&rec.id),
-        );
-        if let (Some(out), Ok(msg)) = (dry.as_mut(), &built) {
+        let built = row_message(rec, &ctx.map, transform, &ctx.origin(&rec.id));
+        if let Ok((_, true)) = &built {
+            changed += 1;
+        }
+        if let (Some(out), Ok((msg, _))) = (dry.as_mut(), &built) {
             out.write(TaskPreview::new(rec, msg, &opts.target))?;
         }
-        Ok(built.err().map(|e| e.to_string()))
+        Ok(built.err())
     })
     .await?;
+    if let (Some(t), true) = (transform, validate) {
+        printer.info(format!(
+            "--transform (sha256 {}) changes the args of {changed} row(s); the stored rows keep theirs",
+            &t.sha256()[..16]
+        ));
+    }
     if let Some(out) = dry {
         out.finish()?;
     }
@@ -262,6 +270,7 @@ async fn replay_rows(
         sel: opts.common.selection,
         target: opts.target,
         map: ctx.map.clone(),
+        transform: opts.common.transform.clone(),
         origin: ctx.origin(&RecordId::Text(String::new())),
     });
     for _ in 0..shape.workers.min(ids.len().div_ceil(group)) {
@@ -328,8 +337,31 @@ struct Shared {
     sel: Selection,
     target: Target,
     map: Arc<TaskMap>,
+    transform: Option<Arc<Transform>>,
     /// Provenance of the run; each row fills in its id.
     origin: ReplayOrigin,
+}
+
+/// The Celery message for one row: its stored args, or what `--transform` made of them (the
+/// stored row keeps its args). The flag says whether the program changed them.
+fn row_message(
+    rec: &DeadLetter,
+    map: &TaskMap,
+    transform: Option<&Transform>,
+    origin: &ReplayOrigin,
+) -> Result<(celery::TaskMessage, bool), String> {
+    let edit = transform.map(|t| t.apply(rec)).transpose()?;
+    let args = match &edit {
+        Some(e) => Some(e.payload.as_str()),
+        None => rec.payload_text.as_deref(),
+    };
+    let msg = celery::build(
+        map.sent_name(rec.task.as_deref().unwrap_or("")),
+        args,
+        origin,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok((msg, edit.is_some_and(|e| e.changed)))
 }
 
 /// Streams the selection once: the ids to replay, groups for the plan, invalid rows.
@@ -381,6 +413,7 @@ async fn replay_group(
         sel,
         target,
         map,
+        transform,
         origin,
     } = shared;
     let all =
@@ -429,10 +462,10 @@ async fn replay_group(
                 continue;
             }
             let row_origin = ReplayOrigin { row_id: rec.id.to_string(), ..origin.clone() };
-            let msg = match celery::build(map.sent_name(rec.task.as_deref().unwrap_or("")), rec.payload_text.as_deref(), &row_origin) {
-                Ok(m) => m,
-                Err(e) => {
-                    events.push((rec.id, RowEvent::Failed(e.to_string())));
+            let msg = match row_message(&rec, map, transform.as_deref(), &row_origin) {
+                Ok((m, _)) => m,
+                Err(why) => {
+                    events.push((rec.id, RowEvent::Failed(why)));
                     continue;
                 }
             };

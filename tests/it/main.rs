@@ -21,6 +21,7 @@ mod table_faults;
 mod table_read;
 mod table_replay;
 mod tls;
+mod transform;
 mod workers;
 
 /// Generates one test per database for an `async fn(Dialect)`.
