@@ -140,6 +140,13 @@ impl Printer {
         if self.quiet {
             return;
         }
+        if let Some(width) = self.narrow() {
+            let mut buf = Vec::new();
+            let cols: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
+            let _ = write_stacked(&mut buf, width, &cols, rows.iter().cloned());
+            eprint!("{}", redact::scrub(&String::from_utf8_lossy(&buf)));
+            return;
+        }
         let mut t = self.new_table();
         t.set_header(
             columns
@@ -151,6 +158,24 @@ impl Printer {
             t.add_row(r.iter().map(Cell::new).collect::<Vec<_>>());
         }
         eprintln!("{}", redact::scrub(&t.to_string()));
+    }
+
+    /// The width tables must fit: `COLUMNS`, else the terminal's; `None` when piped.
+    fn width(&self) -> Option<usize> {
+        if let Some(w) = std::env::var("COLUMNS")
+            .ok()
+            .and_then(|c| c.parse::<usize>().ok())
+        {
+            return Some(w);
+        }
+        self.stdout_tty
+            .then(|| Table::new().width().map(usize::from))
+            .flatten()
+    }
+
+    /// `Some(width)` when the terminal is too narrow for side-by-side columns.
+    fn narrow(&self) -> Option<usize> {
+        self.width().filter(|w| *w < NARROW)
     }
 
     fn new_table(&self) -> Table {
@@ -183,6 +208,12 @@ impl Printer {
         let stdout = io::stdout();
         let mut out = io::BufWriter::new(stdout.lock());
         match self.format {
+            OutputFormat::Table if self.narrow().is_some() => {
+                let cols: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
+                let width = self.narrow().unwrap_or(NARROW);
+                let cells = rows.iter().map(|r| r.iter().map(plain).collect());
+                write_stacked(&mut out, width, &cols, cells)?;
+            }
             OutputFormat::Table => {
                 let mut t = self.new_table();
                 t.set_header(
@@ -227,6 +258,11 @@ impl Printer {
                 .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
         };
         match self.format {
+            OutputFormat::Table if self.narrow().is_some() => {
+                let cols: Vec<String> = T::columns().iter().map(|c| c.to_string()).collect();
+                let width = self.narrow().unwrap_or(NARROW);
+                write_stacked(&mut out, width, &cols, rows.iter().map(Tabled::cells))?;
+            }
             OutputFormat::Table => {
                 let mut t = self.new_table();
                 t.set_header(
@@ -275,6 +311,64 @@ impl Printer {
             block: Vec::new(),
         }
     }
+}
+
+/// Below this many columns side-by-side columns are unreadable: rows are stacked instead.
+const NARROW: usize = 60;
+
+/// Rows as `column: value` lines, one blank line between rows, values wrapped at word
+/// boundaries (a word longer than the line is the only thing ever cut).
+fn write_stacked(
+    out: &mut impl Write,
+    width: usize,
+    columns: &[String],
+    rows: impl Iterator<Item = Vec<String>>,
+) -> io::Result<()> {
+    let key = columns.iter().map(|c| c.chars().count()).max().unwrap_or(0);
+    let room = width.saturating_sub(key + 2).max(10);
+    for row in rows {
+        for (c, v) in columns.iter().zip(row) {
+            let lines = wrap(&v, room);
+            for (i, line) in lines.iter().enumerate() {
+                let label = if i == 0 {
+                    format!("{c}:")
+                } else {
+                    String::new()
+                };
+                writeln!(out, "{label:<w$} {line}", w = key + 1)?;
+            }
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+/// Greedy word wrap; existing line breaks are kept.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    for para in text.split('\n') {
+        let mut line = String::new();
+        for word in para.split_whitespace() {
+            let mut word = word.to_string();
+            while word.chars().count() > width {
+                if !line.is_empty() {
+                    lines.push(std::mem::take(&mut line));
+                }
+                let head: String = word.chars().take(width).collect();
+                word = word.chars().skip(width).collect();
+                lines.push(head);
+            }
+            if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
+                lines.push(std::mem::take(&mut line));
+            }
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(&word);
+        }
+        lines.push(line);
+    }
+    lines
 }
 
 /// Asks a yes/no question on stderr and reads one line from the terminal: `y` or `yes` is
@@ -358,6 +452,11 @@ impl<T: Tabled> RowWriter<T> {
             return Ok(());
         }
         let p = &self.printer;
+        if let Some(width) = p.narrow() {
+            let cols: Vec<String> = T::columns().iter().map(|c| c.to_string()).collect();
+            let rows = std::mem::take(&mut self.block);
+            return write_stacked(&mut self.out, width, &cols, rows.into_iter());
+        }
         let mut t = p.new_table();
         t.set_header(
             T::columns()
@@ -481,13 +580,16 @@ impl RecordWriter {
             return Ok(());
         }
         let p = &self.printer;
+        let columns = ["id", "task", "created_at", "motivo", "replayed", "location"];
+        if let Some(width) = p.narrow() {
+            let cols: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
+            let rows = std::mem::take(&mut self.block)
+                .into_iter()
+                .map(|r| r.iter().map(Cell::content).collect());
+            return write_stacked(&mut self.out, width, &cols, rows);
+        }
         let mut t = p.new_table();
-        t.set_header(
-            ["id", "task", "created_at", "motivo", "replayed", "location"]
-                .iter()
-                .map(|c| p.header_cell(c))
-                .collect::<Vec<_>>(),
-        );
+        t.set_header(columns.iter().map(|c| p.header_cell(c)).collect::<Vec<_>>());
         for row in std::mem::take(&mut self.block) {
             t.add_row(row);
         }
@@ -730,6 +832,25 @@ mod tests {
         assert_eq!(
             String::from_utf8(buf).unwrap(),
             "\"'=HYPERLINK(\"\"x\"\")\",'+1,'-2,'@SUM(A1),ok,a=b\r\n"
+        );
+    }
+
+    #[test]
+    fn narrow_rows_are_stacked_and_wrapped_at_words() {
+        let mut buf = Vec::new();
+        let cols = vec!["id".to_string(), "motivo".to_string()];
+        let rows = vec![vec![
+            "7".into(),
+            "MemoryError: could not allocate the buffer".into(),
+        ]];
+        write_stacked(&mut buf, 24, &cols, rows.into_iter()).unwrap();
+        assert_eq!(
+            String::from_utf8(buf).unwrap(),
+            "id:     7\nmotivo: MemoryError:\n        could not\n        allocate the\n        buffer\n\n"
+        );
+        assert_eq!(
+            wrap("averyveryverylongword x", 10),
+            vec!["averyveryv", "erylongwor", "d x"]
         );
     }
 
