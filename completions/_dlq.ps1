@@ -214,7 +214,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlq' -ScriptBlock {
             [CompletionResult]::new('--window', '--window', [CompletionResultType]::ParameterName, 'Publishes in flight at once; also the most that a killed run can leave published but not yet marked/acked (the duplicate window)')
             [CompletionResult]::new('--from-file', '--from-file', [CompletionResultType]::ParameterName, 'Replay from an archive written by `dlq archive`')
             [CompletionResult]::new('--max-replays', '--max-replays', [CompletionResultType]::ParameterName, 'Refuse messages already replayed this many times')
-            [CompletionResult]::new('--canary', '--canary', [CompletionResultType]::ParameterName, 'Replay N messages first and stop if any of them dies again')
+            [CompletionResult]::new('--canary', '--canary', [CompletionResultType]::ParameterName, 'Replay N first and stop if any of them fails again (a message back in its DLQ; a row the app stored again: same task, same args)')
             [CompletionResult]::new('--canary-wait', '--canary-wait', [CompletionResultType]::ParameterName, 'How long to watch the canary messages')
             [CompletionResult]::new('--transform', '--transform', [CompletionResultType]::ParameterName, 'jq program over each selected record''s JSON (as --where sees it); its output, the edited record, gives the new .payload (and, for queue messages, .headers)')
             [CompletionResult]::new('--task-map', '--task-map', [CompletionResultType]::ParameterName, 'Send rows stored under task OLD as task NEW (repeatable; config key task_map)')

@@ -207,7 +207,7 @@ set edit:completion:arg-completer[dlq] = {|@words|
             cand --window 'Publishes in flight at once; also the most that a killed run can leave published but not yet marked/acked (the duplicate window)'
             cand --from-file 'Replay from an archive written by `dlq archive`'
             cand --max-replays 'Refuse messages already replayed this many times'
-            cand --canary 'Replay N messages first and stop if any of them dies again'
+            cand --canary 'Replay N first and stop if any of them fails again (a message back in its DLQ; a row the app stored again: same task, same args)'
             cand --canary-wait 'How long to watch the canary messages'
             cand --transform 'jq program over each selected record''s JSON (as --where sees it); its output, the edited record, gives the new .payload (and, for queue messages, .headers)'
             cand --task-map 'Send rows stored under task OLD as task NEW (repeatable; config key task_map)'

@@ -198,7 +198,7 @@ complete -c dlq -n "__fish_dlq_using_subcommand replay" -l rate -d 'At most N me
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l window -d 'Publishes in flight at once; also the most that a killed run can leave published but not yet marked/acked (the duplicate window)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l from-file -d 'Replay from an archive written by `dlq archive`' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l max-replays -d 'Refuse messages already replayed this many times' -r
-complete -c dlq -n "__fish_dlq_using_subcommand replay" -l canary -d 'Replay N messages first and stop if any of them dies again' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l canary -d 'Replay N first and stop if any of them fails again (a message back in its DLQ; a row the app stored again: same task, same args)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l canary-wait -d 'How long to watch the canary messages' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l transform -d 'jq program over each selected record\'s JSON (as --where sees it); its output, the edited record, gives the new .payload (and, for queue messages, .headers)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l task-map -d 'Send rows stored under task OLD as task NEW (repeatable; config key task_map)' -r

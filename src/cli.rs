@@ -367,7 +367,8 @@ pub struct ReplayArgs {
     /// Refuse messages already replayed this many times
     #[arg(long, value_name = "N", default_value_t = 3, help_heading = "Replay")]
     pub max_replays: u32,
-    /// Replay N messages first and stop if any of them dies again
+    /// Replay N first and stop if any of them fails again (a message back in its DLQ; a row
+    /// the app stored again: same task, same args)
     #[arg(long, value_name = "N", help_heading = "Replay")]
     pub canary: Option<u64>,
     /// How long to watch the canary messages

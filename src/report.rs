@@ -58,6 +58,24 @@ impl Report {
         }
     }
 
+    /// Adds a later part of the same run (after a canary).
+    pub fn absorb(&mut self, later: Report) {
+        self.succeeded += later.succeeded;
+        let unlisted_failed = later.failed_count.saturating_sub(later.failed.len() as u64);
+        let unlisted_skipped = later
+            .skipped_count
+            .saturating_sub(later.skipped.len() as u64);
+        for f in later.failed {
+            self.fail(f.id, f.reason);
+        }
+        for s in later.skipped {
+            self.skip(s.id, s.reason);
+        }
+        self.failed_count += unlisted_failed;
+        self.skipped_count += unlisted_skipped;
+        self.stopped = self.stopped.take().or(later.stopped);
+    }
+
     /// 1 when the run stopped early, 3 when some items failed, else 0.
     pub fn exit(&self) -> Exit {
         if self.stopped.is_some() {

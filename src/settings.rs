@@ -741,8 +741,11 @@ pub fn worker_timeout(raw: &str) -> Result<std::time::Duration> {
 pub enum ReplayRequest {
     /// `--from-file`: an archive goes back.
     Restore { file: PathBuf, common: ReplayCommon },
-    /// Failed-task table rows become Celery tasks again.
-    Table { common: ReplayCommon },
+    /// Failed-task table rows become Celery tasks again (a canary first when asked).
+    Table {
+        common: ReplayCommon,
+        canary: Option<(NonZeroU64, std::time::Duration)>,
+    },
     /// Dead letters move back out of their queues.
     Queue {
         queues: crate::source::QueueOptions,
@@ -791,11 +794,21 @@ pub fn replay_request(
             "--from-file replays an archive; it cannot be combined with -Q",
         ));
     }
-    if queues.is_none() && (a.canary.is_some() || a.plan_first) {
+    if queues.is_none() && a.plan_first {
+        return Err(usage("--plan-first applies to queue replays (-Q)"));
+    }
+    if a.from_file.is_some() && a.canary.is_some() {
         return Err(usage(
-            "--canary and --plan-first apply to queue replays (-Q)",
+            "--canary applies to table and queue replays, not yet to --from-file",
         ));
     }
+    let canary_wait =
+        when::parse_duration(&a.canary_wait).map_err(|e| usage(format!("--canary-wait: {e}")))?;
+    let canary_wait = canary_wait.to_std().unwrap_or_default();
+    let canary = match a.canary {
+        Some(n) => Some(NonZeroU64::new(n).ok_or_else(|| usage("--canary must be at least 1"))?),
+        None => None,
+    };
     if a.max_replays == 0 && queues.is_some() {
         return Err(usage("--max-replays must be at least 1"));
     }
@@ -829,19 +842,16 @@ pub fn replay_request(
         });
     }
     let Some(queues) = queues else {
-        return Ok(ReplayRequest::Table { common });
-    };
-    let canary_wait =
-        when::parse_duration(&a.canary_wait).map_err(|e| usage(format!("--canary-wait: {e}")))?;
-    let canary = match a.canary {
-        Some(n) => Some(NonZeroU64::new(n).ok_or_else(|| usage("--canary must be at least 1"))?),
-        None => None,
+        return Ok(ReplayRequest::Table {
+            common,
+            canary: canary.map(|n| (n, canary_wait)),
+        });
     };
     Ok(ReplayRequest::Queue {
         queues,
         common,
         canary,
-        canary_wait: canary_wait.to_std().unwrap_or_default(),
+        canary_wait,
         plan_first: a.plan_first,
     })
 }

@@ -24,12 +24,16 @@ pub async fn run(
             };
             replay::restore::run(settings, printer, opts).await
         }
-        ReplayRequest::Table { mut common } => {
+        ReplayRequest::Table { mut common, canary } => {
             let target = common
                 .target
                 .take()
                 .unwrap_or_else(|| Target::Queue(crate::celery::DEFAULT_CELERY_QUEUE.into()));
-            let opts = replay::table::Options { common, target };
+            let opts = replay::table::Options {
+                common,
+                target,
+                canary: canary.map(|(n, wait)| (n.get(), wait)),
+            };
             replay::table::run(settings, printer, opts).await
         }
         ReplayRequest::Queue {

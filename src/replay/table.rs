@@ -34,6 +34,8 @@ pub struct Options {
     pub common: ReplayCommon,
     /// Where the tasks go (the Celery default queue unless told otherwise).
     pub target: Target,
+    /// `--canary N --canary-wait D`: replay N rows, wait, and stop if their failure came back.
+    pub canary: Option<(u64, std::time::Duration)>,
 }
 
 /// What the plan pass found.
@@ -45,6 +47,8 @@ struct Plan {
     invalid: Vec<(RecordId, String)>,
     /// Stored task name -> rows to replay (the worker check's question).
     tasks: BTreeMap<String, u64>,
+    /// The first rows to replay, as (task, args): what a failure coming back looks like.
+    first: Vec<(String, serde_json::Value)>,
 }
 
 /// How one row ended.
@@ -247,7 +251,10 @@ fn print_plan(
 }
 
 /// The run: groups of rows claimed, sent and marked by `shape.workers` tasks at once; every
-/// row's outcome lands in the report.
+/// How many of the first rows the plan keeps for a canary's check.
+const FIRST_ROWS: usize = 10_000;
+
+/// The run, with a canary first when asked: every row's outcome lands in the report.
 async fn replay_rows(
     printer: &Printer,
     ctx: RunContext,
@@ -260,11 +267,6 @@ async fn replay_rows(
     for (id, why) in plan.invalid {
         report.fail(id, why);
     }
-    let ids = Arc::new(plan.ids);
-    let next = Arc::new(AtomicUsize::new(0));
-    let stop = Arc::new(AtomicBool::new(false));
-    let (tx, mut rx) = mpsc::channel::<(RecordId, RowEvent)>(shape.window * 2);
-    let group = shape.group;
     let shared = Arc::new(Shared {
         table: ctx.table.clone(),
         sel: opts.common.selection,
@@ -273,6 +275,82 @@ async fn replay_rows(
         transform: opts.common.transform.clone(),
         origin: ctx.origin(&RecordId::Text(String::new())),
     });
+    let mut ids = plan.ids;
+    let Some((n, wait)) = opts.canary else {
+        report.absorb(replay_ids(printer, &shared, &sender, ids, shape).await);
+        return report;
+    };
+    let started = Utc::now();
+    let rest = ids.split_off((n as usize).min(ids.len()));
+    let tried = ids.len();
+    report.absorb(replay_ids(printer, &shared, &sender, ids, shape).await);
+    if report.stopped.is_some() || report.succeeded == 0 {
+        return report;
+    }
+    printer.info(format!(
+        "canary: {} row(s) replayed; watching for {}s whether they fail again",
+        report.succeeded,
+        wait.as_secs()
+    ));
+    tokio::time::sleep(wait).await;
+    let canaries = &plan.first[..tried.min(plan.first.len())];
+    match failed_again(&ctx.table, started, canaries).await {
+        Ok(0) => {
+            printer.info("canary: none failed again; replaying the rest");
+            report.absorb(replay_ids(printer, &shared, &sender, rest, shape).await);
+        }
+        Ok(died) => {
+            report.stopped = Some(format!(
+                "canary failed: {died} of {} replayed row(s) failed again (the app stored them again); the rest were not replayed",
+                report.succeeded
+            ));
+        }
+        Err(e) => report.stopped = Some(format!("canary: cannot read the table: {e:#}")),
+    }
+    report
+}
+
+/// Rows stored since `since` for the same task with the same args as a canary row: the
+/// app's error handler wrote the failure again.
+async fn failed_again(
+    table: &FailedTable,
+    since: chrono::DateTime<Utc>,
+    canaries: &[(String, serde_json::Value)],
+) -> Result<u64> {
+    let sel = Selection {
+        since: Some(since),
+        replayed: crate::select::ReplayedFilter::All,
+        ..Default::default()
+    };
+    let mut selected = Selected::new(table.stream(&sel)?, &sel);
+    let mut died = 0;
+    while let Some(rec) = selected.next().await {
+        let rec = rec?;
+        let task = rec.task.clone().unwrap_or_default();
+        if canaries
+            .iter()
+            .any(|(t, args)| *t == task && *args == rec.payload)
+        {
+            died += 1;
+        }
+    }
+    Ok(died)
+}
+
+/// Replays `ids`: groups of rows claimed, sent and marked by `shape.workers` tasks at once.
+async fn replay_ids(
+    printer: &Printer,
+    shared: &Arc<Shared>,
+    sender: &TaskSender,
+    ids: Vec<RecordId>,
+    shape: &Shape,
+) -> Report {
+    let mut report = Report::new("replay");
+    let ids = Arc::new(ids);
+    let next = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (tx, mut rx) = mpsc::channel::<(RecordId, RowEvent)>(shape.window * 2);
+    let group = shape.group;
     for _ in 0..shape.workers.min(ids.len().div_ceil(group)) {
         let (ids, next, stop, tx, sender, shared) = (
             ids.clone(),
@@ -305,7 +383,6 @@ async fn replay_rows(
         });
     }
     drop(tx);
-    drop(sender);
 
     let bar = printer.progress(Some(ids.len() as u64), "replaying");
     let interrupted = super::stop_on_signal(stop.clone());
@@ -378,6 +455,7 @@ async fn plan(
         groups: BTreeMap::new(),
         invalid: Vec::new(),
         tasks: BTreeMap::new(),
+        first: Vec::new(),
     };
     while let Some(rec) = selected.next().await {
         let rec = rec?;
@@ -389,6 +467,9 @@ async fn plan(
         *plan.groups.entry(key).or_default() += 1;
         match check(&rec)? {
             None => {
+                if plan.first.len() < FIRST_ROWS {
+                    plan.first.push((task.clone(), rec.payload.clone()));
+                }
                 *plan.tasks.entry(task).or_default() += 1;
                 plan.ids.push(rec.id);
             }

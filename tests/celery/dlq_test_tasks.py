@@ -96,3 +96,27 @@ def rejeitar(self, *args, **kwargs):
     flag = os.environ.get("DLQ_TEST_REJECT_FILE")
     if flag and os.path.exists(flag):
         raise Reject("rejected by test", requeue=False)
+
+
+@app.task(bind=True, name="falha_e_registra")
+def falha_e_registra(self, *args, **kwargs):
+    """Records, then, while the flag file exists, fails the way the seed's apps do: its
+    error handler stores the task again in the failed-task table (SQLite here)."""
+    _record(self, args, kwargs)
+    flag = os.environ.get("DLQ_TEST_FAIL_FILE")
+    if flag and os.path.exists(flag):
+        import sqlite3
+
+        con = sqlite3.connect(os.environ["DLQ_TEST_SQLITE"], timeout=30)
+        with con:
+            con.execute(
+                f'INSERT INTO "{os.environ["DLQ_TEST_TABLE"]}" '
+                "(task_original, args, motivo, criada_em, reprocessada) VALUES (?, ?, ?, ?, 0)",
+                (
+                    self.name,
+                    json.dumps(kwargs if kwargs else list(args)),
+                    "IntegrityError: still broken",
+                    datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                ),
+            )
+        con.close()

@@ -256,13 +256,13 @@ async fn thirty_bad_inputs_change_nothing() {
                 "replay",
                 "--no-worker-check",
                 "--canary",
-                "3",
+                "0",
                 "--to-queue",
                 q,
                 "--yes",
             ],
             2,
-            "--canary and --plan-first apply to queue replays",
+            "--canary must be at least 1",
         ),
         case(
             &[
@@ -274,7 +274,7 @@ async fn thirty_bad_inputs_change_nothing() {
                 "--yes",
             ],
             2,
-            "--plan-first apply to queue replays",
+            "--plan-first applies to queue replays",
         ),
         case(
             &[

@@ -217,3 +217,70 @@ async fn table_rows_go_as_transformed_tasks() {
     drop(worker);
     db.drop().await;
 }
+
+/// The table canary: a task that still fails (its error handler stores it again) stops the
+/// run after N rows, the rest untouched; once fixed, the canary passes and the rest follow.
+#[tokio::test]
+async fn the_table_canary_stops_while_the_task_still_fails() {
+    let db = TestDb::new(Dialect::Sqlite, "tr_canary").await;
+    db.init();
+    let at = "2026-11-30T10:00:00Z";
+    let rows: Vec<_> = (0..5)
+        .map(|i| {
+            let args = format!(r#"{{"pedido": {i}}}"#);
+            row("falha_e_registra", Some(&args), "IntegrityError", at, false)
+        })
+        .collect();
+    db.insert(&rows).await;
+    let dir = tempfile::tempdir().unwrap();
+    let flag = dir.path().join("still-broken");
+    std::fs::write(&flag, "").unwrap();
+    let path = db.url.trim_start_matches("sqlite://").to_string();
+    let queue = unique("celery_canary");
+    let worker = CeleryWorker::start_with(
+        &queue,
+        &[
+            ("DLQ_TEST_SQLITE", path.as_str()),
+            ("DLQ_TEST_TABLE", db.table.as_str()),
+            ("DLQ_TEST_FAIL_FILE", flag.to_str().unwrap()),
+        ],
+    )
+    .await;
+    let canary = [
+        "replay",
+        "--to-queue",
+        &queue,
+        "--canary",
+        "2",
+        "--canary-wait",
+        "4s",
+        "--yes",
+    ];
+    let run = db.dlq_root(&canary);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    assert!(
+        run.stderr().contains("canary failed: 2 of 2"),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(worker.runs().len(), 2);
+    let pending = "SELECT COUNT(*) FROM {t} WHERE reprocessada = 0";
+    assert_eq!(
+        db.scalar_i64(pending).await,
+        3 + 2,
+        "3 untouched, 2 stored again"
+    );
+
+    std::fs::remove_file(&flag).unwrap();
+    let run = db.dlq_root(&canary);
+    run.ok();
+    assert!(
+        run.stderr().contains("none failed again"),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(worker.wait_runs(7).await.len(), 7);
+    assert_eq!(db.scalar_i64(pending).await, 0);
+    drop(worker);
+    db.drop().await;
+}
