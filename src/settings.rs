@@ -831,11 +831,6 @@ pub fn replay_request(
             .transpose()?,
     };
     if let Some(file) = &a.from_file {
-        if common.transform.is_some() {
-            return Err(usage(
-                "--transform applies to table and queue replays (-Q), not yet to --from-file",
-            ));
-        }
         return Ok(ReplayRequest::Restore {
             file: file.clone(),
             common,

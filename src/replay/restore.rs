@@ -43,6 +43,7 @@ struct Context<'a> {
     user: String,
     max_replays: u32,
     map: crate::celery::workers::TaskMap,
+    transform: Option<std::sync::Arc<crate::transform::Transform>>,
 }
 
 /// One archived record, ready to send: a Celery task (through the dispatcher) or a RabbitMQ
@@ -91,6 +92,20 @@ impl Sender {
 }
 
 impl Context<'_> {
+    /// `--transform` on one archived record whose stored payload text is `text`.
+    fn edit(
+        &self,
+        rec: &DeadLetter,
+        text: Option<String>,
+    ) -> Result<Option<crate::transform::Edit>, String> {
+        let Some(t) = &self.transform else {
+            return Ok(None);
+        };
+        let mut rec = rec.clone();
+        rec.payload_text = text;
+        t.apply(&rec).map(Some)
+    }
+
     /// What to send for one archived record, or why it cannot be replayed.
     fn prepare(&self, rec: &DeadLetter) -> Result<Prepared, String> {
         match self.kind {
@@ -109,6 +124,8 @@ impl Context<'_> {
                     .and_then(Value::as_str)
                     .map(str::to_string)
                     .or_else(|| (!rec.payload.is_null()).then(|| rec.payload.to_string()));
+                let edit = self.edit(rec, args.clone())?;
+                let args = edit.map(|e| e.payload).or(args);
                 let task = self.map.sent_name(rec.task.as_deref().unwrap_or(""));
                 let msg =
                     celery::build(task, args.as_deref(), &origin).map_err(|e| e.to_string())?;
@@ -147,9 +164,16 @@ impl Context<'_> {
                     user: self.user.clone(),
                     max_replays: self.max_replays,
                 };
-                let properties =
+                let mut properties =
                     requeue::prepare(&props, &stamp, &uuid::Uuid::new_v4().to_string())
                         .map_err(|e| e.to_string())?;
+                let mut body = body;
+                let text = String::from_utf8_lossy(&body).into_owned();
+                if let (Some(e), Some(t)) = (self.edit(rec, Some(text))?, &self.transform) {
+                    let original = rec.id.to_string();
+                    properties = requeue::transformed(properties, &e, &original, t.sha256());
+                    body = e.payload.into_bytes();
+                }
                 Ok(Prepared::Message(Outgoing {
                     exchange,
                     routing_key,
@@ -318,6 +342,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
         user: amqp_target.user().to_string(),
         max_replays: opts.common.max_replays,
         map: opts.common.workers.map.clone(),
+        transform: opts.common.transform.clone(),
     };
     let done = journal.done().clone();
     let plan = plan_archive(printer, &ctx, &opts, &done)?;

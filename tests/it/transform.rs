@@ -284,3 +284,36 @@ async fn the_table_canary_stops_while_the_task_still_fails() {
     drop(worker);
     db.drop().await;
 }
+
+/// A restore from an archive takes --transform too: archived rows go as edited tasks.
+#[tokio::test]
+async fn a_restore_sends_transformed_records() {
+    let b = Broker::new("tr_restore").await;
+    b.queue("celery", FieldTable::default()).await;
+    let mut db = TestDb::new(Dialect::Sqlite, "tr_restore").await;
+    db.amqp_url = b.amqp_url();
+    db.init();
+    let at = "2026-11-30T10:00:00Z";
+    db.insert(&[row("t", Some(r#"{"usuario": 9}"#), "KeyError", at, false)])
+        .await;
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("a.ndjson");
+    let f = f.to_str().unwrap();
+    db.dlq(&["archive", "--to", f, "--yes"]).ok();
+    db.dlq(&[
+        "replay",
+        "--from-file",
+        f,
+        "--no-worker-check",
+        "--transform",
+        RENAME,
+        "--yes",
+    ])
+    .ok();
+    let sent = b.snapshot("celery").await;
+    assert_eq!(sent.len(), 1);
+    let body: Value = serde_json::from_slice(&sent[0].body).unwrap();
+    assert_eq!(body[1], json!({"usuario_id": 9}), "{body}");
+    db.drop().await;
+    b.delete().await;
+}
