@@ -740,7 +740,11 @@ pub fn worker_timeout(raw: &str) -> Result<std::time::Duration> {
 #[derive(Debug)]
 pub enum ReplayRequest {
     /// `--from-file`: an archive goes back.
-    Restore { file: PathBuf, common: ReplayCommon },
+    Restore {
+        file: PathBuf,
+        common: ReplayCommon,
+        canary: Option<(NonZeroU64, std::time::Duration)>,
+    },
     /// Failed-task table rows become Celery tasks again (a canary first when asked).
     Table {
         common: ReplayCommon,
@@ -797,11 +801,6 @@ pub fn replay_request(
     if queues.is_none() && a.plan_first {
         return Err(usage("--plan-first applies to queue replays (-Q)"));
     }
-    if a.from_file.is_some() && a.canary.is_some() {
-        return Err(usage(
-            "--canary applies to table and queue replays, not yet to --from-file",
-        ));
-    }
     let canary_wait =
         when::parse_duration(&a.canary_wait).map_err(|e| usage(format!("--canary-wait: {e}")))?;
     let canary_wait = canary_wait.to_std().unwrap_or_default();
@@ -834,6 +833,7 @@ pub fn replay_request(
         return Ok(ReplayRequest::Restore {
             file: file.clone(),
             common,
+            canary: canary.map(|n| (n, canary_wait)),
         });
     }
     let Some(queues) = queues else {

@@ -17,10 +17,15 @@ pub async fn run(
     a: &ReplayArgs,
 ) -> Result<Exit> {
     match settings::replay_request(settings, a, source, selection)? {
-        ReplayRequest::Restore { file, common } => {
+        ReplayRequest::Restore {
+            file,
+            common,
+            canary,
+        } => {
             let opts = replay::restore::Options {
                 file: &file,
                 common,
+                canary: canary.map(|(n, wait)| (n.get(), wait)),
             };
             replay::restore::run(settings, printer, opts).await
         }

@@ -33,6 +33,9 @@ pub struct Options<'a> {
     /// `common.target`: explicit; table rows default to the Celery queue, queue messages to
     /// their origin.
     pub common: ReplayCommon,
+    /// `--canary N --canary-wait D` (archives of table rows): restore N, wait, and stop if
+    /// the app stored their failures again.
+    pub canary: Option<(u64, std::time::Duration)>,
 }
 
 /// What every archived record becomes before it is published.
@@ -328,11 +331,30 @@ struct RestorePlan {
     planned: u64,
     /// Table archives: stored task name -> records (the worker check's question).
     tasks: BTreeMap<String, u64>,
+    /// Table archives: the first records to restore, as (task, args), for a canary.
+    first: Vec<(String, Value)>,
 }
 
 /// verify -> plan -> destination and worker checks -> gate -> run -> report.
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> Result<Exit> {
-    let (kind, journal) = open_archive(printer, opts.file)?;
+    let (kind, mut journal) = open_archive(printer, opts.file)?;
+    // Where a failure coming back would show: checked before anything is sent.
+    let canary_table = match (opts.canary, kind) {
+        (None, _) => None,
+        (Some(_), SourceKind::Queue) => {
+            return Err(usage(
+                "--canary on a restore applies to archives of table rows (queue archives: not yet)",
+            ));
+        }
+        (Some(_), SourceKind::Table) => {
+            let db = settings.require_database().map_err(|e| {
+                usage(format!(
+                    "--canary on a restore watches the failed-task table: {e:#}"
+                ))
+            })?;
+            Some(crate::source::table::FailedTable::open(db, &settings.table).await?)
+        }
+    };
     let amqp_target = crate::rabbit::Target::from_settings(settings)?;
     let broker = Broker::open(settings, kind).await?;
     let ctx = Context {
@@ -345,7 +367,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
         transform: opts.common.transform.clone(),
     };
     let done = journal.done().clone();
-    let plan = plan_archive(printer, &ctx, &opts, &done)?;
+    let mut plan = plan_archive(printer, &ctx, &opts, &done)?;
     // Destinations exist before anything is sent.
     let note = broker
         .check_destinations(printer, &opts.common.target, &plan.destinations)
@@ -398,7 +420,26 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
     let sender = broker
         .sender(opts.common.window.get(), opts.common.rate)
         .await?;
-    let report = restore_records(printer, &ctx, &opts, sender, journal, plan).await?;
+    let mut report = Report::new("replay");
+    for (id, why) in std::mem::take(&mut plan.invalid) {
+        report.fail(id, why);
+    }
+    let planned = plan.planned;
+    match (opts.canary, &canary_table) {
+        (Some(canary), Some(table)) => {
+            let sent = Send {
+                printer,
+                ctx: &ctx,
+                opts: &opts,
+                sender: &sender,
+                planned,
+            };
+            with_canary(&sent, &mut report, &mut journal, table, &plan.first, canary).await?;
+        }
+        _ => report.absorb(
+            restore_records(printer, &ctx, &opts, &sender, &mut journal, planned, None).await?,
+        ),
+    }
     print_report(printer, &report, "replayed", &mut audit);
     if report.stopped.is_some() {
         printer.warn(
@@ -406,6 +447,67 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
         );
     }
     Ok(report.exit())
+}
+
+/// What a restore run sends with, for the canary's two passes.
+struct Send<'a> {
+    printer: &'a Printer,
+    ctx: &'a Context<'a>,
+    opts: &'a Options<'a>,
+    sender: &'a Sender,
+    planned: u64,
+}
+
+/// Restores the first `n` records, waits, and restores the rest only if none of them was
+/// stored again by the app (the journal skips what the canary already sent).
+async fn with_canary(
+    s: &Send<'_>,
+    report: &mut Report,
+    journal: &mut Journal,
+    table: &crate::source::table::FailedTable,
+    first: &[(String, Value)],
+    (n, wait): (u64, std::time::Duration),
+) -> Result<()> {
+    let started = chrono::Utc::now();
+    let n = n as usize;
+    report.absorb(
+        restore_records(
+            s.printer,
+            s.ctx,
+            s.opts,
+            s.sender,
+            journal,
+            s.planned,
+            Some(n),
+        )
+        .await?,
+    );
+    if report.stopped.is_some() || report.succeeded == 0 {
+        return Ok(());
+    }
+    s.printer.info(format!(
+        "canary: {} record(s) restored; watching for {}s whether they fail again",
+        report.succeeded,
+        wait.as_secs()
+    ));
+    tokio::time::sleep(wait).await;
+    match super::table::failed_again(table, started, &first[..n.min(first.len())]).await? {
+        0 => {
+            s.printer
+                .info("canary: none failed again; restoring the rest");
+            report.absorb(
+                restore_records(s.printer, s.ctx, s.opts, s.sender, journal, s.planned, None)
+                    .await?,
+            );
+        }
+        died => {
+            report.stopped = Some(format!(
+                "canary failed: {died} of {} restored record(s) failed again (the app stored them again); the rest were not restored",
+                report.succeeded
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Verifies the archive and opens its journal (what earlier runs already restored).
@@ -474,6 +576,9 @@ fn plan_archive(
         let label = if ctx.kind == SourceKind::Table {
             let task = rec.task.clone().unwrap_or_default();
             *plan.tasks.entry(task.clone()).or_default() += 1;
+            if plan.first.len() < super::table::FIRST_ROWS {
+                plan.first.push((task.clone(), rec.payload.clone()));
+            }
             task
         } else {
             routing_key
@@ -499,15 +604,13 @@ async fn restore_records(
     printer: &Printer,
     ctx: &Context<'_>,
     opts: &Options<'_>,
-    sender: Sender,
-    mut journal: Journal,
-    plan: RestorePlan,
+    sender: &Sender,
+    journal: &mut Journal,
+    planned: u64,
+    take: Option<usize>,
 ) -> Result<Report> {
     let mut report = Report::new("replay");
-    for (id, why) in plan.invalid {
-        report.fail(id, why);
-    }
-    let bar = printer.progress(Some(plan.planned), "replaying");
+    let bar = printer.progress(Some(planned), "replaying");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let signals = super::stop_on_signal(stop.clone());
     let stop_reading = stop.clone();
@@ -518,10 +621,10 @@ async fn restore_records(
         .filter_map(|r| match r {
             Err(e) => Some(Err(e)),
             Ok((n, rec)) => ctx.prepare(&rec).ok().map(|m| Ok((n, rec.id, m))),
-        });
+        })
+        .take(take.unwrap_or(usize::MAX));
     let outcomes = futures_util::stream::iter(source)
         .then(|r| {
-            let sender = &sender;
             async move {
                 let (n, id, m) = r?;
                 // Submitted in file order; the outcome is awaited by `buffered` below.

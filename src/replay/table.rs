@@ -252,7 +252,7 @@ fn print_plan(
 
 /// The run: groups of rows claimed, sent and marked by `shape.workers` tasks at once; every
 /// How many of the first rows the plan keeps for a canary's check.
-const FIRST_ROWS: usize = 10_000;
+pub(super) const FIRST_ROWS: usize = 10_000;
 
 /// The run, with a canary first when asked: every row's outcome lands in the report.
 async fn replay_rows(
@@ -312,7 +312,7 @@ async fn replay_rows(
 
 /// Rows stored since `since` for the same task with the same args as a canary row: the
 /// app's error handler wrote the failure again.
-async fn failed_again(
+pub(super) async fn failed_again(
     table: &FailedTable,
     since: chrono::DateTime<Utc>,
     canaries: &[(String, serde_json::Value)],

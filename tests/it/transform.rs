@@ -317,3 +317,65 @@ async fn a_restore_sends_transformed_records() {
     db.drop().await;
     b.delete().await;
 }
+
+/// The canary on a restore of archived rows: stops while the task still fails, then, fixed,
+/// restores the rest (the journal skips what the canary already sent).
+#[tokio::test]
+async fn the_restore_canary_stops_while_the_task_still_fails() {
+    let db = TestDb::new(Dialect::Sqlite, "tr_rcanary").await;
+    db.init();
+    let at = "2026-11-30T10:00:00Z";
+    let rows: Vec<_> = (0..4)
+        .map(|i| {
+            let args = format!(r#"{{"pedido": {i}}}"#);
+            row("falha_e_registra", Some(&args), "IntegrityError", at, false)
+        })
+        .collect();
+    db.insert(&rows).await;
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("a.ndjson");
+    let f = f.to_str().unwrap().to_string();
+    db.dlq(&["archive", "--to", &f, "--yes"]).ok();
+    let flag = dir.path().join("still-broken");
+    std::fs::write(&flag, "").unwrap();
+    let path = db.url.trim_start_matches("sqlite://").to_string();
+    let queue = unique("celery_rcanary");
+    let worker = CeleryWorker::start_with(
+        &queue,
+        &[
+            ("DLQ_TEST_SQLITE", path.as_str()),
+            ("DLQ_TEST_TABLE", db.table.as_str()),
+            ("DLQ_TEST_FAIL_FILE", flag.to_str().unwrap()),
+        ],
+    )
+    .await;
+    let canary = [
+        "replay",
+        "--from-file",
+        &f,
+        "--to-queue",
+        &queue,
+        "--canary",
+        "1",
+        "--canary-wait",
+        "4s",
+        "--yes",
+    ];
+    let run = db.dlq_root(&canary);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    assert!(
+        run.stderr().contains("canary failed: 1 of 1"),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(worker.runs().len(), 1);
+    std::fs::remove_file(&flag).unwrap();
+    db.dlq_root(&canary).ok();
+    assert_eq!(
+        worker.wait_runs(4).await.len(),
+        4,
+        "one canary each time, then the rest"
+    );
+    drop(worker);
+    db.drop().await;
+}
