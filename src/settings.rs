@@ -303,6 +303,28 @@ fn warn_if_readable_by_others(path: &Path, warnings: &mut Vec<String>) {
 #[cfg(not(unix))]
 fn warn_if_readable_by_others(_: &Path, _: &mut Vec<String>) {}
 
+/// `--redis-key-prefix` (env DLQ_REDIS_KEY_PREFIX) and `--redis-wait-replicas`, each
+/// falling back to the profile, then the top level.
+fn redis_options(
+    g: &GlobalArgs,
+    env: Env,
+    profile: &ConfigSection,
+    base: &ConfigSection,
+) -> (String, Option<u32>) {
+    let prefix = g
+        .redis_key_prefix
+        .clone()
+        .or_else(|| non_empty(env("DLQ_REDIS_KEY_PREFIX")))
+        .or_else(|| profile.redis_key_prefix.clone())
+        .or_else(|| base.redis_key_prefix.clone())
+        .unwrap_or_default();
+    let replicas = g
+        .redis_wait_replicas
+        .or(profile.redis_wait_replicas)
+        .or(base.redis_wait_replicas);
+    (prefix, replicas)
+}
+
 /// `--color` (else the config's `color`): `auto` colours a terminal unless `NO_COLOR` is set.
 fn colour(choice: Option<ColorChoice>, env: Env, terminal: Terminal) -> bool {
     let no_color = env("NO_COLOR").is_some_and(|v| !v.is_empty());
@@ -457,16 +479,7 @@ impl Settings {
         let table = TableName::parse(&table_raw).map_err(usage)?;
         let vhost = pick!(g.vhost, ["DLQ_VHOST"], vhost);
         let celery_broker = CeleryBroker::parse(broker_raw.as_deref()).map_err(usage)?;
-        let redis_key_prefix = pick!(
-            g.redis_key_prefix,
-            ["DLQ_REDIS_KEY_PREFIX"],
-            redis_key_prefix
-        )
-        .unwrap_or_default();
-        let redis_wait_replicas = g
-            .redis_wait_replicas
-            .or(profile.redis_wait_replicas)
-            .or(base.redis_wait_replicas);
+        let (redis_key_prefix, redis_wait_replicas) = redis_options(g, env, &profile, base);
         let output = g
             .output
             .map(OutputFormat::from)

@@ -339,17 +339,7 @@ async fn take_plan(
             let Some(rec) = record::selected(&q.name, &d, &opts.record, &mut selector) else {
                 continue;
             };
-            let origin = rec.death.as_ref().and_then(record::origin_queue);
-            let mut dest = destination(&opts.common.target, origin, &q.name);
-            // The loop guard, checked cheaply here; `requeue::prepare` checks it again.
-            let replays = requeue::replay_count(d.properties.headers().as_ref());
-            if dest.is_ok() && replays >= i64::from(opts.common.max_replays) {
-                dest = Err(Refusal::LoopGuard {
-                    count: replays,
-                    max: opts.common.max_replays,
-                });
-            }
-            let route = match dest {
+            let route = match guarded_route(opts, &rec, &d, &q.name) {
                 Err(why) => {
                     plan.refused.push((rec.id, why.to_string()));
                     continue;
@@ -367,19 +357,7 @@ async fn take_plan(
                     continue;
                 }
             };
-            if let Some(e) = edit.as_ref().filter(|e| e.changed) {
-                plan.transformed += 1;
-                if plan.transformed <= 10 {
-                    plan.diffs.push(diff_line(&rec, e));
-                }
-            }
-            *plan.selected.entry(key(&q.name, &rec.id)).or_default() += 1;
-            plan.count += 1;
-            if route.0.is_empty() {
-                plan.destinations.insert(route.1.clone());
-            }
-            let fp = fingerprint::fingerprint(rec.motivo.as_deref().unwrap_or(""));
-            *plan.groups.entry((describe_dest(&route), fp)).or_default() += 1;
+            plan.take(&q.name, &rec, &route, edit.as_ref());
             let stored = record::stored_properties(&d.properties);
             let original = rec.id.to_string();
             let edited = |props| edited(opts, edit.as_ref(), props, &original);
@@ -389,19 +367,10 @@ async fn take_plan(
             if let Some(out) = dry.as_mut()
                 && let Ok(props) = requeue::prepare(&stored, &stamp, "dry-run").map(edited)
             {
-                out.write(MovePreview {
-                    id: rec.id.clone(),
-                    from: q.name.clone(),
-                    exchange: route.0.clone(),
-                    routing_key: route.1.clone(),
-                    properties: crate::rabbit::codec::properties_to_json(&props),
-                    headers: props
-                        .headers()
-                        .as_ref()
-                        .map(crate::rabbit::codec::table_to_json),
-                    payload: crate::model::exact_json(&body),
-                    replays: requeue::replay_count(d.properties.headers().as_ref()),
-                })?;
+                let replays = requeue::replay_count(d.properties.headers().as_ref());
+                out.write(MovePreview::new(
+                    &rec, &q.name, &route, &props, &body, replays,
+                ))?;
             }
             // A dry run moves nothing: nothing to hold.
             if holding.single_pass && !opts.common.safety.dry_run {
@@ -1262,6 +1231,51 @@ fn diff_line(rec: &crate::model::DeadLetter, e: &crate::transform::Edit) -> Stri
     line
 }
 
+impl Plan {
+    /// One selected message goes into the plan.
+    fn take(
+        &mut self,
+        queue: &str,
+        rec: &crate::model::DeadLetter,
+        route: &(String, String),
+        edit: Option<&crate::transform::Edit>,
+    ) {
+        if let Some(e) = edit.filter(|e| e.changed) {
+            self.transformed += 1;
+            if self.transformed <= 10 {
+                self.diffs.push(diff_line(rec, e));
+            }
+        }
+        *self.selected.entry(key(queue, &rec.id)).or_default() += 1;
+        self.count += 1;
+        if route.0.is_empty() {
+            self.destinations.insert(route.1.clone());
+        }
+        let fp = fingerprint::fingerprint(rec.motivo.as_deref().unwrap_or(""));
+        *self.groups.entry((describe_dest(route), fp)).or_default() += 1;
+    }
+}
+
+/// Where a message goes, unless it was replayed too often already (the loop guard, checked
+/// cheaply here; `requeue::prepare` checks it again).
+fn guarded_route(
+    opts: &Options,
+    rec: &crate::model::DeadLetter,
+    d: &lapin::message::Delivery,
+    queue: &str,
+) -> Result<(String, String), Refusal> {
+    let origin = rec.death.as_ref().and_then(record::origin_queue);
+    let route = destination(&opts.common.target, origin, queue)?;
+    let replays = requeue::replay_count(d.properties.headers().as_ref());
+    if replays >= i64::from(opts.common.max_replays) {
+        return Err(Refusal::LoopGuard {
+            count: replays,
+            max: opts.common.max_replays,
+        });
+    }
+    Ok(route)
+}
+
 /// What a dry run shows for one message.
 #[derive(serde::Serialize)]
 struct MovePreview {
@@ -1275,6 +1289,31 @@ struct MovePreview {
     /// Times dlq replayed it before this run.
     #[serde(skip)]
     replays: i64,
+}
+
+impl MovePreview {
+    fn new(
+        rec: &crate::model::DeadLetter,
+        from: &str,
+        (exchange, routing_key): &(String, String),
+        props: &lapin::BasicProperties,
+        body: &[u8],
+        replays: i64,
+    ) -> MovePreview {
+        MovePreview {
+            id: rec.id.clone(),
+            from: from.to_string(),
+            exchange: exchange.clone(),
+            routing_key: routing_key.clone(),
+            properties: crate::rabbit::codec::properties_to_json(props),
+            headers: props
+                .headers()
+                .as_ref()
+                .map(crate::rabbit::codec::table_to_json),
+            payload: crate::model::exact_json(body),
+            replays,
+        }
+    }
 }
 
 impl crate::output::Tabled for MovePreview {

@@ -381,19 +381,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
         super::workers::ensure_runnable(printer, d, &opts.common.workers, &target, &plan.tasks)
             .await?;
     }
-    printer.info(format!(
-        "Plan: replay {} archived record(s) ({}) on {}",
-        plan.planned + plan.invalid.len() as u64,
-        opts.common.selection.describe(),
-        broker.describe()
-    ));
-    print_plan_groups(printer, &plan.groups);
-    if let Some(n) = note {
-        printer.info(n);
-    }
-    for (id, why) in plan.invalid.iter().take(10) {
-        printer.warn(format!("cannot be replayed: id {id}: {why}"));
-    }
+    print_plan(printer, &opts, &plan, &broker.describe(), note);
     let mut audit = crate::audit::Audit::new(
         settings,
         printer,
@@ -447,6 +435,27 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
         );
     }
     Ok(report.exit())
+}
+
+fn print_plan(
+    printer: &Printer,
+    opts: &Options<'_>,
+    plan: &RestorePlan,
+    broker: &str,
+    note: Option<String>,
+) {
+    printer.info(format!(
+        "Plan: replay {} archived record(s) ({}) on {broker}",
+        plan.planned + plan.invalid.len() as u64,
+        opts.common.selection.describe(),
+    ));
+    print_plan_groups(printer, &plan.groups);
+    if let Some(n) = note {
+        printer.info(n);
+    }
+    for (id, why) in plan.invalid.iter().take(10) {
+        printer.warn(format!("cannot be replayed: id {id}: {why}"));
+    }
 }
 
 /// What a restore run sends with, for the canary's two passes.
