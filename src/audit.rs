@@ -138,7 +138,7 @@ impl Audit {
         Record {
             at: crate::model::rfc3339(&chrono::Utc::now()),
             user: user(),
-            host: crate::replay::hostname(),
+            host: crate::model::hostname(),
             argv: argv(),
             action: s.action.into(),
             source: s.source.into(),

@@ -138,25 +138,13 @@ pub struct GlobalArgs {
     pub audit_log: Option<PathBuf>,
 }
 
-/// `-o`: the clap side of [`crate::output::OutputFormat`].
+/// `-o`: the clap side of `output::OutputFormat` (settings maps one to the other).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputArg {
     Table,
     Json,
     Ndjson,
     Csv,
-}
-
-impl From<OutputArg> for crate::output::OutputFormat {
-    fn from(a: OutputArg) -> Self {
-        use crate::output::OutputFormat as F;
-        match a {
-            OutputArg::Table => F::Table,
-            OutputArg::Json => F::Json,
-            OutputArg::Ndjson => F::Ndjson,
-            OutputArg::Csv => F::Csv,
-        }
-    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]

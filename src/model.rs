@@ -184,6 +184,16 @@ impl Target {
     }
 }
 
+/// This machine's name, for the Celery `origin` header and archive headers.
+pub(crate) fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

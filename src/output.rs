@@ -3,7 +3,6 @@
 
 use crate::model::{DeadLetter, rfc3339};
 use crate::redact;
-use crate::settings::Settings;
 use comfy_table::{Cell, Color, ContentArrangement, Table, presets};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
@@ -37,18 +36,6 @@ pub struct Printer {
 }
 
 impl Printer {
-    pub fn new(s: &Settings) -> Printer {
-        Printer {
-            format: s.output,
-            quiet: s.quiet,
-            verbose: s.verbose,
-            color: s.color,
-            progress: s.progress,
-            stdout_tty: s.terminal.stdout_tty,
-            interactive: s.terminal.stdin_tty && s.terminal.stderr_tty,
-        }
-    }
-
     /// Informational line on stderr (suppressed by -q). Always scrubbed of secrets.
     pub fn info(&self, msg: impl AsRef<str>) {
         if !self.quiet {

@@ -512,6 +512,20 @@ impl Settings {
         })
     }
 
+    /// The one output layer, as these settings shape it (built here, so that output.rs needs
+    /// nothing of settings).
+    pub fn printer(&self) -> crate::output::Printer {
+        crate::output::Printer {
+            format: self.output,
+            quiet: self.quiet,
+            verbose: self.verbose,
+            color: self.color,
+            progress: self.progress,
+            stdout_tty: self.terminal.stdout_tty,
+            interactive: self.terminal.stdin_tty && self.terminal.stderr_tty,
+        }
+    }
+
     /// The database, or a usage error telling how to configure one.
     pub fn require_database(&self) -> Result<&DatabaseUrl> {
         self.database.as_ref().ok_or_else(|| {
@@ -684,6 +698,80 @@ pub fn selection(args: &SelectionArgs, now: DateTime<Utc>) -> Result<Selection> 
     })
 }
 
+/// Which source a command acts on.
+#[derive(Debug, Clone, Default)]
+pub enum SourceChoice {
+    /// The failed-task table (default).
+    #[default]
+    Table,
+    /// RabbitMQ dead-letter queues.
+    Queues(QueueOptions),
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct QueueOptions {
+    pub names: Vec<String>,
+    /// Extra headers holding error text for `motivo`.
+    pub motivo_headers: Vec<String>,
+    /// Read a quorum queue even near its delivery limit.
+    pub force: bool,
+}
+
+impl From<crate::cli::OutputArg> for OutputFormat {
+    fn from(a: crate::cli::OutputArg) -> Self {
+        use crate::output::OutputFormat as F;
+        match a {
+            crate::cli::OutputArg::Table => F::Table,
+            crate::cli::OutputArg::Json => F::Json,
+            crate::cli::OutputArg::Ndjson => F::Ndjson,
+            crate::cli::OutputArg::Csv => F::Csv,
+        }
+    }
+}
+
+/// Names to send instead of the stored ones: `--task-map OLD=NEW` (repeatable).
+#[derive(Debug, Clone, Default)]
+pub struct TaskMap(BTreeMap<String, String>);
+
+impl TaskMap {
+    /// Errors (a message naming the bad entry): no `=`, an empty side (after trimming), one OLD
+    /// mapped to two different NEWs. Same OLD=NEW twice is fine. Names may contain dots, colons,
+    /// unicode. Split at the first `=`: task names never contain one, NEW might in theory.
+    pub(crate) fn parse(entries: &[String]) -> Result<TaskMap, String> {
+        let mut map = BTreeMap::new();
+        for entry in entries {
+            let Some((old, new)) = entry.split_once('=') else {
+                return Err(format!("--task-map {entry:?}: expected OLD=NEW"));
+            };
+            let (old, new) = (old.trim(), new.trim());
+            if old.is_empty() || new.is_empty() {
+                let side = if old.is_empty() { "OLD" } else { "NEW" };
+                return Err(format!(
+                    "--task-map {entry:?}: {side} is empty, expected OLD=NEW"
+                ));
+            }
+            match map.get(old) {
+                Some(prev) if prev != new => {
+                    return Err(format!(
+                        "--task-map {entry:?}: {old} is already mapped to {prev}"
+                    ));
+                }
+                _ => map.insert(old.to_owned(), new.to_owned()),
+            };
+        }
+        Ok(TaskMap(map))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub(crate) fn sent_name<'a>(&'a self, stored: &'a str) -> &'a str {
+        self.0.get(stored).map_or(stored, String::as_str)
+    }
+}
+
 /// `--dry-run` and `--yes`, shared by every mutating command.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Safety {
@@ -722,15 +810,14 @@ pub struct WorkerCheck {
     /// False only with `--no-worker-check`.
     pub enabled: bool,
     pub timeout: std::time::Duration,
-    pub(crate) map: crate::celery::workers::TaskMap,
+    pub(crate) map: TaskMap,
 }
 
 /// `--task-map` (after the config's `task_map`), `--worker-timeout`, `--no-worker-check`.
 pub fn worker_check(settings: &Settings, a: &crate::cli::WorkerCheckArgs) -> Result<WorkerCheck> {
     let mut entries = settings.config_task_map.clone();
     entries.extend(a.task_map.iter().cloned());
-    let map = crate::celery::workers::TaskMap::parse(&entries)
-        .map_err(|e| usage(format!("--task-map: {e}")))?;
+    let map = TaskMap::parse(&entries).map_err(|e| usage(format!("--task-map: {e}")))?;
     Ok(WorkerCheck {
         enabled: !a.no_worker_check,
         timeout: worker_timeout(&a.worker_timeout)?,
@@ -765,7 +852,7 @@ pub enum ReplayRequest {
     },
     /// Dead letters move back out of their queues.
     Queue {
-        queues: crate::source::QueueOptions,
+        queues: QueueOptions,
         common: ReplayCommon,
         canary: Option<NonZeroU64>,
         canary_wait: std::time::Duration,
@@ -778,10 +865,9 @@ pub enum ReplayRequest {
 pub fn replay_request(
     settings: &Settings,
     a: &ReplayArgs,
-    source: crate::source::SourceChoice,
+    source: SourceChoice,
     selection: Selection,
 ) -> Result<ReplayRequest> {
-    use crate::source::SourceChoice;
     if let Some(r) = a.rate
         && !(r.is_finite() && r > 0.0)
     {

@@ -540,7 +540,7 @@ pub fn header(source: &str, location: &str, selection: &str) -> Header {
         source: source.to_string(),
         location: location.to_string(),
         selection: selection.to_string(),
-        host: crate::replay::hostname(),
+        host: crate::model::hostname(),
     }
 }
 

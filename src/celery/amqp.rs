@@ -1,7 +1,7 @@
 //! Celery tasks over RabbitMQ: published with `mandatory` and publisher confirms.
 
-use super::dispatch::{Pending, Sent};
 use super::message::TaskMessage;
+use super::sent::{Pending, Sent};
 use super::workers::{self, Worker};
 use crate::model::Target;
 use crate::rabbit::publish::{Outcome, Outgoing, Publisher};

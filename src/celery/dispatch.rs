@@ -12,22 +12,9 @@ use crate::model::Target;
 use crate::rabbit::TargetFacts;
 use crate::settings::{CeleryBroker, Settings};
 use anyhow::Result;
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
-/// How one sent task ended, as far as the broker can tell.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Sent {
-    /// The broker has it in a queue (confirmed).
-    Delivered,
-    /// The broker refused or could not route it; the text says why.
-    Refused(String),
-}
-
-/// The outcome of a send, awaited later so that sends can be pipelined. An error means the
-/// outcome is unknown (connection lost): treat the task as not sent.
-pub(crate) type Pending = Pin<Box<dyn Future<Output = Result<Sent>> + Send>>;
+pub(crate) use super::sent::{Pending, Sent};
 
 /// The broker connection Celery tasks are dispatched through, opened once per command.
 #[allow(clippy::large_enum_variant)] // one per command

@@ -5,6 +5,7 @@ pub mod amqp;
 pub mod dispatch;
 pub mod message;
 pub mod redis;
+pub mod sent;
 pub mod workers;
 
 pub use message::{ReplayOrigin, TaskMessage, build, validate};

@@ -2,8 +2,8 @@
 //! kombu's JSON envelope onto the queue's list per task (pipelined within `--window`), and
 //! Celery's remote control over kombu's Redis fanout for the worker check.
 
-use super::dispatch::{Pending, Sent};
 use super::message::TaskMessage;
+use super::sent::{Pending, Sent};
 use super::workers::{Worker, parse_reply, request_body, tidy};
 use crate::error::usage;
 use crate::model::Target;

@@ -14,7 +14,6 @@ pub mod workers;
 
 use crate::cli::{Cli, Command, SourceArgs};
 use crate::error::Exit;
-use crate::output::Printer;
 use crate::settings::{self, Settings};
 use crate::source::{QueueOptions, SourceChoice};
 use anyhow::Result;
@@ -52,7 +51,7 @@ async fn run_command(cli: Cli) -> Result<Exit> {
         }
         Err(e) => return Err(e),
     };
-    let printer = Printer::new(&settings);
+    let printer = settings.printer();
     for w in &settings.warnings {
         printer.warn(w);
     }

@@ -8,6 +8,7 @@ pub mod table;
 mod workers;
 
 pub use crate::model::Target;
+pub(crate) use crate::model::hostname;
 
 use crate::output::{Printer, ellipsize};
 use crate::report::Report;
@@ -71,16 +72,6 @@ pub(crate) fn print_report(
     } else {
         printer.warn_always(line);
     }
-}
-
-/// This machine's name, for the Celery `origin` header and archive headers.
-pub fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .map(|h| h.trim().to_string())
-        .filter(|h| !h.is_empty())
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .unwrap_or_else(|| "localhost".into())
 }
 
 /// Ctrl-C or SIGTERM asks a bulk run to stop after the items in flight (their outcome is

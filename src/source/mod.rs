@@ -9,24 +9,7 @@ use crate::settings::Settings;
 use anyhow::Result;
 use tokio::sync::mpsc;
 
-/// Which source a command acts on.
-#[derive(Debug, Clone, Default)]
-pub enum SourceChoice {
-    /// The failed-task table (default).
-    #[default]
-    Table,
-    /// RabbitMQ dead-letter queues.
-    Queues(QueueOptions),
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct QueueOptions {
-    pub names: Vec<String>,
-    /// Extra headers holding error text for `motivo`.
-    pub motivo_headers: Vec<String>,
-    /// Read a quorum queue even near its delivery limit.
-    pub force: bool,
-}
+pub use crate::settings::{QueueOptions, SourceChoice};
 
 /// Candidate records for a selection, streamed with bounded memory. The caller wraps
 /// the receiver in `select::Selected` for the final decision.

@@ -211,7 +211,7 @@ pub async fn open_stream(
     opts: &StreamOptions,
     _sel: &Selection,
 ) -> Result<mpsc::Receiver<Result<DeadLetter>>> {
-    let printer = Printer::new(settings);
+    let printer = settings.printer();
     let target = crate::rabbit::Target::from_settings(settings)?;
     let conn = crate::rabbit::connect(&target).await?;
     let checked =
