@@ -347,3 +347,30 @@ async fn narrow_terminals_get_stacked_rows() {
     assert!(!out.contains('┆'), "{out}");
     db.drop().await;
 }
+
+/// `dlq init` on an existing PostgreSQL table without dlq's columns names them (exit 2),
+/// instead of PostgreSQL's raw `column ... does not exist at line NNN`.
+#[tokio::test]
+async fn init_names_missing_columns_on_postgres() {
+    let db = TestDb::new(Dialect::Postgres, "hard_init").await;
+    db.exec("CREATE TABLE {t} (id BIGSERIAL PRIMARY KEY, task_original TEXT, args TEXT, motivo TEXT, criada_em TIMESTAMPTZ)")
+        .await;
+    let err = db
+        .dlq(&["init"])
+        .fails(2, "missing required column(s): reprocessada");
+    assert!(!err.contains("at line"), "{err}");
+    db.drop().await;
+}
+
+/// A password with `/` left as is: say to percent-encode it, not just "invalid port".
+#[test]
+fn an_unencoded_password_gets_a_hint() {
+    crate::common::Dlq::new()
+        .args(&[
+            "--database-url",
+            "postgres://app:pa/ss@127.0.0.1/db",
+            "list",
+        ])
+        .run()
+        .fails(2, "percent-encode it");
+}
