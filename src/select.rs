@@ -87,7 +87,7 @@ impl Selection {
             return false;
         }
         if !self.tasks.is_empty() {
-            // A queue message also answers to the queue it first died in.
+            // A queue message also answers to the queue it goes back to.
             let origin = match r.source {
                 SourceKind::Queue => r.death.as_ref().and_then(|d| d.get("origin_queue")),
                 SourceKind::Table => None,

@@ -6,7 +6,7 @@
 //! 2. After confirmation, move exactly the held selected messages: no second read. Past the
 //!    budget, everything is given back and the messages present then are taken again in
 //!    order; a message is moved only if it was in the plan and still matches. Each is published (default
-//!    exchange -> the queue it first died in, or `--to-queue`/`--to-exchange`) with
+//!    exchange -> the queue a consumer last gave up on it in, or `--to-queue`/`--to-exchange`) with
 //!    `mandatory` and a confirm, and its DLQ copy is acknowledged only after a clean confirm
 //!    without a return. Everything else is given back in place when the run ends.
 //! 3. At most `--window` publishes are not yet acknowledged in their DLQ at once (in flight,

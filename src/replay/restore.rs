@@ -3,8 +3,8 @@
 //! The archive's checksum is verified before anything else. Archived table rows become Celery
 //! tasks again exactly as a table replay builds them (same validation, confirms, provenance
 //! headers); archived queue messages are rebuilt from their exact bytes and typed
-//! properties and go where a queue replay sends them (the queue they first died in, or
-//! `--to-queue`), with the same header handling and loop guard. Progress is kept in
+//! properties and go where a queue replay sends them (the queue a consumer last gave up on
+//! them in, or `--to-queue`), with the same header handling and loop guard. Progress is kept in
 //! `<archive>.journal`: each record number is appended right after its confirm, so a re-run
 //! resumes (duplicates are limited to the publishes in flight when a run dies: `--window`).
 

@@ -9,7 +9,8 @@
 //! * `created_at`: when the message was dead-lettered: the latest `time` in `x-death` (the
 //!   broker records the FIRST death per queue/reason and never updates it); else the
 //!   `timestamp` property; else none.
-//! * `task`: the Celery `task` header, else the queue the message first died in.
+//! * `task`: the Celery `task` header, else the queue the message goes back to (see
+//!   `DeathInfo::origin_queue`).
 
 use crate::model::{DeadLetter, RecordId, SourceKind, payload_from_bytes};
 use crate::output::Printer;
