@@ -3,7 +3,7 @@
 
 use crate::model::{DeadLetter, rfc3339};
 use crate::redact;
-use comfy_table::{Cell, Color, ColumnConstraint, ContentArrangement, Table, Width, presets};
+use comfy_table::{Cell, Color, ContentArrangement, Table, presets};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 use std::io::{self, Write};
@@ -144,7 +144,6 @@ impl Printer {
         for r in rows {
             t.add_row(r.iter().map(Cell::new).collect::<Vec<_>>());
         }
-        self.keep_words(&mut t);
         eprintln!("{}", redact::scrub(&t.to_string()));
     }
 
@@ -159,36 +158,6 @@ impl Printer {
         self.stdout_tty
             .then(|| Table::new().width().map(usize::from))
             .flatten()
-    }
-
-    /// Columns at least as wide as their longest word (up to 24 characters) when the width
-    /// has room for that: comfy-table would otherwise cut `MemoryError` into `Memor yError`.
-    fn keep_words(&self, t: &mut Table) {
-        let Some(width) = self.width() else { return };
-        let mut need = vec![0usize; t.column_count()];
-        let longest = |text: &str| {
-            text.split_whitespace()
-                .map(|w| w.chars().count())
-                .max()
-                .unwrap_or(0)
-                .min(24)
-        };
-        for row in t.row_iter() {
-            for (i, c) in row.cell_iter().enumerate() {
-                if let Some(n) = need.get_mut(i) {
-                    *n = (*n).max(longest(&c.content()));
-                }
-            }
-        }
-        // Each column also takes two spaces of padding and one border.
-        if need.iter().sum::<usize>() + 3 * need.len() + 1 > width {
-            return;
-        }
-        for (i, w) in need.into_iter().enumerate() {
-            if let Some(col) = t.column_mut(i) {
-                col.set_constraint(ColumnConstraint::LowerBoundary(Width::Fixed(w as u16)));
-            }
-        }
     }
 
     /// `Some(width)` when the terminal is too narrow for side-by-side columns.
@@ -243,7 +212,6 @@ impl Printer {
                 for r in rows {
                     t.add_row(r.iter().map(|v| Cell::new(plain(v))).collect::<Vec<_>>());
                 }
-                self.keep_words(&mut t);
                 writeln!(out, "{t}")?;
             }
             OutputFormat::Json => {
@@ -293,7 +261,6 @@ impl Printer {
                 for r in rows {
                     t.add_row(r.cells().into_iter().map(Cell::new).collect::<Vec<_>>());
                 }
-                self.keep_words(&mut t);
                 writeln!(out, "{t}")?;
             }
             OutputFormat::Json => {
@@ -487,7 +454,6 @@ impl<T: Tabled> RowWriter<T> {
         for r in std::mem::take(&mut self.block) {
             t.add_row(r);
         }
-        p.keep_words(&mut t);
         writeln!(self.out, "{t}")
     }
 
@@ -614,7 +580,6 @@ impl RecordWriter {
         for row in std::mem::take(&mut self.block) {
             t.add_row(row);
         }
-        p.keep_words(&mut t);
         writeln!(self.out, "{t}")
     }
 
