@@ -11,7 +11,8 @@ use std::time::Duration;
 
 pub(crate) struct AmqpDispatch {
     conn: lapin::Connection,
-    shown: String,
+    /// The broker the tasks go to (`--broker-url` or the AMQP URL), for its management API.
+    target: Box<rabbit::Target>,
 }
 
 #[derive(Clone)]
@@ -24,12 +25,21 @@ impl AmqpDispatch {
         let conn = rabbit::connect(target).await?;
         Ok(AmqpDispatch {
             conn,
-            shown: target.shown.clone(),
+            target: Box::new(target.clone()),
         })
     }
 
     pub(crate) fn describe(&self) -> String {
-        self.shown.clone()
+        self.target.shown.clone()
+    }
+
+    pub(crate) async fn length_warning(
+        &self,
+        settings: &crate::settings::Settings,
+        queue: &str,
+        adding: u64,
+    ) -> Option<String> {
+        rabbit::length_limit_warning(settings, &self.target, queue, adding).await
     }
 
     pub(crate) async fn check_target(&self, target: &Target) -> Result<TargetFacts> {

@@ -71,6 +71,23 @@ impl Dispatcher {
         }
     }
 
+    /// A warning for the plan when the target queue is at or near its length limit (a
+    /// RabbitMQ queue whose overflow would drop what the replay sends). Redis lists have none.
+    pub(crate) async fn length_warning(
+        &self,
+        settings: &Settings,
+        target: &Target,
+        adding: u64,
+    ) -> Option<String> {
+        let Target::Queue(queue) = target else {
+            return None;
+        };
+        match self {
+            Dispatcher::Amqp(d) => d.length_warning(settings, queue, adding).await,
+            Dispatcher::Redis(_) => None,
+        }
+    }
+
     /// Starts sending: `window` is the most unsettled tasks at once, `rate` caps tasks per second.
     pub(crate) async fn sender(&self, window: usize, rate: Option<f64>) -> Result<TaskSender> {
         match self {

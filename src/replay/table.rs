@@ -132,12 +132,12 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         &dispatcher.describe(),
         target_note,
     );
-    if let (Dispatcher::Amqp(_), Target::Queue(q)) = (&dispatcher, &opts.target) {
-        let amqp = crate::rabbit::Target::from_settings(settings)?;
-        let adding = plan.ids.len() as u64;
-        if let Some(w) = crate::rabbit::length_limit_warning(settings, &amqp, q, adding).await {
-            printer.warn(w);
-        }
+    let adding = plan.ids.len() as u64;
+    if let Some(w) = dispatcher
+        .length_warning(settings, &opts.target, adding)
+        .await
+    {
+        printer.warn(w);
     }
     super::workers::ensure_runnable(
         printer,
