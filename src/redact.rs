@@ -5,8 +5,16 @@ use std::sync::{OnceLock, RwLock};
 
 const MASK: &str = "***";
 
-fn secrets() -> &'static RwLock<Vec<String>> {
-    static SECRETS: OnceLock<RwLock<Vec<String>>> = OnceLock::new();
+/// One registered secret. One that could be a word of the output carries the pattern that
+/// finds it where it stands as a secret, compiled once when it is registered rather than at
+/// every line `scrub` masks.
+struct Secret {
+    text: String,
+    in_context: Option<regex::Regex>,
+}
+
+fn secrets() -> &'static RwLock<Vec<Secret>> {
+    static SECRETS: OnceLock<RwLock<Vec<Secret>>> = OnceLock::new();
     SECRETS.get_or_init(|| RwLock::new(Vec::new()))
 }
 
@@ -34,13 +42,17 @@ pub fn register_url(url: &str) {
         }
         let decoded = percent_decode(&s);
         for candidate in [s, decoded] {
-            if !all.contains(&candidate) {
-                all.push(candidate);
+            if !all.iter().any(|known| known.text == candidate) {
+                let in_context = could_be_a_word(&candidate).then(|| where_secret(&candidate));
+                all.push(Secret {
+                    text: candidate,
+                    in_context,
+                });
             }
         }
     }
     // Longest first so that a secret containing another is masked whole.
-    all.sort_by_key(|s| std::cmp::Reverse(s.len()));
+    all.sort_by_key(|s| std::cmp::Reverse(s.text.len()));
 }
 
 fn is_secret_param(name: &str) -> bool {
@@ -65,14 +77,13 @@ pub fn scrub(text: &str) -> String {
     let all = secrets().read().unwrap_or_else(|e| e.into_inner());
     let mut out = text.to_string();
     for s in all.iter() {
-        if !out.contains(s.as_str()) {
+        if !out.contains(s.text.as_str()) {
             continue;
         }
-        if could_be_a_word(s) {
-            out = mask_where_secret(&out, s);
-        } else {
-            out = out.replace(s.as_str(), MASK);
-        }
+        out = match &s.in_context {
+            Some(re) => re.replace_all(&out, format!("${{1}}{MASK}")).into_owned(),
+            None => out.replace(s.text.as_str(), MASK),
+        };
     }
     out
 }
@@ -83,18 +94,16 @@ fn could_be_a_word(secret: &str) -> bool {
         || (secret.chars().count() <= 8 && secret.chars().all(char::is_alphanumeric))
 }
 
-/// Masks `secret` where it stands as one: `scheme://user:SECRET@`, or after a password-like
-/// key (`password=SECRET`, `password: "SECRET"`, `PASSWORD 'SECRET'`).
-fn mask_where_secret(text: &str, secret: &str) -> String {
+/// Finds `secret` where it stands as one: `scheme://user:SECRET@`, or after a password-like
+/// key (`password=SECRET`, `password: "SECRET"`, `PASSWORD 'SECRET'`); group 1 is what
+/// precedes it.
+fn where_secret(secret: &str) -> regex::Regex {
     let pattern = format!(
         r#"(?i)(://[^/\s:@]*:|\b(?:password|passwd|pass|pwd|secret|token)\b["']?\s*[=:]?\s*["']?){}"#,
         regex::escape(secret)
     );
-    match regex::Regex::new(&pattern) {
-        Ok(re) => re.replace_all(text, format!("${{1}}{MASK}")).into_owned(),
-        // Cannot happen (the secret is escaped); never let a secret through if it does.
-        Err(_) => text.replace(secret, MASK),
-    }
+    // The secret is escaped, so the pattern always compiles.
+    regex::Regex::new(&pattern).expect("an escaped secret makes a valid pattern")
 }
 
 /// A URL fit for display: the password and password-like query parameters masked.
