@@ -82,9 +82,27 @@ pub struct DeadLetter {
     /// when a time bound cannot select the record. Never serialized.
     #[serde(skip)]
     pub unreadable_time: Option<String>,
+    /// Queue only: the queue the message goes back to, as `death.origin_queue` says; kept
+    /// apart so that a scan or a replay need not build `death`. Never serialized.
+    #[serde(skip)]
+    pub origin: Option<String>,
 }
 
 impl DeadLetter {
+    /// The queue a queue message goes back to (none for a table row). A record read back
+    /// from an archive has it in its `death` JSON only.
+    pub fn origin_queue(&self) -> Option<&str> {
+        match self.source {
+            SourceKind::Table => None,
+            SourceKind::Queue => self.origin.as_deref().or_else(|| {
+                self.death
+                    .as_ref()
+                    .and_then(|d| d.get("origin_queue"))
+                    .and_then(Value::as_str)
+            }),
+        }
+    }
+
     /// Whether `--pattern` finds `re` in the payload. It must see the text `inspect` and
     /// `-o json` show, identically on every source: Python's `json.dumps`, kombu and Django
     /// on MariaDB/SQLite store `ação` as `a\u00e7\u00e3o`, PostgreSQL's jsonb does not. So
@@ -94,6 +112,10 @@ impl DeadLetter {
         match &self.payload_text {
             Some(t) if re.is_match(t) => true,
             Some(t) if !t.contains('\\') => false,
+            // A scan may not have parsed the payload (`Parts`): decode the text here.
+            Some(t) if self.payload.is_null() => {
+                serde_json::from_str::<Value>(t).is_ok_and(|v| re.is_match(&v.to_string()))
+            }
             _ => re.is_match(&self.payload.to_string()),
         }
     }
@@ -224,6 +246,7 @@ mod tests {
             raw: None,
             payload_text: None,
             unreadable_time: None,
+            origin: None,
         };
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(

@@ -3,7 +3,7 @@
 //! always the final word, so a pushed-down predicate only has to be a superset.
 
 use crate::jq::JqFilter;
-use crate::model::{DeadLetter, RecordId, SourceKind};
+use crate::model::{DeadLetter, RecordId};
 use chrono::{DateTime, Utc};
 use regex::Regex;
 
@@ -88,11 +88,7 @@ impl Selection {
         }
         if !self.tasks.is_empty() {
             // A queue message also answers to the queue it goes back to.
-            let origin = match r.source {
-                SourceKind::Queue => r.death.as_ref().and_then(|d| d.get("origin_queue")),
-                SourceKind::Table => None,
-            }
-            .and_then(serde_json::Value::as_str);
+            let origin = r.origin_queue();
             let hit = |name: &String| r.task.as_ref() == Some(name) || origin == Some(name);
             if !self.tasks.iter().any(hit) {
                 return false;
@@ -313,6 +309,7 @@ impl<'a> Selected<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::SourceKind;
     use serde_json::json;
 
     fn rec(
@@ -338,6 +335,7 @@ mod tests {
             raw: None,
             payload_text: None,
             unreadable_time: None,
+            origin: None,
         }
     }
 
@@ -516,6 +514,7 @@ mod tests {
             raw: None,
             payload_text: None,
             unreadable_time: None,
+            origin: None,
         }
     }
 

@@ -134,6 +134,7 @@ mod tests {
             properties: None,
             raw: None,
             unreadable_time: None,
+            origin: None,
         }
     }
 

@@ -565,6 +565,7 @@ mod tests {
             raw: Some(serde_json::json!({"args": format!("{{\"i\": {i}}}")})),
             payload_text: None,
             unreadable_time: None,
+            origin: None,
         }
     }
 
@@ -703,6 +704,7 @@ mod proptests {
                 raw: Some(serde_json::json!({ "args": String::from_utf8_lossy(&bytes) })),
                 payload_text: None,
                 unreadable_time: None,
+                origin: None,
             })
     }
 

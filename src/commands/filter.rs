@@ -7,6 +7,7 @@ use crate::model::rfc3339;
 use crate::output::{Printer, ellipsize};
 use crate::select::{Selected, Selection};
 use crate::settings::Settings;
+use crate::source::queue::Parts;
 use crate::source::{self, SourceChoice};
 use anyhow::Result;
 use chrono::{DateTime, Utc};
@@ -58,7 +59,12 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         printer.data_line(&n.to_string())?;
         return Ok(Exit::Ok);
     }
-    let rx = source::open_stream(settings, &opts.source, &opts.selection).await?;
+    // A count or a grouping reads the selection's parts of a record and nothing else.
+    let parts = match opts.mode {
+        Mode::Export => Parts::ALL,
+        Mode::Count | Mode::Group(_) => Parts::for_selection(&opts.selection),
+    };
+    let rx = source::open_stream(settings, &opts.source, &opts.selection, parts).await?;
     let mut selected = Selected::new(rx, &opts.selection);
     match opts.mode {
         Mode::Count => {

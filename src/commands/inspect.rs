@@ -4,6 +4,7 @@ use crate::error::Exit;
 use crate::output::Printer;
 use crate::select::{Selected, Selection};
 use crate::settings::Settings;
+use crate::source::queue::Parts;
 use crate::source::{self, SourceChoice};
 use anyhow::Result;
 
@@ -16,7 +17,7 @@ pub struct Options {
 }
 
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
-    let rx = source::open_stream(settings, &opts.source, &opts.selection).await?;
+    let rx = source::open_stream(settings, &opts.source, &opts.selection, Parts::ALL).await?;
     let mut selected = Selected::new(rx, &opts.selection);
     let mut out = printer.records(opts.full);
     while let Some(rec) = selected.next().await {

@@ -52,7 +52,10 @@ pub async fn run(
                 record: crate::source::queue::RecordOptions {
                     motivo_headers: queues.motivo_headers,
                     // Only jq can look at headers, properties or the raw copy.
-                    lean: common.selection.jq.is_none() && common.transform.is_none(),
+                    parts: crate::source::queue::Parts {
+                        readable: common.selection.jq.is_some() || common.transform.is_some(),
+                        ..Default::default()
+                    },
                 },
                 queues: queues.names,
                 force: queues.force,

@@ -7,6 +7,7 @@ use super::codec::{
 use chrono::{DateTime, Utc};
 use lapin::types::{AMQPValue, FieldTable};
 use serde_json::{Value, json};
+use std::fmt;
 
 /// One `x-death` entry: one `{queue, reason}` pair of the message's history.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -136,7 +137,11 @@ fn get<'a>(t: &'a FieldTable, key: &str) -> Option<&'a AMQPValue> {
 }
 
 /// Text of a string-like value; anything else is a warning and `None`.
-fn text_field(v: &AMQPValue, path: &str, warnings: &mut Vec<String>) -> Option<String> {
+fn text_field(
+    v: &AMQPValue,
+    path: &dyn fmt::Display,
+    warnings: &mut Vec<String>,
+) -> Option<String> {
     match v {
         AMQPValue::LongString(s) => match std::str::from_utf8(s.as_bytes()) {
             Ok(s) => Some(s.to_owned()),
@@ -171,7 +176,7 @@ fn int_value(v: &AMQPValue) -> Option<i64> {
     })
 }
 
-fn count_field(v: &AMQPValue, path: &str, warnings: &mut Vec<String>) -> Option<i64> {
+fn count_field(v: &AMQPValue, path: &dyn fmt::Display, warnings: &mut Vec<String>) -> Option<i64> {
     if let Some(n) = int_value(v) {
         // The broker never writes one; a producer that did says nothing usable.
         if n < 1 {
@@ -197,7 +202,11 @@ fn count_field(v: &AMQPValue, path: &str, warnings: &mut Vec<String>) -> Option<
     }
 }
 
-fn time_field(v: &AMQPValue, path: &str, warnings: &mut Vec<String>) -> Option<DateTime<Utc>> {
+fn time_field(
+    v: &AMQPValue,
+    path: &dyn fmt::Display,
+    warnings: &mut Vec<String>,
+) -> Option<DateTime<Utc>> {
     let secs = match v {
         AMQPValue::Timestamp(t) => i64::try_from(*t).ok(),
         AMQPValue::LongString(_) | AMQPValue::ShortString(_) => {
@@ -225,11 +234,11 @@ fn time_field(v: &AMQPValue, path: &str, warnings: &mut Vec<String>) -> Option<D
     t
 }
 
-fn parse_death(t: &FieldTable, path: &str, warnings: &mut Vec<String>) -> Death {
+fn parse_death(t: &FieldTable, path: &dyn fmt::Display, warnings: &mut Vec<String>) -> Death {
     let mut d = Death::default();
     for (k, v) in t.inner() {
-        let field_path = format!("{path}.{k}");
-        let p = field_path.as_str();
+        // Formatted only when a warning names it: every message has a history to read.
+        let p = &format_args!("{path}.{k}");
         match k.as_str() {
             "queue" => d.queue = text_field(v, p, warnings),
             "reason" => d.reason = text_field(v, p, warnings),
@@ -240,7 +249,7 @@ fn parse_death(t: &FieldTable, path: &str, warnings: &mut Vec<String>) -> Death 
             "routing-keys" => match v {
                 AMQPValue::FieldArray(a) => {
                     for (i, item) in a.as_slice().iter().enumerate() {
-                        if let Some(s) = text_field(item, &format!("{p}[{i}]"), warnings) {
+                        if let Some(s) = text_field(item, &format_args!("{p}[{i}]"), warnings) {
                             d.routing_keys.push(s);
                         }
                     }
@@ -269,7 +278,7 @@ pub fn parse_deaths(headers: Option<&FieldTable>) -> DeathInfo {
         return info;
     };
     let w = &mut info.warnings;
-    let text = |key: &str, w: &mut Vec<String>| get(h, key).and_then(|v| text_field(v, key, w));
+    let text = |key: &str, w: &mut Vec<String>| get(h, key).and_then(|v| text_field(v, &key, w));
     info.first_death_queue = text("x-first-death-queue", w);
     info.first_death_reason = text("x-first-death-reason", w);
     info.first_death_exchange = text("x-first-death-exchange", w);
@@ -280,7 +289,7 @@ pub fn parse_deaths(headers: Option<&FieldTable>) -> DeathInfo {
         None | Some(AMQPValue::Void) => {}
         Some(AMQPValue::FieldArray(a)) => {
             for (i, item) in a.as_slice().iter().enumerate() {
-                let path = format!("x-death[{i}]");
+                let path = format_args!("x-death[{i}]");
                 match item {
                     AMQPValue::FieldTable(t) => info.deaths.push(parse_death(t, &path, w)),
                     other => w.push(format!(
@@ -293,7 +302,7 @@ pub fn parse_deaths(headers: Option<&FieldTable>) -> DeathInfo {
         // A single table where an array belongs: still one death's worth of information.
         Some(AMQPValue::FieldTable(t)) => {
             w.push("x-death is a table, expected an array".to_owned());
-            info.deaths.push(parse_death(t, "x-death", w));
+            info.deaths.push(parse_death(t, &"x-death", w));
         }
         Some(other) => w.push(format!(
             "x-death is {}, expected an array",

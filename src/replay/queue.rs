@@ -168,7 +168,15 @@ fn describe_dest((exchange, rk): &(String, String)) -> String {
     }
 }
 
-pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
+pub async fn run(settings: &Settings, printer: &Printer, mut opts: Options) -> Result<Exit> {
+    if streams(&opts) && !opts.record.parts.readable {
+        // No plan to show: a record needs its id, reason and origin, unless --where or
+        // --transform read the rest (`parts.readable` says they do).
+        opts.record.parts = record::Parts {
+            id: true,
+            ..record::Parts::NONE
+        };
+    }
     let target_conn = rabbit::Target::from_settings(settings)?;
     let conn = rabbit::connect(&target_conn).await?;
     let checked = rabbit::check_queues(
@@ -205,13 +213,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         run_id: replay_id.clone(),
     };
     let mut audit = Audit::new(settings, printer, subject);
-    // With --yes (and no dry run, no canary, no --plan-first) nobody reads the plan:
-    // select and move in one pass, as a shovel does, instead of taking everything first.
-    if opts.common.safety.yes
-        && !opts.common.safety.dry_run
-        && opts.canary.is_none()
-        && !opts.plan_first
-    {
+    if streams(&opts) {
         return stream(
             settings, printer, &opts, &conn, &checked, &stamp_for, &mut audit,
         )
@@ -1050,7 +1052,7 @@ impl Mover<'_> {
     ) -> Option<Result<Moving, (RecordId, String)>> {
         let rec = self.picks.pick(queue, d, self.opts)?;
         let stored = record::stored_properties(&d.properties);
-        let origin = rec.death.as_ref().and_then(record::origin_queue);
+        let origin = rec.origin_queue();
         let route = match destination(&self.opts.common.target, origin, queue) {
             Ok(r) => r,
             Err(why) => return Some(Err((rec.id, why.to_string()))),
@@ -1264,7 +1266,7 @@ fn guarded_route(
     d: &lapin::message::Delivery,
     queue: &str,
 ) -> Result<(String, String), Refusal> {
-    let origin = rec.death.as_ref().and_then(record::origin_queue);
+    let origin = rec.origin_queue();
     let route = destination(&opts.common.target, origin, queue)?;
     let replays = requeue::replay_count(d.properties.headers().as_ref());
     if replays >= i64::from(opts.common.max_replays) {
@@ -1274,6 +1276,15 @@ fn guarded_route(
         });
     }
     Ok(route)
+}
+
+/// With --yes (and no dry run, no canary, no --plan-first) nobody reads the plan: select
+/// and move in one pass, as a shovel does, instead of taking everything first.
+fn streams(opts: &Options) -> bool {
+    opts.common.safety.yes
+        && !opts.common.safety.dry_run
+        && opts.canary.is_none()
+        && !opts.plan_first
 }
 
 /// What a dry run shows for one message.

@@ -152,9 +152,7 @@ impl Context<'_> {
                     Some(t) => t.route(),
                     None => {
                         let origin = rec
-                            .death
-                            .as_ref()
-                            .and_then(crate::source::queue::origin_queue)
+                            .origin_queue()
                             .filter(|q| !q.is_empty())
                             .ok_or_else(|| requeue::Refusal::NoOrigin.to_string())?;
                         (String::new(), origin.to_string())

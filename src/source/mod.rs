@@ -12,11 +12,13 @@ use tokio::sync::mpsc;
 pub use crate::settings::{QueueOptions, SourceChoice};
 
 /// Candidate records for a selection, streamed with bounded memory. The caller wraps
-/// the receiver in `select::Selected` for the final decision.
+/// the receiver in `select::Selected` for the final decision. Queue records carry only
+/// `parts` beyond what every record has.
 pub async fn open_stream(
     settings: &Settings,
     source: &SourceChoice,
     sel: &Selection,
+    parts: queue::Parts,
 ) -> Result<mpsc::Receiver<Result<DeadLetter>>> {
     match source {
         SourceChoice::Table => {
@@ -29,7 +31,7 @@ pub async fn open_stream(
                 names: q.names.clone(),
                 record: queue::RecordOptions {
                     motivo_headers: q.motivo_headers.clone(),
-                    ..Default::default()
+                    parts,
                 },
                 force: q.force,
             };

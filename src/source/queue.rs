@@ -25,6 +25,7 @@ use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable};
 use serde_json::{Value, json};
 use sha2::Digest as _;
+use std::borrow::Cow;
 use tokio::sync::mpsc;
 
 /// Headers the broker adds when it delivers a message; not part of the stored message.
@@ -35,22 +36,70 @@ pub const DELIVERY_HEADERS: &[&str] = &["x-delivery-count", "x-stream-offset"];
 pub struct RecordOptions {
     /// Extra headers holding the error text (`--motivo-header`), checked first.
     pub motivo_headers: Vec<String>,
-    /// Skip the readable `headers`/`properties` and the lossless `raw` copy: a replay that
-    /// selects without `--where` never looks at them, and building them per message costs
-    /// more than the rest of the record.
-    pub lean: bool,
+    /// Which parts to build; the rest stay empty.
+    pub parts: Parts,
 }
 
-/// The properties as stored in the queue: delivery-time headers removed.
-pub fn stored_properties(props: &BasicProperties) -> BasicProperties {
+/// The parts of a record beyond its reason, task, time and payload text, each built only
+/// when the command reads it: a scan spends most of its CPU building what nobody looks at
+/// (the id hash, the readable headers, the death JSON, the parsed payload), and every
+/// allocation is contended between the reader and the selecting thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parts {
+    /// The stable id (a SHA-256 over the message when it has no message_id / Celery id).
+    pub id: bool,
+    /// `payload` parsed as JSON (else null; `--pattern` decodes the text when it must).
+    pub payload: bool,
+    /// The `death` history as JSON.
+    pub death: bool,
+    /// The readable `headers`/`properties` and the lossless `raw` copy.
+    pub readable: bool,
+}
+
+impl Default for Parts {
+    fn default() -> Self {
+        Parts::ALL
+    }
+}
+
+impl Parts {
+    pub const ALL: Parts = Parts {
+        id: true,
+        payload: true,
+        death: true,
+        readable: true,
+    };
+    pub const NONE: Parts = Parts {
+        id: false,
+        payload: false,
+        death: false,
+        readable: false,
+    };
+
+    /// Only what `Selection::matches` reads: a count or a grouping shows nothing else.
+    pub fn for_selection(sel: &Selection) -> Parts {
+        if sel.jq.is_some() {
+            return Parts::ALL;
+        }
+        Parts {
+            id: !sel.ids.is_empty(),
+            ..Parts::NONE
+        }
+    }
+}
+
+/// The properties as stored in the queue: delivery-time headers removed. Borrowed when
+/// there are none (a classic queue adds none): the headers are the biggest part of a
+/// message a replay handles, and cloning them per message showed in profiles.
+pub fn stored_properties(props: &BasicProperties) -> Cow<'_, BasicProperties> {
     let Some(headers) = props.headers() else {
-        return props.clone();
+        return Cow::Borrowed(props);
     };
     if !DELIVERY_HEADERS
         .iter()
         .any(|h| headers.inner().contains_key(*h))
     {
-        return props.clone();
+        return Cow::Borrowed(props);
     }
     let mut kept = FieldTable::default();
     for (k, v) in headers.inner() {
@@ -59,7 +108,7 @@ pub fn stored_properties(props: &BasicProperties) -> BasicProperties {
         }
     }
     if !kept.inner().is_empty() {
-        return props.clone().with_headers(kept);
+        return Cow::Owned(props.clone().with_headers(kept));
     }
     // The broker made up a header table just for its own header: the stored message had
     // none. BasicProperties cannot unset a field, so rebuild it without `headers`.
@@ -67,14 +116,17 @@ pub fn stored_properties(props: &BasicProperties) -> BasicProperties {
     if let Some(m) = typed.as_object_mut() {
         m.remove("headers");
     }
-    crate::rabbit::codec::properties_from_typed_json(&typed).unwrap_or_else(|_| props.clone())
+    Cow::Owned(
+        crate::rabbit::codec::properties_from_typed_json(&typed).unwrap_or_else(|_| props.clone()),
+    )
 }
 
 /// `h:` + 16 hex digits of SHA-256 over the stored message. serde_json writes the typed
 /// JSON deterministically (field tables are sorted maps), so equal messages hash equally.
 pub fn content_id(stored: &BasicProperties, body: &[u8]) -> String {
     let mut h = sha2::Sha256::new();
-    let props = serde_json::to_vec(&properties_to_typed_json(stored)).expect("JSON serializes");
+    let props = serde_json::to_vec(&crate::rabbit::codec::TypedProperties(stored))
+        .expect("JSON serializes");
     h.update((props.len() as u64).to_be_bytes());
     h.update(&props);
     h.update(body);
@@ -145,6 +197,7 @@ pub fn from_delivery(
     body: &[u8],
     opts: &RecordOptions,
 ) -> DeadLetter {
+    let parts = opts.parts;
     let headers = props.headers().as_ref();
     let deaths = parse_deaths(headers);
     let stored = stored_properties(props);
@@ -153,16 +206,26 @@ pub fn from_delivery(
     DeadLetter {
         source: SourceKind::Queue,
         location: queue.to_owned(),
-        id: RecordId::Text(record_id(&stored, body)),
+        id: RecordId::Text(if parts.id {
+            record_id(&stored, body)
+        } else {
+            String::new()
+        }),
         task,
         motivo: reason_text(headers, &deaths, &opts.motivo_headers),
         created_at,
         replayed: false,
-        payload: payload_from_bytes(body),
-        headers: (!opts.lean).then(|| headers.map(table_to_json).unwrap_or_else(|| json!({}))),
-        death: Some(deaths.to_json()),
-        properties: (!opts.lean).then(|| properties_to_json(props)),
-        raw: (!opts.lean).then(|| {
+        payload: if parts.payload {
+            payload_from_bytes(body)
+        } else {
+            Value::Null
+        },
+        headers: parts
+            .readable
+            .then(|| headers.map(table_to_json).unwrap_or_else(|| json!({}))),
+        death: parts.death.then(|| deaths.to_json()),
+        properties: parts.readable.then(|| properties_to_json(props)),
+        raw: parts.readable.then(|| {
             json!({
                 "exchange": exchange,
                 "routing_key": routing_key,
@@ -172,6 +235,7 @@ pub fn from_delivery(
         }),
         payload_text: Some(String::from_utf8_lossy(body).into_owned()),
         unreadable_time: None,
+        origin: deaths.origin_queue().map(str::to_owned),
     }
 }
 

@@ -877,6 +877,7 @@ macro_rules! impl_decode {
                     raw: None,
                     payload_text: args,
                     unreadable_time,
+                    origin: None,
                 })
             }
         }
