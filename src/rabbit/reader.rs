@@ -39,7 +39,7 @@ use tokio::sync::mpsc;
 /// First consumer window, before the message size is known.
 const FIRST_WINDOW: u64 = 200;
 const MIN_WINDOW: u64 = 16;
-const MAX_WINDOW: u64 = 10_000;
+const MAX_WINDOW: u64 = 4_000;
 /// Bytes of message bodies a window may hold: bounds the client's buffer.
 const WINDOW_BYTES: u64 = 32 << 20;
 /// Quiet time after which dlq asks whether anything is still ready.
@@ -294,10 +294,18 @@ async fn consume_fifo<T: Send>(
         let mut stream = consumer.clone();
         let mut got = 0u64;
         let mut stalled = Duration::ZERO;
+        // One timer and one closed-receiver watch per consumer, not per delivery: creating
+        // them for every message cost more than decoding it. The timer is moved only when
+        // it fires, to IDLE after the last delivery.
+        let mut last = tokio::time::Instant::now();
+        let idle = tokio::time::sleep(IDLE);
+        tokio::pin!(idle);
+        let closed = tx.closed();
+        tokio::pin!(closed);
         while got < u64::from(batch16) {
             let next = tokio::select! {
                 biased;
-                _ = tx.closed(), if !report.receiver_gone => {
+                _ = &mut closed, if !report.receiver_gone => {
                     report.receiver_gone = true;
                     if spec.read_all_to_keep_order() {
                         continue;
@@ -305,7 +313,11 @@ async fn consume_fifo<T: Send>(
                     return Ok(());
                 }
                 d = stream.next() => d,
-                _ = tokio::time::sleep(IDLE) => {
+                _ = &mut idle => {
+                    if last.elapsed() < IDLE {
+                        idle.as_mut().reset(last + IDLE);
+                        continue;
+                    }
                     // Quiet: did the rest go elsewhere (another consumer, a TTL on the DLQ)?
                     let depth = ch
                         .queue_declare(q.into(), QueueDeclareOptions::default().passive(), FieldTable::default())
@@ -322,6 +334,7 @@ async fn consume_fifo<T: Send>(
                             depth.message_count()
                         );
                     }
+                    idle.as_mut().reset(tokio::time::Instant::now() + IDLE);
                     continue;
                 }
             };
@@ -333,6 +346,7 @@ async fn consume_fifo<T: Send>(
                 Some(Ok(d)) => d,
             };
             stalled = Duration::ZERO;
+            last = tokio::time::Instant::now();
             got += 1;
             report.read += 1;
             bytes += d.data.len() as u64;
