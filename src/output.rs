@@ -3,7 +3,7 @@
 
 use crate::model::{DeadLetter, rfc3339};
 use crate::redact;
-use comfy_table::{Cell, Color, ContentArrangement, Table, presets};
+use comfy_table::{Cell, Color, ColumnConstraint, ContentArrangement, Table, Width, presets};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 use std::io::{self, Write};
@@ -144,7 +144,9 @@ impl Printer {
         for r in rows {
             t.add_row(r.iter().map(Cell::new).collect::<Vec<_>>());
         }
-        eprintln!("{}", redact::scrub(&t.to_string()));
+        let mut buf = Vec::new();
+        let _ = self.write_table(&mut buf, t);
+        eprint!("{}", redact::scrub(&String::from_utf8_lossy(&buf)));
     }
 
     /// The width tables must fit: `COLUMNS`, else the terminal's; `None` when piped.
@@ -163,6 +165,23 @@ impl Printer {
     /// `Some(width)` when the terminal is too narrow for side-by-side columns.
     fn narrow(&self) -> Option<usize> {
         self.width().filter(|w| *w < NARROW)
+    }
+
+    /// Writes a table with a header: sized to the terminal with every word whole, else (too
+    /// narrow for that) the same rows stacked.
+    fn write_table(&self, out: &mut impl Write, mut t: Table) -> io::Result<()> {
+        if let Some(width) = self.width().filter(|_| t.header().is_some()) {
+            match word_bounds(&t, width) {
+                Some(bounds) => {
+                    t.set_constraints(bounds);
+                }
+                None => {
+                    let (columns, rows) = cell_texts(&t);
+                    return write_stacked(out, width, &columns, rows.into_iter());
+                }
+            }
+        }
+        writeln!(out, "{t}")
     }
 
     fn new_table(&self) -> Table {
@@ -212,7 +231,7 @@ impl Printer {
                 for r in rows {
                     t.add_row(r.iter().map(|v| Cell::new(plain(v))).collect::<Vec<_>>());
                 }
-                writeln!(out, "{t}")?;
+                self.write_table(&mut out, t)?;
             }
             OutputFormat::Json => {
                 let arr: Vec<Value> = rows.iter().map(|r| object(columns, r)).collect();
@@ -261,7 +280,7 @@ impl Printer {
                 for r in rows {
                     t.add_row(r.cells().into_iter().map(Cell::new).collect::<Vec<_>>());
                 }
-                writeln!(out, "{t}")?;
+                self.write_table(&mut out, t)?;
             }
             OutputFormat::Json => {
                 serde_json::to_writer_pretty(&mut out, &objects().collect::<Vec<_>>())?;
@@ -305,6 +324,51 @@ const NARROW: usize = 60;
 
 /// Rows as `column: value` lines, one blank line between rows, values wrapped at word
 /// boundaries (a word longer than the line is the only thing ever cut).
+/// Bounds that keep every word of a table whole on a terminal `width` wide: each column at
+/// least as wide as its longest word, so comfy-table wraps cells at spaces only (without
+/// them it cuts words: `Memor yError`, `qa.work.dl q`). `None` when the columns cannot all
+/// hold their longest word side by side: the rows are better stacked then.
+fn word_bounds(t: &Table, width: usize) -> Option<Vec<ColumnConstraint>> {
+    let mut longest: Vec<usize> = Vec::new();
+    let rows = t.header().into_iter().chain(t.row_iter());
+    for row in rows {
+        for (i, cell) in row.cell_iter().enumerate() {
+            let w = cell
+                .content()
+                .split_whitespace()
+                .map(|word| word.chars().count())
+                .max()
+                .unwrap_or(0);
+            if longest.len() <= i {
+                longest.resize(i + 1, 0);
+            }
+            longest[i] = longest[i].max(w);
+        }
+    }
+    // Each column: its text, a space of padding either side, and one border line.
+    let needed: usize = longest.iter().map(|w| w + 3).sum::<usize>() + 1;
+    (needed <= width).then(|| {
+        longest
+            .iter()
+            .map(|w| {
+                ColumnConstraint::LowerBoundary(Width::Fixed(u16::try_from(*w).unwrap_or(u16::MAX)))
+            })
+            .collect()
+    })
+}
+
+fn cell_texts(t: &Table) -> (Vec<String>, Vec<Vec<String>>) {
+    let columns = t
+        .header()
+        .map(|h| h.cell_iter().map(Cell::content).collect())
+        .unwrap_or_default();
+    let rows = t
+        .row_iter()
+        .map(|r| r.cell_iter().map(Cell::content).collect())
+        .collect();
+    (columns, rows)
+}
+
 fn write_stacked(
     out: &mut impl Write,
     width: usize,
@@ -454,7 +518,7 @@ impl<T: Tabled> RowWriter<T> {
         for r in std::mem::take(&mut self.block) {
             t.add_row(r);
         }
-        writeln!(self.out, "{t}")
+        p.write_table(&mut self.out, t)
     }
 
     pub fn finish(mut self) -> io::Result<u64> {
@@ -580,7 +644,7 @@ impl RecordWriter {
         for row in std::mem::take(&mut self.block) {
             t.add_row(row);
         }
-        writeln!(self.out, "{t}")
+        p.write_table(&mut self.out, t)
     }
 
     /// `--full`: every field, payload pretty-printed, reason in full.
@@ -637,6 +701,7 @@ impl RecordWriter {
         if let Some(d) = &r.death {
             t.add_row(vec![key("death"), Cell::new(death_text(d))]);
         }
+        // Key and value: no header to stack by; comfy-table wraps the value.
         writeln!(self.out, "{t}")
     }
 

@@ -20,6 +20,7 @@ mod table_errors;
 mod table_faults;
 mod table_read;
 mod table_replay;
+mod terminal;
 mod tls;
 mod transform;
 mod workers;

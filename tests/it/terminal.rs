@@ -1,0 +1,232 @@
+//! dlq on a real terminal (tmux), where what an operator sees differs from what a pipe gets:
+//! tables sized to the terminal, a progress bar on stderr.
+
+use crate::broker::Broker;
+use crate::common::{Dialect, TestDb, row, unique};
+use lapin::BasicProperties;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// One command running in its own tmux server (its own socket, so tests run in parallel),
+/// in a window `cols` wide. The window stays after the command ends, so its screen can be read.
+struct Term {
+    socket: String,
+}
+
+impl Term {
+    fn start(cols: u16, env: &[(&str, &str)], args: &[&str]) -> Term {
+        let socket = unique("dlq-term");
+        let state = std::env::temp_dir().join("dlq-tests-state");
+        let config = std::env::temp_dir().join("dlq-tests-no-config");
+        // A clean environment, as a terminal would give it: no COLUMNS (the terminal's width
+        // must be found), no inherited URLs.
+        let mut line = vec![
+            "env".to_string(),
+            "-i".into(),
+            format!("PATH={}", std::env::var("PATH").unwrap_or_default()),
+            "TERM=xterm-256color".into(),
+            format!("XDG_STATE_HOME={}", state.display()),
+            format!("XDG_CONFIG_HOME={}", config.display()),
+        ];
+        line.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
+        line.push(env!("CARGO_BIN_EXE_dlq").into());
+        line.extend(args.iter().map(|a| a.to_string()));
+        let script = format!(
+            "{}; echo \"[dlq exited $?]\"; sleep 600",
+            line.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ")
+        );
+        let status = Command::new("tmux")
+            .args(["-L", &socket, "-f", "/dev/null", "new-session", "-d"])
+            .args(["-x", &cols.to_string(), "-y", "50", "sh", "-c", &script])
+            .status()
+            .expect("tmux runs (bash .ci/run installs it)");
+        assert!(status.success(), "tmux new-session failed");
+        Term { socket }
+    }
+
+    /// The whole screen and history, wrapped lines joined (so a line wider than the
+    /// terminal shows as one long line).
+    fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["-L", &self.socket, "capture-pane", "-p", "-J", "-S", "-"])
+            .output()
+            .expect("tmux capture-pane");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Waits until the screen satisfies `done`; panics with the screen after `limit`.
+    fn wait_for(&self, limit: Duration, done: impl Fn(&str) -> bool) -> String {
+        let start = Instant::now();
+        loop {
+            let s = self.screen();
+            if done(&s) {
+                return s;
+            }
+            assert!(start.elapsed() < limit, "timed out; screen:\n{s}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn wait_exit(&self) -> String {
+        self.wait_for(Duration::from_secs(60), |s| s.contains("[dlq exited "))
+    }
+}
+
+impl Drop for Term {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .status();
+    }
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// #17.9: `NO_COLOR` and `--color never` turn colour off, not the sizing: a table on a
+/// terminal still fits it.
+#[tokio::test]
+async fn tables_fit_the_terminal_without_colour() {
+    let db = TestDb::new(Dialect::Sqlite, "term_nocolor").await;
+    db.init();
+    let long = "MemoryError: could not allocate the buffer for the nightly export of \
+                enrolment records while the reporting replica was being rebuilt";
+    db.insert(&[
+        row(
+            "app.tasks.export_enrolments",
+            Some(r#"{"escola_id": 17, "periodo": "2026-11"}"#),
+            long,
+            "2026-11-30T10:00:00Z",
+            false,
+        ),
+        row(
+            "app.tasks.notify",
+            Some("[1]"),
+            "KeyError: 'usuario_id'",
+            "2026-11-30T11:00:00Z",
+            false,
+        ),
+    ])
+    .await;
+    let env = [
+        ("DLQ_DATABASE_URL", db.url.as_str()),
+        ("DLQ_TABLE", db.table.as_str()),
+    ];
+    let no_color: Vec<(&str, &str)> = env.iter().copied().chain([("NO_COLOR", "1")]).collect();
+    for (env, args) in [
+        (no_color.as_slice(), vec!["filter"]),
+        (env.as_slice(), vec!["--color", "never", "filter"]),
+    ] {
+        // Wide enough for every word side by side, too narrow for the table's natural width.
+        let t = Term::start(120, env, &args);
+        let screen = t.wait_exit();
+        assert!(screen.contains("[dlq exited 0]"), "{screen}");
+        assert!(
+            screen.contains('│') || screen.contains('┆'),
+            "a table: {screen}"
+        );
+        assert!(!screen.contains("\u{1b}["), "no colour codes: {screen}");
+        for line in screen.lines() {
+            assert!(
+                line.chars().count() <= 120,
+                "{args:?}: a line wider than the terminal ({} chars):\n{screen}",
+                line.chars().count()
+            );
+        }
+        // The words are all there, only wrapped.
+        let flat: String = screen.split_whitespace().collect();
+        assert!(flat.contains("MemoryError"), "{screen}");
+    }
+    db.drop().await;
+}
+
+/// #17.16: at 80 columns no word is cut in two (`Memor yError`): columns keep their longest
+/// word whole, or, when they cannot all do that side by side, the rows are stacked.
+#[tokio::test]
+async fn words_stay_whole_at_80_columns() {
+    let db = TestDb::new(Dialect::Sqlite, "term_words").await;
+    db.init();
+    let motivo = "MemoryError: could not allocate the buffer for qa.work.dlq while exporting";
+    db.insert(&[row(
+        "app.tasks.export_enrolments",
+        Some(r#"{"escola_id": 17}"#),
+        motivo,
+        "2026-11-30T10:00:00Z",
+        false,
+    )])
+    .await;
+    let env = [
+        ("DLQ_DATABASE_URL", db.url.as_str()),
+        ("DLQ_TABLE", db.table.as_str()),
+        ("NO_COLOR", "1"),
+    ];
+    let all = ["MemoryError:", "qa.work.dlq", "app.tasks.export_enrolments"];
+    for (args, wants) in [
+        (vec!["filter"], all.to_vec()),
+        (vec!["filter", "--group-by", "motivo"], vec!["MemoryError:"]),
+        (vec!["list"], vec![db.table.as_str()]),
+    ] {
+        let t = Term::start(80, &env, &args);
+        let screen = t.wait_exit();
+        assert!(screen.contains("[dlq exited 0]"), "{args:?}: {screen}");
+        let words: Vec<&str> = screen
+            .split(|c: char| c.is_whitespace() || "│┆|".contains(c))
+            .filter(|w| !w.is_empty())
+            .collect();
+        for line in screen.lines() {
+            assert!(line.chars().count() <= 80, "{args:?}:\n{screen}");
+        }
+        for want in wants {
+            assert!(words.contains(&want), "{args:?}: {want:?} cut:\n{screen}");
+        }
+    }
+    db.drop().await;
+}
+
+/// #17.17: a `--yes` queue replay on a terminal shows a bar with the DLQ's depth as its
+/// total and a whole number of messages per second.
+#[tokio::test]
+async fn a_replay_on_a_terminal_shows_a_bar_with_its_total() {
+    let b = Broker::new("term_bar").await;
+    b.queue("bar.dlq", Default::default()).await;
+    b.queue("bar.dest", Default::default()).await;
+    for i in 0..60 {
+        let body = format!(r#"{{"n": {i}}}"#);
+        b.publish("bar.dlq", body.as_bytes(), BasicProperties::default())
+            .await;
+    }
+    b.wait_depth("bar.dlq", 60).await;
+    let url = b.amqp_url();
+    let t = Term::start(
+        100,
+        &[],
+        &[
+            "--amqp-url",
+            &url,
+            "replay",
+            "-Q",
+            "bar.dlq",
+            "--to-queue",
+            "bar.dest",
+            "--yes",
+            "--rate",
+            "20",
+        ],
+    );
+    let bar = regex::Regex::new(r"replaying \[[=> ]+\] (\d+)/60 (\d+)/s eta").unwrap();
+    let screen = t.wait_for(Duration::from_secs(20), |s| {
+        bar.captures(s)
+            .is_some_and(|c| c[1].parse::<u32>().unwrap() > 0)
+    });
+    // Raw floats (`19.873/s`) are what #17 complained about.
+    assert!(
+        !regex::Regex::new(r"\d+\.\d+/s").unwrap().is_match(&screen),
+        "{screen}"
+    );
+    let screen = t.wait_exit();
+    assert!(screen.contains("[dlq exited 0]"), "{screen}");
+    assert_eq!(b.depth("bar.dest").await, 60);
+    assert_eq!(b.depth("bar.dlq").await, 0);
+    b.delete().await;
+}
