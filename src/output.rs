@@ -350,8 +350,10 @@ fn word_bounds(t: &Table, width: usize) -> Option<Vec<ColumnConstraint>> {
     (needed <= width).then(|| {
         longest
             .iter()
+            // comfy-table's bound includes the column's padding (one space either side).
             .map(|w| {
-                ColumnConstraint::LowerBoundary(Width::Fixed(u16::try_from(*w).unwrap_or(u16::MAX)))
+                let with_padding = u16::try_from(w + 2).unwrap_or(u16::MAX);
+                ColumnConstraint::LowerBoundary(Width::Fixed(with_padding))
             })
             .collect()
     })

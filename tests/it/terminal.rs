@@ -134,9 +134,17 @@ async fn tables_fit_the_terminal_without_colour() {
                 line.chars().count()
             );
         }
-        // The words are all there, only wrapped.
-        let flat: String = screen.split_whitespace().collect();
-        assert!(flat.contains("MemoryError"), "{screen}");
+        // The words are all there, only wrapped, and none is cut (the table path of #17.16).
+        let words: Vec<&str> = screen
+            .split(|c: char| c.is_whitespace() || "│┆|".contains(c))
+            .collect();
+        for want in [
+            "MemoryError:",
+            "app.tasks.export_enrolments",
+            db.table.as_str(),
+        ] {
+            assert!(words.contains(&want), "{args:?}: {want:?} cut:\n{screen}");
+        }
     }
     db.drop().await;
 }
