@@ -127,13 +127,6 @@ impl Printer {
         if self.quiet {
             return;
         }
-        if let Some(width) = self.narrow() {
-            let mut buf = Vec::new();
-            let cols: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
-            let _ = write_stacked(&mut buf, width, &cols, rows.iter().cloned());
-            eprint!("{}", redact::scrub(&String::from_utf8_lossy(&buf)));
-            return;
-        }
         let mut t = self.new_table();
         t.set_header(
             columns
@@ -162,16 +155,11 @@ impl Printer {
             .flatten()
     }
 
-    /// `Some(width)` when the terminal is too narrow for side-by-side columns.
-    fn narrow(&self) -> Option<usize> {
-        self.width().filter(|w| *w < NARROW)
-    }
-
-    /// Writes a table with a header: sized to the terminal with every word whole, else (too
-    /// narrow for that) the same rows stacked.
+    /// Writes a table with a header: sized to the terminal with every word whole, else (below
+    /// 60 columns, or too narrow for whole words) the same rows stacked.
     fn write_table(&self, out: &mut impl Write, mut t: Table) -> io::Result<()> {
         if let Some(width) = self.width().filter(|_| t.header().is_some()) {
-            match word_bounds(&t, width) {
+            match word_bounds(&t, width).filter(|_| width >= NARROW) {
                 Some(bounds) => {
                     t.set_constraints(bounds);
                 }
@@ -214,12 +202,6 @@ impl Printer {
         let stdout = io::stdout();
         let mut out = io::BufWriter::new(stdout.lock());
         match self.format {
-            OutputFormat::Table if self.narrow().is_some() => {
-                let cols: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
-                let width = self.narrow().unwrap_or(NARROW);
-                let cells = rows.iter().map(|r| r.iter().map(plain).collect());
-                write_stacked(&mut out, width, &cols, cells)?;
-            }
             OutputFormat::Table => {
                 let mut t = self.new_table();
                 t.set_header(
@@ -264,11 +246,6 @@ impl Printer {
                 .map(|r| serde_json::to_value(r).unwrap_or(Value::Null))
         };
         match self.format {
-            OutputFormat::Table if self.narrow().is_some() => {
-                let cols: Vec<String> = T::columns().iter().map(|c| c.to_string()).collect();
-                let width = self.narrow().unwrap_or(NARROW);
-                write_stacked(&mut out, width, &cols, rows.iter().map(Tabled::cells))?;
-            }
             OutputFormat::Table => {
                 let mut t = self.new_table();
                 t.set_header(
@@ -322,8 +299,6 @@ impl Printer {
 /// Below this many columns side-by-side columns are unreadable: rows are stacked instead.
 const NARROW: usize = 60;
 
-/// Rows as `column: value` lines, one blank line between rows, values wrapped at word
-/// boundaries (a word longer than the line is the only thing ever cut).
 /// Bounds that keep every word of a table whole on a terminal `width` wide: each column at
 /// least as wide as its longest word, so comfy-table wraps cells at spaces only (without
 /// them it cuts words: `Memor yError`, `qa.work.dl q`). `None` when the columns cannot all
@@ -371,6 +346,8 @@ fn cell_texts(t: &Table) -> (Vec<String>, Vec<Vec<String>>) {
     (columns, rows)
 }
 
+/// Rows as `column: value` lines, one blank line between rows, values wrapped at word
+/// boundaries (a word longer than the line is the only thing ever cut).
 fn write_stacked(
     out: &mut impl Write,
     width: usize,
@@ -505,11 +482,6 @@ impl<T: Tabled> RowWriter<T> {
             return Ok(());
         }
         let p = &self.printer;
-        if let Some(width) = p.narrow() {
-            let cols: Vec<String> = T::columns().iter().map(|c| c.to_string()).collect();
-            let rows = std::mem::take(&mut self.block);
-            return write_stacked(&mut self.out, width, &cols, rows.into_iter());
-        }
         let mut t = p.new_table();
         t.set_header(
             T::columns()
@@ -634,13 +606,6 @@ impl RecordWriter {
         }
         let p = &self.printer;
         let columns = ["id", "task", "created_at", "motivo", "replayed", "location"];
-        if let Some(width) = p.narrow() {
-            let cols: Vec<String> = columns.iter().map(|c| c.to_string()).collect();
-            let rows = std::mem::take(&mut self.block)
-                .into_iter()
-                .map(|r| r.iter().map(Cell::content).collect());
-            return write_stacked(&mut self.out, width, &cols, rows);
-        }
         let mut t = p.new_table();
         t.set_header(columns.iter().map(|c| p.header_cell(c)).collect::<Vec<_>>());
         for row in std::mem::take(&mut self.block) {
