@@ -51,11 +51,7 @@ pub async fn run(
             let opts = replay::queue::Options {
                 record: crate::source::queue::RecordOptions {
                     motivo_headers: queues.motivo_headers,
-                    // Only jq can look at headers, properties or the raw copy.
-                    parts: crate::source::queue::Parts {
-                        readable: common.selection.jq.is_some() || common.transform.is_some(),
-                        ..Default::default()
-                    },
+                    ..Default::default()
                 },
                 queues: queues.names,
                 force: queues.force,

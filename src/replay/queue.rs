@@ -169,14 +169,20 @@ fn describe_dest((exchange, rk): &(String, String)) -> String {
 }
 
 pub async fn run(settings: &Settings, printer: &Printer, mut opts: Options) -> Result<Exit> {
-    if streams(&opts) && !opts.record.parts.readable {
-        // No plan to show: a record needs its id, reason and origin, unless --where or
-        // --transform read the rest (`parts.readable` says they do).
-        opts.record.parts = record::Parts {
+    // Only --where and --transform read the readable headers, properties and raw copy;
+    // without a plan to show, a record needs no more than its id, reason and origin.
+    let reads_all = opts.common.selection.jq.is_some() || opts.common.transform.is_some();
+    opts.record.parts = match (reads_all, streams(&opts)) {
+        (true, _) => record::Parts::ALL,
+        (false, false) => record::Parts {
+            readable: false,
+            ..record::Parts::ALL
+        },
+        (false, true) => record::Parts {
             id: true,
             ..record::Parts::NONE
-        };
-    }
+        },
+    };
     let target_conn = rabbit::Target::from_settings(settings)?;
     let conn = rabbit::connect(&target_conn).await?;
     let checked = rabbit::check_queues(

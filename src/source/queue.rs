@@ -257,11 +257,6 @@ pub fn selected(
     selector.offer(&rec).then_some(rec)
 }
 
-/// The origin queue recorded in a record's `death` JSON (what `--task` also matches).
-pub fn origin_queue(death: &Value) -> Option<&str> {
-    death.get("origin_queue").and_then(Value::as_str)
-}
-
 #[derive(Debug, Clone, Default)]
 pub struct StreamOptions {
     pub names: Vec<String>,
@@ -410,7 +405,7 @@ mod tests {
         assert_eq!(r.payload, json!({"matricula_id": 7}));
         assert!(!r.replayed);
         assert_eq!(
-            r.death.as_ref().and_then(|d| origin_queue(d)),
+            r.death.as_ref().and_then(|d| d["origin_queue"].as_str()),
             Some("matriculas.processar")
         );
         let raw = r.raw.as_ref().unwrap();
