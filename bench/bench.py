@@ -801,21 +801,28 @@ class Bench:
         return m
 
     def dlq_table_run(self, n: int, table: str, queue: str, window: int) -> Measurement:
-        m = Measurement("table_replay", f"{n} rows", "dlq", n)
-        p = self.dlq(*self.db_args(table), *self.amqp_args(), "-o", "json", "replay", "--yes", "--no-worker-check",
+        m = self.dlq_replay(Measurement("table_replay", f"{n} rows", "dlq", n), table, queue, window,
+                            self.amqp_args())
+        self.verify_table_replay(m, n, table, queue)
+        return m
+
+    def dlq_replay(self, m: Measurement, table: str, queue: str, window: int,
+                   broker_args: list[str]) -> Measurement:
+        """`dlq replay --yes` of a whole table into `queue`: timed, and checked by its report."""
+        # No worker runs in the benchmark: --no-worker-check (the target check still runs).
+        p = self.dlq(*self.db_args(table), *broker_args, "-o", "json", "replay", "--yes", "--no-worker-check",
                      "--to-queue", queue, "--window", str(window))
         m.wall_s = m.timed_s = p.wall_s
         m.peak_rss_kib, m.cpu_s = p.maxrss_kib, p.cpu_s
-        m.rate = n / p.wall_s
+        m.rate = m.size / p.wall_s
         m.ok = p.rc == 0 and not p.timed_out
         if m.ok:
             rep = json.loads(p.stdout.strip().splitlines()[-1])
-            if rep.get("succeeded") != n:
+            if rep.get("succeeded") != m.size:
                 m.ok = False
                 m.check = f"report says {rep.get('succeeded')} replayed"
         else:
             m.check = f"exit {p.rc}{' (timeout)' if p.timed_out else ''}: {tail(p.stderr)}"
-        self.verify_table_replay(m, n, table, queue)
         return m
 
     def probe_run(self, probe: str, n: int, table: str, queue: str, window: int, batch: int) -> Measurement:
@@ -893,21 +900,8 @@ class Bench:
         return m
 
     def dlq_redis_run(self, r: Any, n: int, table: str, queue: str, window: int) -> Measurement:
-        m = Measurement("table_replay_redis", f"{n} rows", "dlq", n)
-        # No worker runs in the benchmark: --no-worker-check (the target check still runs).
-        p = self.dlq(*self.db_args(table), "--broker-url", REDIS_URL, "-o", "json", "replay", "--yes",
-                     "--no-worker-check", "--to-queue", queue, "--window", str(window))
-        m.wall_s = m.timed_s = p.wall_s
-        m.peak_rss_kib, m.cpu_s = p.maxrss_kib, p.cpu_s
-        m.rate = n / p.wall_s
-        m.ok = p.rc == 0 and not p.timed_out
-        if m.ok:
-            rep = json.loads(p.stdout.strip().splitlines()[-1])
-            if rep.get("succeeded") != n:
-                m.ok = False
-                m.check = f"report says {rep.get('succeeded')} replayed"
-        else:
-            m.check = f"exit {p.rc}{' (timeout)' if p.timed_out else ''}: {tail(p.stderr)}"
+        m = self.dlq_replay(Measurement("table_replay_redis", f"{n} rows", "dlq", n), table, queue, window,
+                            ["--broker-url", REDIS_URL])
         self.verify_redis_replay(r, m, n, table, queue)
         return m
 
