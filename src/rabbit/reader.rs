@@ -42,6 +42,9 @@ const MIN_WINDOW: u64 = 16;
 const MAX_WINDOW: u64 = 4_000;
 /// Bytes of message bodies a window may hold: bounds the client's buffer.
 const WINDOW_BYTES: u64 = 32 << 20;
+/// Reads of at least this many messages poll lapin every `POLL_PAUSE` (see `poll_pause`).
+const PAUSE_FROM: u64 = 1_000;
+const POLL_PAUSE: Duration = Duration::from_millis(2);
 /// Quiet time after which dlq asks whether anything is still ready.
 const IDLE: Duration = Duration::from_secs(1);
 /// Messages ready but none delivered for this long: something else takes them.
@@ -265,6 +268,15 @@ async fn wait_until_back(conn: &Connection, queue: &str, held: u64) {
     }
 }
 
+/// A long read takes its deliveries in batches, every `POLL_PAUSE`, instead of being woken
+/// for each: the broker delivers a held queue more slowly than dlq decodes it, so a reader
+/// woken per delivery spent more CPU on the wake-ups (lapin's thread waking dlq's, a
+/// futex and an eventfd write each) than on the messages. Short reads (`list` samples,
+/// `inspect`) are woken per delivery, so they never wait for a pause.
+fn poll_pause(want: u64) -> Option<Duration> {
+    (want >= PAUSE_FROM).then_some(POLL_PAUSE)
+}
+
 async fn consume_fifo<T: Send>(
     ch: &Channel,
     spec: &ReadSpec,
@@ -276,6 +288,7 @@ async fn consume_fifo<T: Send>(
     let q = spec.queue.as_str();
     let mut bytes: u64 = 0;
     let mut n = 0u32;
+    let pause = poll_pause(want);
     while report.read < want {
         let batch = window(bytes, report.read).min(want - report.read);
         let batch16 = u16::try_from(batch).unwrap_or(u16::MAX);
@@ -303,39 +316,49 @@ async fn consume_fifo<T: Send>(
         let closed = tx.closed();
         tokio::pin!(closed);
         while got < u64::from(batch16) {
-            let next = tokio::select! {
-                biased;
-                _ = &mut closed, if !report.receiver_gone => {
-                    report.receiver_gone = true;
-                    if spec.read_all_to_keep_order() {
-                        continue;
-                    }
-                    return Ok(());
-                }
-                d = stream.next() => d,
-                _ = &mut idle => {
-                    if last.elapsed() < IDLE {
-                        idle.as_mut().reset(last + IDLE);
-                        continue;
-                    }
-                    // Quiet: did the rest go elsewhere (another consumer, a TTL on the DLQ)?
-                    let depth = ch
-                        .queue_declare(q.into(), QueueDeclareOptions::default().passive(), FieldTable::default())
-                        .await?;
-                    if depth.message_count() == 0 {
-                        report.ended_short = true;
+            // What lapin already holds is taken without a wake-up (see `poll_pause`).
+            let ready = match pause {
+                Some(_) => futures_util::FutureExt::now_or_never(stream.next()),
+                None => None,
+            };
+            let next = if let Some(d) = ready {
+                d
+            } else {
+                tokio::select! {
+                    biased;
+                    _ = &mut closed, if !report.receiver_gone => {
+                        report.receiver_gone = true;
+                        if spec.read_all_to_keep_order() {
+                            continue;
+                        }
                         return Ok(());
                     }
-                    stalled += IDLE;
-                    if stalled >= STALL_LIMIT {
-                        bail!(
-                            "RabbitMQ delivered nothing from {q:?} for {} s although {} message(s) are ready: another consumer is probably preferred (single active consumer, consumer priorities)",
-                            STALL_LIMIT.as_secs(),
-                            depth.message_count()
-                        );
+                    d = stream.next(), if pause.is_none() => d,
+                    _ = tokio::time::sleep(pause.unwrap_or_default()), if pause.is_some() => continue,
+                    _ = &mut idle => {
+                        if last.elapsed() < IDLE {
+                            idle.as_mut().reset(last + IDLE);
+                            continue;
+                        }
+                        // Quiet: did the rest go elsewhere (another consumer, a TTL on the DLQ)?
+                        let depth = ch
+                            .queue_declare(q.into(), QueueDeclareOptions::default().passive(), FieldTable::default())
+                            .await?;
+                        if depth.message_count() == 0 {
+                            report.ended_short = true;
+                            return Ok(());
+                        }
+                        stalled += IDLE;
+                        if stalled >= STALL_LIMIT {
+                            bail!(
+                                "RabbitMQ delivered nothing from {q:?} for {} s although {} message(s) are ready: another consumer is probably preferred (single active consumer, consumer priorities)",
+                                STALL_LIMIT.as_secs(),
+                                depth.message_count()
+                            );
+                        }
+                        idle.as_mut().reset(tokio::time::Instant::now() + IDLE);
+                        continue;
                     }
-                    idle.as_mut().reset(tokio::time::Instant::now() + IDLE);
-                    continue;
                 }
             };
             let d = match next {
