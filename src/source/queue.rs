@@ -54,6 +54,8 @@ pub struct Parts {
     pub death: bool,
     /// The readable `headers`/`properties` and the lossless `raw` copy.
     pub readable: bool,
+    /// `payload_text`, the stored body as text: what `--pattern` searches.
+    pub text: bool,
 }
 
 impl Default for Parts {
@@ -68,12 +70,14 @@ impl Parts {
         payload: true,
         death: true,
         readable: true,
+        text: true,
     };
     pub const NONE: Parts = Parts {
         id: false,
         payload: false,
         death: false,
         readable: false,
+        text: false,
     };
 
     /// Only what `Selection::matches` reads: a count or a grouping shows nothing else.
@@ -83,6 +87,7 @@ impl Parts {
         }
         Parts {
             id: !sel.ids.is_empty(),
+            text: sel.pattern.is_some(),
             ..Parts::NONE
         }
     }
@@ -233,7 +238,9 @@ pub fn from_delivery(
                 "body": base64::engine::general_purpose::STANDARD.encode(body),
             })
         }),
-        payload_text: Some(String::from_utf8_lossy(body).into_owned()),
+        payload_text: parts
+            .text
+            .then(|| String::from_utf8_lossy(body).into_owned()),
         unreadable_time: None,
         origin: deaths.origin_queue().map(str::to_owned),
     }
