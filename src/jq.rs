@@ -1,8 +1,11 @@
 //! `--where JQ`: a real jq engine (jaq) over the record's JSON.
 
+use crate::model::DeadLetter;
 use jaq_core::load::{Arena, File, Loader};
 use jaq_core::{Compiler, Ctx, Vars, data, unwrap_valr};
-use jaq_json::Val;
+use jaq_json::{Map, Num, Val};
+use serde_json::Value;
+use std::rc::Rc;
 
 pub struct JqFilter {
     source: String,
@@ -50,9 +53,9 @@ impl JqFilter {
         &self.source
     }
 
-    /// Every output of the program on `json`, as JSON values (`--transform`).
-    pub fn outputs(&self, json: &[u8]) -> Result<Vec<serde_json::Value>, String> {
-        let input = jaq_json::read::parse_single(json).map_err(|e| format!("{e:?}"))?;
+    /// Every output of the program on a record, as JSON values (`--transform`).
+    pub fn record_outputs(&self, r: &DeadLetter) -> Result<Vec<serde_json::Value>, String> {
+        let input = record_input(r);
         let ctx = Ctx::<data::JustLut<Val>>::new(&self.filter.lut, Vars::new([]));
         self.filter
             .id
@@ -67,14 +70,95 @@ impl JqFilter {
 
     /// True when the first output is neither `false` nor `null`; no output is false.
     /// A runtime error (e.g. indexing a string) is returned so callers can count it.
+    #[cfg(test)]
     pub fn is_truthy(&self, json: &[u8]) -> Result<bool, String> {
         let input = jaq_json::read::parse_single(json).map_err(|e| format!("{e:?}"))?;
+        self.is_truthy_on(input)
+    }
+
+    /// Whether the program's first output on a record is neither `false` nor `null` (no
+    /// output is false); a runtime error (e.g. indexing a string) is returned so callers
+    /// can count it.
+    pub fn record_is_truthy(&self, r: &DeadLetter) -> Result<bool, String> {
+        self.is_truthy_on(record_input(r))
+    }
+
+    fn is_truthy_on(&self, input: Val) -> Result<bool, String> {
         let ctx = Ctx::<data::JustLut<Val>>::new(&self.filter.lut, Vars::new([]));
         let mut out = self.filter.id.run((ctx, input)).map(unwrap_valr);
         match out.next() {
             None => Ok(false),
             Some(Ok(v)) => Ok(!matches!(v, Val::Null | Val::Bool(false))),
             Some(Err(e)) => Err(e.to_string()),
+        }
+    }
+}
+
+/// The record as jaq reads its JSON text, built directly: writing the JSON and parsing it back
+/// took most of a `--where` scan's CPU. The fields and their order are the record's
+/// serialization (`DeadLetter`'s `Serialize`); a test compares this with the text route.
+pub(crate) fn record_input(r: &DeadLetter) -> Val {
+    let small = |v: Value| input(&v);
+    let mut m = Map::with_capacity_and_hasher(12, Default::default());
+    let mut put = |k: &str, v: Val| {
+        m.insert(Val::utf8_str(k.to_owned()), v);
+    };
+    put(
+        "source",
+        small(serde_json::to_value(r.source).expect("serializes")),
+    );
+    put("location", Val::utf8_str(r.location.clone()));
+    put(
+        "id",
+        small(serde_json::to_value(&r.id).expect("serializes")),
+    );
+    let text = |t: &Option<String>| t.clone().map_or(Val::Null, Val::utf8_str);
+    put("task", text(&r.task));
+    put("motivo", text(&r.motivo));
+    put(
+        "created_at",
+        text(&r.created_at.as_ref().map(crate::model::rfc3339)),
+    );
+    put("replayed", Val::Bool(r.replayed));
+    put("payload", input(&r.payload));
+    for (k, v) in [
+        ("headers", &r.headers),
+        ("death", &r.death),
+        ("properties", &r.properties),
+        ("raw", &r.raw),
+    ] {
+        if let Some(v) = v {
+            put(k, input(v));
+        }
+    }
+    Val::obj(m)
+}
+
+/// A JSON value as jaq's parser makes it from its text.
+fn input(v: &Value) -> Val {
+    match v {
+        Value::Null => Val::Null,
+        Value::Bool(b) => Val::Bool(*b),
+        Value::Number(n) => {
+            // serde_json keeps a number's text (arbitrary_precision), which is what jaq
+            // would read: integer literals as integers (big ones too), the rest as decimals.
+            let text = n.to_string();
+            let digits = text.strip_prefix('-').unwrap_or(&text);
+            let int = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+            Val::Num(
+                int.then(|| Num::from_str_radix(&text, 10))
+                    .flatten()
+                    .unwrap_or_else(|| Num::Dec(Rc::new(text))),
+            )
+        }
+        Value::String(s) => Val::utf8_str(s.clone()),
+        Value::Array(a) => a.iter().map(input).collect(),
+        Value::Object(o) => {
+            let mut m = Map::with_capacity_and_hasher(o.len(), Default::default());
+            for (k, v) in o {
+                m.insert(Val::utf8_str(k.clone()), input(v));
+            }
+            Val::obj(m)
         }
     }
 }
@@ -117,6 +201,93 @@ fn position(code: &str, at: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{RecordId, SourceKind};
+    use serde_json::json;
+
+    fn via_text(r: &DeadLetter) -> Val {
+        jaq_json::read::parse_single(&serde_json::to_vec(r).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_record_is_read_as_from_its_json_text() {
+        let payload: Value = serde_json::from_str(
+            r#"{"n": -7, "big": 123456789012345678901234567890, "u": 18446744073709551615,
+                "f": 1.50, "e": 1e300, "z": -0, "x": 3.0, "s": "ação \"q\" \u0000 \n",
+                "a": [1, [2, {"b": null}], true, false], "o": {"k": {}, "l": []}}"#,
+        )
+        .unwrap();
+        let queue = DeadLetter {
+            source: SourceKind::Queue,
+            location: "matriculas.dlq".into(),
+            id: RecordId::Text("h:0011223344556677".into()),
+            task: Some("tasks.matricular".into()),
+            motivo: Some("KeyError: 'usuario_id'".into()),
+            created_at: Some("2026-11-30T10:00:00.123456Z".parse().unwrap()),
+            replayed: false,
+            payload: payload.clone(),
+            headers: Some(json!({"x-first-death-queue": "q", "n": 5})),
+            death: Some(json!([{"queue": "q", "count": 2, "time": "2026-11-30T10:00:00Z"}])),
+            properties: Some(json!({"delivery_mode": 2, "priority": null})),
+            raw: Some(
+                json!({"exchange": "", "body": "eyJ9", "properties": {"headers": {"h": ["S", "v"]}}}),
+            ),
+            payload_text: Some("ignored".into()),
+            unreadable_time: Some("ignored".into()),
+            origin: Some("ignored".into()),
+        };
+        let table = DeadLetter {
+            source: SourceKind::Table,
+            location: "tasks_falhadas".into(),
+            id: RecordId::Int(-3),
+            task: None,
+            motivo: None,
+            created_at: None,
+            replayed: true,
+            payload: Value::Null,
+            headers: None,
+            death: None,
+            properties: None,
+            raw: None,
+            payload_text: None,
+            unreadable_time: None,
+            origin: None,
+        };
+        for r in [
+            &queue,
+            &table,
+            &DeadLetter {
+                payload,
+                ..table.clone()
+            },
+        ] {
+            let (direct, text) = (record_input(r), via_text(r));
+            // Same keys in the same order, same text of every value.
+            assert_eq!(direct.to_string(), text.to_string());
+            assert_eq!(direct, text);
+        }
+        // And the filters decide alike.
+        let r = DeadLetter {
+            payload: queue.payload.clone(),
+            ..table
+        };
+        let json = serde_json::to_vec(&r).unwrap();
+        for code in [
+            ".payload.big > 1e20",
+            ".payload.f == 1.5",
+            ".payload.e | tostring | startswith(\"1e\")",
+            ".payload.s | test(\"ação\")",
+            "[.payload.a[] | numbers] | length == 1",
+        ] {
+            let f = JqFilter::compile(code).unwrap();
+            assert_eq!(f.record_is_truthy(&r), f.is_truthy(&json), "{code}");
+        }
+        assert!(
+            JqFilter::compile(".payload.big > 1e20 and .payload.f == 1.5")
+                .unwrap()
+                .record_is_truthy(&r)
+                .unwrap()
+        );
+    }
 
     #[test]
     fn truthiness() {

@@ -68,8 +68,7 @@ impl Selection {
             return Ok(false);
         }
         if let Some(jq) = &self.jq {
-            let json = serde_json::to_vec(r).expect("record serializes");
-            return jq.is_truthy(&json).map_err(|message| EvalError {
+            return jq.record_is_truthy(r).map_err(|message| EvalError {
                 id: r.id.clone(),
                 message,
             });

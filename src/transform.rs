@@ -52,8 +52,7 @@ impl Transform {
         {
             return Err("the body is not JSON, so --transform cannot edit it".into());
         }
-        let input = serde_json::to_vec(rec).expect("record serializes");
-        let outputs = self.jq.outputs(&input)?;
+        let outputs = self.jq.record_outputs(rec)?;
         let [out] = outputs.as_slice() else {
             return Err(format!(
                 "--transform gave {} outputs for this record; it must give exactly one object",

@@ -273,7 +273,7 @@ async fn wait_until_back(conn: &Connection, queue: &str, held: u64) {
 /// woken per delivery spent more CPU on the wake-ups (lapin's thread waking dlq's, a
 /// futex and an eventfd write each) than on the messages. Short reads (`list` samples,
 /// `inspect`) are woken per delivery, so they never wait for a pause.
-pub(crate) fn poll_pause(want: u64) -> Option<Duration> {
+fn poll_pause(want: u64) -> Option<Duration> {
     (want >= PAUSE_FROM).then_some(POLL_PAUSE)
 }
 

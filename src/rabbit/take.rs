@@ -31,28 +31,6 @@ const WINDOW_BYTES: u64 = 32 << 20;
 const IDLE: Duration = Duration::from_secs(1);
 const STALL_LIMIT: Duration = Duration::from_secs(30);
 
-/// The consumer's next delivery within `limit` (`Err` when none came): woken by lapin, or
-/// with `pause`, looked for every pause (see `reader::poll_pause`).
-async fn next_within(
-    consumer: &mut Consumer,
-    limit: Duration,
-    pause: Option<Duration>,
-) -> Result<Option<lapin::Result<Delivery>>, tokio::time::error::Elapsed> {
-    let Some(pause) = pause else {
-        return tokio::time::timeout(limit, consumer.next()).await;
-    };
-    let deadline = tokio::time::Instant::now() + limit;
-    tokio::time::timeout_at(deadline, async {
-        loop {
-            if let Some(n) = consumer.next().now_or_never() {
-                return n;
-            }
-            tokio::time::sleep(pause).await;
-        }
-    })
-    .await
-}
-
 struct Current {
     consumer: Consumer,
     got: u64,
@@ -74,20 +52,16 @@ pub struct Taker {
     current: Option<Current>,
     /// Fewer messages than counted at the start were there to take.
     pub ended_short: bool,
-    /// Long takes poll lapin every pause instead of a wake-up per delivery.
-    pause: Option<Duration>,
 }
 
 impl Taker {
     /// Prepares to take at most the ready messages counted in `spec` (so a growing queue
     /// still ends: later arrivals are left for the next run).
     pub async fn open(spec: &ReadSpec) -> Result<Taker> {
-        let want = spec.max.map_or(spec.ready, |m| m.min(spec.ready));
         Ok(Taker {
             channels: Vec::new(),
             queue: spec.queue.clone(),
-            want,
-            pause: super::reader::poll_pause(want),
+            want: spec.max.map_or(spec.ready, |m| m.min(spec.ready)),
             taken: 0,
             bytes: 0,
             consumers: 0,
@@ -150,7 +124,7 @@ impl Taker {
                 if let Some(n) = cur.peeked.take() {
                     break n;
                 }
-                match next_within(&mut cur.consumer, IDLE, self.pause).await {
+                match tokio::time::timeout(IDLE, cur.consumer.next()).await {
                     Ok(n) => break n,
                     Err(_) if cur.cancelled => {
                         // Cancelled: what the broker sent before `cancel-ok` arrives at once.
