@@ -236,21 +236,8 @@ mod tests {
             origin: Some("ignored".into()),
         };
         let table = DeadLetter {
-            source: SourceKind::Table,
-            location: "tasks_falhadas".into(),
-            id: RecordId::Int(-3),
-            task: None,
-            motivo: None,
-            created_at: None,
             replayed: true,
-            payload: Value::Null,
-            headers: None,
-            death: None,
-            properties: None,
-            raw: None,
-            payload_text: None,
-            unreadable_time: None,
-            origin: None,
+            ..DeadLetter::blank(SourceKind::Table, "tasks_falhadas", RecordId::Int(-3))
         };
         for r in [
             &queue,

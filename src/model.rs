@@ -89,6 +89,28 @@ pub struct DeadLetter {
 }
 
 impl DeadLetter {
+    /// A record with nothing but where it is and its id: tests set the rest.
+    #[cfg(test)]
+    pub(crate) fn blank(source: SourceKind, location: &str, id: RecordId) -> DeadLetter {
+        DeadLetter {
+            source,
+            location: location.into(),
+            id,
+            task: None,
+            motivo: None,
+            created_at: None,
+            replayed: false,
+            payload: Value::Null,
+            headers: None,
+            death: None,
+            properties: None,
+            raw: None,
+            payload_text: None,
+            unreadable_time: None,
+            origin: None,
+        }
+    }
+
     /// The queue a queue message goes back to (none for a table row). A record read back
     /// from an archive has it in its `death` JSON only.
     pub fn origin_queue(&self) -> Option<&str> {
@@ -232,21 +254,11 @@ mod tests {
     #[test]
     fn record_json_shape() {
         let r = DeadLetter {
-            source: SourceKind::Table,
-            location: "tasks_falhadas".into(),
-            id: RecordId::Int(7),
             task: Some("t".into()),
             motivo: Some("IntegrityError".into()),
             created_at: Some("2026-01-02T03:04:05Z".parse().unwrap()),
-            replayed: false,
             payload: serde_json::json!({"a": 1}),
-            headers: None,
-            death: None,
-            properties: None,
-            raw: None,
-            payload_text: None,
-            unreadable_time: None,
-            origin: None,
+            ..DeadLetter::blank(SourceKind::Table, "tasks_falhadas", RecordId::Int(7))
         };
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(

@@ -320,21 +320,12 @@ mod tests {
         payload: serde_json::Value,
     ) -> DeadLetter {
         DeadLetter {
-            source: SourceKind::Table,
-            location: "t".into(),
-            id: RecordId::Int(id),
             task: Some(task.into()),
             motivo: Some(motivo.into()),
             created_at: Some(at.parse().unwrap()),
             replayed,
             payload,
-            headers: None,
-            death: None,
-            properties: None,
-            raw: None,
-            payload_text: None,
-            unreadable_time: None,
-            origin: None,
+            ..DeadLetter::blank(SourceKind::Table, "t", RecordId::Int(id))
         }
     }
 
@@ -499,21 +490,13 @@ mod tests {
 
     fn queue_rec(id: &str, task: Option<&str>, origin: Option<&str>) -> DeadLetter {
         DeadLetter {
-            source: SourceKind::Queue,
-            location: "x.dlq".into(),
-            id: RecordId::Text(id.into()),
             task: task.map(Into::into),
             motivo: Some("rejected".into()),
-            created_at: None,
-            replayed: false,
             payload: json!({}),
             headers: Some(json!({})),
             death: Some(json!({"origin_queue": origin, "deaths": []})),
             properties: Some(json!({})),
-            raw: None,
-            payload_text: None,
-            unreadable_time: None,
-            origin: None,
+            ..DeadLetter::blank(SourceKind::Queue, "x.dlq", RecordId::Text(id.into()))
         }
     }
 

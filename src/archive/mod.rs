@@ -551,21 +551,11 @@ mod tests {
 
     fn rec(i: i64) -> DeadLetter {
         DeadLetter {
-            source: SourceKind::Table,
-            location: "t".into(),
-            id: RecordId::Int(i),
             task: Some("x".into()),
             motivo: Some("m".into()),
-            created_at: None,
-            replayed: false,
             payload: serde_json::json!({"i": i}),
-            headers: None,
-            death: None,
-            properties: None,
             raw: Some(serde_json::json!({"args": format!("{{\"i\": {i}}}")})),
-            payload_text: None,
-            unreadable_time: None,
-            origin: None,
+            ..DeadLetter::blank(SourceKind::Table, "t", RecordId::Int(i))
         }
     }
 
