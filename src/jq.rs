@@ -142,13 +142,13 @@ fn input(v: &Value) -> Val {
         Value::Number(n) => {
             // serde_json keeps a number's text (arbitrary_precision), which is what jaq
             // would read: integer literals as integers (big ones too), the rest as decimals.
-            let text = n.to_string();
-            let digits = text.strip_prefix('-').unwrap_or(&text);
+            let text = n.as_str();
+            let digits = text.strip_prefix('-').unwrap_or(text);
             let int = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
             Val::Num(
-                int.then(|| Num::from_str_radix(&text, 10))
+                int.then(|| Num::from_str_radix(text, 10))
                     .flatten()
-                    .unwrap_or_else(|| Num::Dec(Rc::new(text))),
+                    .unwrap_or_else(|| Num::Dec(Rc::new(text.to_owned()))),
             )
         }
         Value::String(s) => Val::utf8_str(s.clone()),

@@ -317,10 +317,7 @@ async fn consume_fifo<T: Send>(
         tokio::pin!(closed);
         while got < u64::from(batch16) {
             // What lapin already holds is taken without a wake-up (see `poll_pause`).
-            let ready = match pause {
-                Some(_) => futures_util::FutureExt::now_or_never(stream.next()),
-                None => None,
-            };
+            let ready = pause.and_then(|_| futures_util::FutureExt::now_or_never(stream.next()));
             let next = if let Some(d) = ready {
                 d
             } else {

@@ -180,8 +180,7 @@ pub async fn run(settings: &Settings, printer: &Printer, mut opts: Options) -> R
         },
         (false, true) => record::Parts {
             id: true,
-            text: opts.common.selection.pattern.is_some(),
-            ..record::Parts::NONE
+            ..record::Parts::for_selection(&opts.common.selection)
         },
     };
     let target_conn = rabbit::Target::from_settings(settings)?;

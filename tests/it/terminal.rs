@@ -84,6 +84,25 @@ fn quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
+/// The command `args` ended well, no line of its screen is wider than `cols`, and each of
+/// `wants` stands whole among the screen's words (split at spaces and table borders).
+fn assert_fits(screen: &str, cols: usize, args: &[&str], wants: &[&str]) {
+    assert!(screen.contains("[dlq exited 0]"), "{args:?}: {screen}");
+    for line in screen.lines() {
+        let n = line.chars().count();
+        assert!(
+            n <= cols,
+            "{args:?}: a line wider than the terminal ({n} chars):\n{screen}"
+        );
+    }
+    let words: Vec<&str> = screen
+        .split(|c: char| c.is_whitespace() || "│┆|".contains(c))
+        .collect();
+    for want in wants {
+        assert!(words.contains(want), "{args:?}: {want:?} cut:\n{screen}");
+    }
+}
+
 /// #17.9: `NO_COLOR` and `--color never` turn colour off, not the sizing: a table on a
 /// terminal still fits it.
 #[tokio::test]
@@ -121,30 +140,18 @@ async fn tables_fit_the_terminal_without_colour() {
         // Wide enough for every word side by side, too narrow for the table's natural width.
         let t = Term::start(120, env, &args);
         let screen = t.wait_exit();
-        assert!(screen.contains("[dlq exited 0]"), "{screen}");
+        // The words are all there, only wrapped, and none is cut (the table path of #17.16).
+        let wants = [
+            "MemoryError:",
+            "app.tasks.export_enrolments",
+            db.table.as_str(),
+        ];
+        assert_fits(&screen, 120, &args, &wants);
         assert!(
             screen.contains('│') || screen.contains('┆'),
             "a table: {screen}"
         );
         assert!(!screen.contains("\u{1b}["), "no colour codes: {screen}");
-        for line in screen.lines() {
-            assert!(
-                line.chars().count() <= 120,
-                "{args:?}: a line wider than the terminal ({} chars):\n{screen}",
-                line.chars().count()
-            );
-        }
-        // The words are all there, only wrapped, and none is cut (the table path of #17.16).
-        let words: Vec<&str> = screen
-            .split(|c: char| c.is_whitespace() || "│┆|".contains(c))
-            .collect();
-        for want in [
-            "MemoryError:",
-            "app.tasks.export_enrolments",
-            db.table.as_str(),
-        ] {
-            assert!(words.contains(&want), "{args:?}: {want:?} cut:\n{screen}");
-        }
     }
     db.drop().await;
 }
@@ -176,18 +183,7 @@ async fn words_stay_whole_at_80_columns() {
         (vec!["list"], vec![db.table.as_str()]),
     ] {
         let t = Term::start(80, &env, &args);
-        let screen = t.wait_exit();
-        assert!(screen.contains("[dlq exited 0]"), "{args:?}: {screen}");
-        let words: Vec<&str> = screen
-            .split(|c: char| c.is_whitespace() || "│┆|".contains(c))
-            .filter(|w| !w.is_empty())
-            .collect();
-        for line in screen.lines() {
-            assert!(line.chars().count() <= 80, "{args:?}:\n{screen}");
-        }
-        for want in wants {
-            assert!(words.contains(&want), "{args:?}: {want:?} cut:\n{screen}");
-        }
+        assert_fits(&t.wait_exit(), 80, &args, &wants);
     }
     db.drop().await;
 }
