@@ -268,6 +268,25 @@ def tail(s: str, n: int = 6) -> str:
     return " | ".join(lines[-n:])
 
 
+def failure(p: Proc) -> str:
+    """How a process failed, for a measurement's check."""
+    return f"exit {p.rc}{' (timeout)' if p.timed_out else ''}: {tail(p.stderr)}"
+
+
+def script_loop(m: "Measurement", p: Proc) -> dict[str, Any] | None:
+    """A baseline script's run into `m`: the process's figures, and the rate from its own loop
+    (`loop_s` in the JSON line it prints last). None, with `m.check` saying why, if it failed."""
+    m.wall_s, m.peak_rss_kib, m.cpu_s = p.wall_s, p.maxrss_kib, p.cpu_s
+    m.ok = p.rc == 0 and not p.timed_out
+    if not m.ok:
+        m.check = failure(p)
+        return None
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    m.timed_s = out["loop_s"]
+    m.rate = m.size / m.timed_s
+    return out
+
+
 class Dlq:
     """Runs the dlq binary with a clean environment (no DLQ_* variables, no config file)."""
 
@@ -788,15 +807,8 @@ class Bench:
         m = Measurement("table_replay", f"{n} rows", "seed", n, role="baseline")
         p = run_proc([PY, str(HERE / "seed_replay.py"), "--dsn", PG_URL, "--table", table,
                       "--broker", amqp_url(self.vhost), "--queue", queue], timeout=self.cfg["timeout"])
-        m.wall_s, m.peak_rss_kib, m.cpu_s = p.wall_s, p.maxrss_kib, p.cpu_s
-        m.ok = p.rc == 0 and not p.timed_out
-        if m.ok:
-            out = json.loads(p.stdout.strip().splitlines()[-1])
-            m.timed_s = out["loop_s"]
-            m.rate = n / m.timed_s
+        if script_loop(m, p) is not None:
             m.notes = f"process wall {p.wall_s:.2f}s; rate from its loop ({m.timed_s:.2f}s), imports excluded"
-        else:
-            m.check = f"exit {p.rc}{' (timeout)' if p.timed_out else ''}: {tail(p.stderr)}"
         self.verify_table_replay(m, n, table, queue)
         return m
 
@@ -822,7 +834,7 @@ class Bench:
                 m.ok = False
                 m.check = f"report says {rep.get('succeeded')} replayed"
         else:
-            m.check = f"exit {p.rc}{' (timeout)' if p.timed_out else ''}: {tail(p.stderr)}"
+            m.check = failure(p)
         return m
 
     def probe_run(self, probe: str, n: int, table: str, queue: str, window: int, batch: int) -> Measurement:
@@ -887,15 +899,8 @@ class Bench:
         m = Measurement("table_replay_redis", f"{n} rows", "seed", n, role="baseline")
         p = run_proc([PY, str(HERE / "seed_replay.py"), "--dsn", PG_URL, "--table", table,
                       "--broker", REDIS_URL, "--queue", queue], timeout=self.cfg["timeout"])
-        m.wall_s, m.peak_rss_kib, m.cpu_s = p.wall_s, p.maxrss_kib, p.cpu_s
-        m.ok = p.rc == 0 and not p.timed_out
-        if m.ok:
-            out = json.loads(p.stdout.strip().splitlines()[-1])
-            m.timed_s = out["loop_s"]
-            m.rate = n / m.timed_s
+        if script_loop(m, p) is not None:
             m.notes = f"process wall {p.wall_s:.2f}s; rate from its loop ({m.timed_s:.2f}s), imports excluded"
-        else:
-            m.check = f"exit {p.rc}{' (timeout)' if p.timed_out else ''}: {tail(p.stderr)}"
         self.verify_redis_replay(r, m, n, table, queue)
         return m
 
@@ -1053,15 +1058,8 @@ class Bench:
         with self.measure_broker(m):
             p = run_proc([PY, str(HERE / "aio_pika_mover.py"), "--url", amqp_url(self.vhost), "--dlq", dlq,
                           "--prefetch", str(pf), "--expect", str(n)], timeout=self.cfg["timeout"])
-        m.wall_s, m.peak_rss_kib, m.cpu_s = p.wall_s, p.maxrss_kib, p.cpu_s
-        m.ok = p.rc == 0 and not p.timed_out
-        if m.ok:
-            out = json.loads(p.stdout.strip().splitlines()[-1])
-            m.timed_s = out["loop_s"]
-            m.rate = n / m.timed_s
+        if script_loop(m, p) is not None:
             m.notes = f"process wall {p.wall_s:.2f}s; rate from its loop ({m.timed_s:.2f}s)"
-        else:
-            m.check = f"exit {p.rc}: {tail(p.stderr)}"
         verify(m, n)
         self.res.add(m)
 
@@ -1152,19 +1150,15 @@ class Bench:
             # script has gone: wait for them (inside the broker's CPU: giving back is its work, and
             # dlq waits for it before exiting too). The broker requeues ~20k messages/s here.
             left = self.broker.wait_depth(dlq, n, timeout=max(30, n / 5000))
-        m.wall_s, m.peak_rss_kib, m.cpu_s = p.wall_s, p.maxrss_kib, p.cpu_s
-        m.ok = p.rc == 0 and not p.timed_out
-        if m.ok:
-            out = json.loads(p.stdout.strip().splitlines()[-1])
-            m.timed_s = out["loop_s"]
-            m.rate = n / m.timed_s
+        out = script_loop(m, p)
+        if out is not None:
             m.ok = out["read"] == n and out["matched"] == expected and left == n
             m.check = (f"read {out['read']}/{n}, count {out['matched']} (expected {expected}); "
                        f"DLQ still holds {left}/{n}")
             m.notes = (f"process wall {p.wall_s:.2f}s; rate from its loop ({m.timed_s:.2f}s, first consume to "
                        "last delivery), imports and connecting excluded")
         else:
-            m.check = f"exit {p.rc}{' (timeout)' if p.timed_out else ''}: {tail(p.stderr)}; DLQ holds {left}/{n}"
+            m.check += f"; DLQ holds {left}/{n}"
         return m
 
     def dlq_queue_scan_run(self, case: str, n: int, dlq: str, flags: list[str], expected: int) -> Measurement:
@@ -1178,7 +1172,7 @@ class Bench:
         got = p.stdout.strip()
         m.ok = p.rc == 0 and not p.timed_out and got == str(expected) and left == n
         m.check = (f"count {got} (expected {expected}); DLQ still holds {left}/{n}"
-                   if p.rc == 0 else f"exit {p.rc}{' (timeout)' if p.timed_out else ''}: {tail(p.stderr)}")
+                   if p.rc == 0 else failure(p))
         return m
 
     # -- scenario 4: list ----------------------------------------------------------------------
