@@ -169,19 +169,24 @@ fn describe_dest((exchange, rk): &(String, String)) -> String {
 }
 
 pub async fn run(settings: &Settings, printer: &Printer, mut opts: Options) -> Result<Exit> {
-    // Only --where and --transform read the readable headers, properties and raw copy;
-    // without a plan to show, a record needs no more than its id, reason and origin.
-    let reads_all = opts.common.selection.jq.is_some() || opts.common.transform.is_some();
-    opts.record.parts = match (reads_all, streams(&opts)) {
-        (true, _) => record::Parts::ALL,
-        (false, false) => record::Parts {
-            readable: false,
-            ..record::Parts::ALL
-        },
-        (false, true) => record::Parts {
+    // Without a plan to show, a record needs no more than its id, reason and origin, and
+    // what --where reads; the plan shows more but never the readable headers, properties
+    // and raw copy. --transform may read anything.
+    let selected = record::Parts::for_selection(&opts.common.selection);
+    opts.record.parts = if opts.common.transform.is_some() {
+        record::Parts::ALL
+    } else if streams(&opts) {
+        record::Parts {
             id: true,
-            ..record::Parts::for_selection(&opts.common.selection)
-        },
+            ..selected
+        }
+    } else {
+        record::Parts {
+            headers: selected.headers,
+            properties: selected.properties,
+            raw: selected.raw,
+            ..record::Parts::ALL
+        }
     };
     let target_conn = rabbit::Target::from_settings(settings)?;
     let conn = rabbit::connect(&target_conn).await?;

@@ -52,8 +52,12 @@ pub struct Parts {
     pub payload: bool,
     /// The `death` history as JSON.
     pub death: bool,
-    /// The readable `headers`/`properties` and the lossless `raw` copy.
-    pub readable: bool,
+    /// The readable `headers`.
+    pub headers: bool,
+    /// The readable `properties`.
+    pub properties: bool,
+    /// The lossless `raw` copy (typed properties, base64 body).
+    pub raw: bool,
     /// `payload_text`, the stored body as text: what `--pattern` searches.
     pub text: bool,
 }
@@ -69,26 +73,34 @@ impl Parts {
         id: true,
         payload: true,
         death: true,
-        readable: true,
+        headers: true,
+        properties: true,
+        raw: true,
         text: true,
     };
     pub const NONE: Parts = Parts {
         id: false,
         payload: false,
         death: false,
-        readable: false,
+        headers: false,
+        properties: false,
+        raw: false,
         text: false,
     };
 
     /// Only what `Selection::matches` reads: a count or a grouping shows nothing else.
+    /// A `--where` program gets the fields it names (all of them when it may see the
+    /// record whole: see `jq::Reads`).
     pub fn for_selection(sel: &Selection) -> Parts {
-        if sel.jq.is_some() {
-            return Parts::ALL;
-        }
+        let jq = |field: &str| sel.jq.as_ref().is_some_and(|f| f.reads().reads(field));
         Parts {
-            id: !sel.ids.is_empty(),
+            id: !sel.ids.is_empty() || jq("id"),
+            payload: jq("payload"),
+            death: jq("death"),
+            headers: jq("headers"),
+            properties: jq("properties"),
+            raw: jq("raw"),
             text: sel.pattern.is_some(),
-            ..Parts::NONE
         }
     }
 }
@@ -226,11 +238,11 @@ pub fn from_delivery(
             Value::Null
         },
         headers: parts
-            .readable
+            .headers
             .then(|| headers.map(table_to_json).unwrap_or_else(|| json!({}))),
         death: parts.death.then(|| deaths.to_json()),
-        properties: parts.readable.then(|| properties_to_json(props)),
-        raw: parts.readable.then(|| {
+        properties: parts.properties.then(|| properties_to_json(props)),
+        raw: parts.raw.then(|| {
             json!({
                 "exchange": exchange,
                 "routing_key": routing_key,
@@ -498,6 +510,69 @@ mod tests {
             },
         );
         assert_eq!(r.motivo.as_deref(), Some("rejected: ValueError: cpf"));
+    }
+
+    /// A `--where` scan builds only the parts its program names: it must decide every
+    /// record as it would on the whole record, errors included.
+    #[test]
+    fn where_decides_alike_on_the_parts_it_reads() {
+        let p = dead_props(vec![("n", AMQPValue::LongLongInt(5))])
+            .with_priority(3)
+            .with_message_id("m-1".into());
+        let body = br#"{"matricula_id": 7, "valor": [1, 2]}"#;
+        let build = |parts| {
+            let opts = RecordOptions {
+                parts,
+                ..Default::default()
+            };
+            from_delivery("matriculas.dlq", "matriculas.dlx", "rk", &p, body, &opts)
+        };
+        let whole = build(Parts::ALL);
+        let mut partial_programs = 0;
+        for code in [
+            ".payload.matricula_id == 7",
+            ".payload.valor.x",
+            r#".headers.n > 4 and .properties.priority == 3"#,
+            r#".death[0].queue == "matriculas.processar""#,
+            r#".raw.body | @base64d | test("valor")"#,
+            r#"select(.id == "m-1") | .motivo | test("KeyError")"#,
+            r#"has("raw") and has("death")"#,
+            r#"{id, p: .payload} | .p.valor | length == 2"#,
+            r#".id, .headers | not"#,
+            "keys | length == 12",
+            ". == {}",
+            r#"tojson | test("eyJ")"#,
+        ] {
+            let f = crate::jq::JqFilter::compile(code).unwrap();
+            let sel = Selection {
+                jq: Some(f),
+                ..Default::default()
+            };
+            let parts = Parts::for_selection(&sel);
+            let every = Parts {
+                text: false,
+                ..Parts::ALL
+            };
+            partial_programs += usize::from(parts != every);
+            let f = sel.jq.as_ref().unwrap();
+            assert_eq!(
+                f.record_is_truthy(&build(parts)),
+                f.record_is_truthy(&whole),
+                "{code} with {parts:?}"
+            );
+        }
+        // The check is not vacuous: most of these build less than the whole record.
+        assert_eq!(partial_programs, 9);
+        assert_eq!(
+            Parts::for_selection(&Selection {
+                jq: Some(crate::jq::JqFilter::compile(".headers.n > 4").unwrap()),
+                ..Default::default()
+            }),
+            Parts {
+                headers: true,
+                ..Parts::NONE
+            }
+        );
     }
 
     #[test]

@@ -7,9 +7,13 @@ use jaq_json::{Map, Num, Val};
 use serde_json::Value;
 use std::rc::Rc;
 
+mod reads;
+pub(crate) use reads::Reads;
+
 pub struct JqFilter {
     source: String,
     filter: jaq_core::Filter<data::JustLut<Val>>,
+    reads: Reads,
 }
 
 impl std::fmt::Debug for JqFilter {
@@ -46,11 +50,17 @@ impl JqFilter {
         Ok(JqFilter {
             source: code.to_string(),
             filter,
+            reads: Reads::of(code),
         })
     }
 
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// The record fields the program can read: the others need not be built.
+    pub(crate) fn reads(&self) -> &Reads {
+        &self.reads
     }
 
     /// Every output of the program on a record, as JSON values (`--transform`).
