@@ -166,6 +166,15 @@ pub fn payload_from_bytes(bytes: &[u8]) -> Value {
     }
 }
 
+/// Bytes as text, invalid UTF-8 replaced: `String::from_utf8_lossy` checks valid text a
+/// byte at a time, and every scanned message goes through here for its body and headers.
+pub(crate) fn text_lossy(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(bytes),
+    }
+}
+
 pub fn rfc3339(t: &DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }

@@ -4,9 +4,11 @@
 use super::codec::{
     MAX_ERROR_TEXT_CHARS, amqp_kind_name, rfc3339, table_to_json, value_to_json, with_article,
 };
+use crate::model::text_lossy;
 use chrono::{DateTime, Utc};
 use lapin::types::{AMQPValue, FieldTable};
 use serde_json::{Value, json};
+use std::borrow::Cow;
 use std::fmt;
 
 /// One `x-death` entry: one `{queue, reason}` pair of the message's history.
@@ -402,23 +404,24 @@ fn header_text(headers: &FieldTable, name: &str) -> Option<String> {
 }
 
 /// Best-effort text of any value, for humans. Depth-limited: headers come from anywhere.
-fn loose_text(v: &AMQPValue, depth: usize) -> Option<String> {
+/// Borrowed when the value is text already: `one_line` copies it anyway.
+fn loose_text(v: &AMQPValue, depth: usize) -> Option<Cow<'_, str>> {
     if depth > 4 {
         return None;
     }
     match v {
-        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
-        AMQPValue::ShortString(s) => Some(s.to_string()),
-        AMQPValue::ByteArray(b) => Some(String::from_utf8_lossy(b.as_slice()).into_owned()),
+        AMQPValue::LongString(s) => Some(text_lossy(s.as_bytes())),
+        AMQPValue::ShortString(s) => Some(Cow::Borrowed(s.as_str())),
+        AMQPValue::ByteArray(b) => Some(text_lossy(b.as_slice())),
         AMQPValue::Void => None,
         AMQPValue::FieldArray(a) => a.as_slice().iter().find_map(|v| loose_text(v, depth + 1)),
         AMQPValue::FieldTable(t) => ["message", "Message", "msg", "error", "exception"]
             .iter()
             .find_map(|k| get(t, k).and_then(|v| loose_text(v, depth + 1)))
-            .or_else(|| Some(table_to_json(t).to_string())),
+            .or_else(|| Some(Cow::Owned(table_to_json(t).to_string()))),
         other => match value_to_json(other) {
-            Value::String(s) => Some(s),
-            v => Some(v.to_string()),
+            Value::String(s) => Some(Cow::Owned(s)),
+            v => Some(Cow::Owned(v.to_string())),
         },
     }
 }
@@ -447,10 +450,14 @@ fn one_line(text: &str) -> Option<String> {
 
 /// Celery's task name (the `task` header of protocol 2 messages).
 pub fn celery_task_name(headers: Option<&FieldTable>) -> Option<String> {
-    let v = get(headers?, "task")?;
-    let s = match v {
-        AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
-        AMQPValue::ShortString(s) => s.to_string(),
+    string_header(headers, "task")
+}
+
+/// A text header, trimmed; `None` when missing, empty or not a string.
+pub(crate) fn string_header(headers: Option<&FieldTable>, name: &str) -> Option<String> {
+    let s = match get(headers?, name)? {
+        AMQPValue::LongString(s) => text_lossy(s.as_bytes()),
+        AMQPValue::ShortString(s) => Cow::Borrowed(s.as_str()),
         _ => return None,
     };
     let s = s.trim();

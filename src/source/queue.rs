@@ -15,14 +15,14 @@
 use crate::model::{DeadLetter, RecordId, SourceKind, payload_from_bytes};
 use crate::output::Printer;
 use crate::rabbit::codec::{properties_to_json, properties_to_typed_json, table_to_json};
-use crate::rabbit::death::{DeathInfo, celery_task_name, parse_deaths, reason_text};
+use crate::rabbit::death::{DeathInfo, celery_task_name, parse_deaths, reason_text, string_header};
 use crate::select::Selection;
 use crate::settings::Settings;
 use anyhow::Result;
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
 use lapin::BasicProperties;
-use lapin::types::{AMQPValue, FieldTable};
+use lapin::types::FieldTable;
 use serde_json::{Value, json};
 use sha2::Digest as _;
 use std::borrow::Cow;
@@ -151,16 +151,6 @@ pub fn content_id(stored: &BasicProperties, body: &[u8]) -> String {
     format!("h:{}", hex::encode(&digest[..8]))
 }
 
-fn text_header(headers: Option<&FieldTable>, name: &str) -> Option<String> {
-    let s = match headers?.inner().get(name)? {
-        AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
-        AMQPValue::ShortString(s) => s.to_string(),
-        _ => return None,
-    };
-    let s = s.trim();
-    (!s.is_empty()).then(|| s.to_owned())
-}
-
 /// The stable id: see the module docs.
 pub fn record_id(stored: &BasicProperties, body: &[u8]) -> String {
     if let Some(m) = stored.message_id().as_ref().map(|m| m.as_str().trim())
@@ -170,7 +160,7 @@ pub fn record_id(stored: &BasicProperties, body: &[u8]) -> String {
     }
     let headers = stored.headers().as_ref();
     if celery_task_name(headers).is_some()
-        && let Some(id) = text_header(headers, "id")
+        && let Some(id) = string_header(headers, "id")
     {
         return id;
     }
@@ -252,7 +242,7 @@ pub fn from_delivery(
         }),
         payload_text: parts
             .text
-            .then(|| String::from_utf8_lossy(body).into_owned()),
+            .then(|| crate::model::text_lossy(body).into_owned()),
         unreadable_time: None,
         origin: deaths.origin_queue().map(str::to_owned),
     }
@@ -350,7 +340,7 @@ pub fn stream_checked(
 mod tests {
     use super::*;
     use crate::rabbit::codec::{delivery_count, stream_offset};
-    use lapin::types::{FieldArray, LongString};
+    use lapin::types::{AMQPValue, FieldArray, LongString};
 
     fn ls(s: &str) -> AMQPValue {
         AMQPValue::LongString(LongString::from(s))
