@@ -444,6 +444,27 @@ async fn every_selection_flag_on_a_queue() {
         let got = b.run(&a).await.ndjson();
         assert_eq!(ids(&got), want, "dlq {}", a.join(" "));
     }
+    // A count builds only the record fields its --where names (or all of them, when the
+    // program may see the record whole): it selects what the full export selects.
+    for (code, want) in [
+        (r#".headers["x-exception-message"] | test("SMTP")"#, 1),
+        (".death.deaths[0].reason == \"rejected\"", 3),
+        (
+            r#".id == "p2" or (.raw.body | @base64d | test("texto"))"#,
+            2,
+        ),
+        (r#".properties.message_id == "p1""#, 1),
+        ("keys | length > 9", 4),
+    ] {
+        let a = sel(&["--where", code]);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        let listed = ids(&b.run(&a).await.ndjson()).len();
+        let counted = count(
+            b.run(&["filter", "-Q", q, "--count", "--where", code])
+                .await,
+        );
+        assert_eq!((listed, counted), (want, want as u64), "{code}");
+    }
     // Everything in the dead-letter time is "older than 1h" (2026-11 is in the past).
     assert_eq!(
         count(
