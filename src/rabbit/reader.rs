@@ -46,9 +46,9 @@ const WINDOW_BYTES: u64 = 32 << 20;
 const PAUSE_FROM: u64 = 1_000;
 const POLL_PAUSE: Duration = Duration::from_millis(2);
 /// Quiet time after which dlq asks whether anything is still ready.
-const IDLE: Duration = Duration::from_secs(1);
+pub(super) const IDLE: Duration = Duration::from_secs(1);
 /// Messages ready but none delivered for this long: something else takes them.
-const STALL_LIMIT: Duration = Duration::from_secs(30);
+pub(super) const STALL_LIMIT: Duration = Duration::from_secs(30);
 /// How long to wait for given-back messages to be ready again.
 const GIVE_BACK_WAIT: Duration = Duration::from_secs(2);
 /// Stream prefetch (credit), acknowledged in halves.
@@ -268,6 +268,37 @@ async fn wait_until_back(conn: &Connection, queue: &str, held: u64) {
     }
 }
 
+/// A consumer has delivered nothing for `IDLE`: does `queue` still hold ready messages?
+/// `Ok(false)`: no, the rest went elsewhere (another consumer, a TTL on the DLQ). `Ok(true)`:
+/// yes, and `stalled` grows by `IDLE`; once it reaches `STALL_LIMIT` that is an error, its
+/// text ended by `why`.
+pub(super) async fn still_ready(
+    ch: &Channel,
+    queue: &str,
+    stalled: &mut Duration,
+    why: &str,
+) -> Result<bool> {
+    let depth = ch
+        .queue_declare(
+            queue.into(),
+            QueueDeclareOptions::default().passive(),
+            FieldTable::default(),
+        )
+        .await?;
+    if depth.message_count() == 0 {
+        return Ok(false);
+    }
+    *stalled += IDLE;
+    if *stalled >= STALL_LIMIT {
+        bail!(
+            "RabbitMQ delivered nothing from {queue:?} for {} s although {} message(s) are ready{why}",
+            STALL_LIMIT.as_secs(),
+            depth.message_count()
+        );
+    }
+    Ok(true)
+}
+
 /// A long read takes its deliveries in batches, every `POLL_PAUSE`, instead of being woken
 /// for each: the broker delivers a held queue more slowly than dlq decodes it, so a reader
 /// woken per delivery spent more CPU on the wake-ups (lapin's thread waking dlq's, a
@@ -337,21 +368,10 @@ async fn consume_fifo<T: Send>(
                             idle.as_mut().reset(last + IDLE);
                             continue;
                         }
-                        // Quiet: did the rest go elsewhere (another consumer, a TTL on the DLQ)?
-                        let depth = ch
-                            .queue_declare(q.into(), QueueDeclareOptions::default().passive(), FieldTable::default())
-                            .await?;
-                        if depth.message_count() == 0 {
+                        let why = ": another consumer is probably preferred (single active consumer, consumer priorities)";
+                        if !still_ready(ch, q, &mut stalled, why).await? {
                             report.ended_short = true;
                             return Ok(());
-                        }
-                        stalled += IDLE;
-                        if stalled >= STALL_LIMIT {
-                            bail!(
-                                "RabbitMQ delivered nothing from {q:?} for {} s although {} message(s) are ready: another consumer is probably preferred (single active consumer, consumer priorities)",
-                                STALL_LIMIT.as_secs(),
-                                depth.message_count()
-                            );
                         }
                         idle.as_mut().reset(tokio::time::Instant::now() + IDLE);
                         continue;

@@ -13,13 +13,11 @@
 //! 90,000 skipped messages made every acknowledgement slow (minutes for a 10% selective
 //! replay of 100,000). Per-window channels bound that walk to one window.
 
-use super::reader::ReadSpec;
+use super::reader::{IDLE, ReadSpec, STALL_LIMIT, still_ready};
 use anyhow::{Result, anyhow, bail};
 use futures_util::{FutureExt, StreamExt};
 use lapin::message::Delivery;
-use lapin::options::{
-    BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions,
-};
+use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection, Consumer};
 use std::time::Duration;
@@ -28,8 +26,6 @@ const FIRST_WINDOW: u64 = 200;
 const MAX_WINDOW: u64 = 2_000;
 /// Bytes of bodies a window may hold in the client.
 const WINDOW_BYTES: u64 = 32 << 20;
-const IDLE: Duration = Duration::from_secs(1);
-const STALL_LIMIT: Duration = Duration::from_secs(30);
 
 struct Current {
     consumer: Consumer,
@@ -137,26 +133,10 @@ impl Taker {
                         }
                     }
                     Err(_) => {
-                        let depth = ch
-                            .queue_declare(
-                                q.as_str().into(),
-                                QueueDeclareOptions::default().passive(),
-                                FieldTable::default(),
-                            )
-                            .await?;
-                        if depth.message_count() == 0 {
-                            // The rest went elsewhere (another consumer, a TTL on the DLQ).
+                        if !still_ready(ch, &q, &mut stalled, "").await? {
                             self.ended_short = true;
                             self.want = self.taken;
                             break None;
-                        }
-                        stalled += IDLE;
-                        if stalled >= STALL_LIMIT {
-                            bail!(
-                                "RabbitMQ delivered nothing from {q:?} for {} s although {} message(s) are ready",
-                                STALL_LIMIT.as_secs(),
-                                depth.message_count()
-                            );
                         }
                     }
                 }
