@@ -518,6 +518,10 @@ mod tests {
             from_delivery("matriculas.dlq", "matriculas.dlx", "rk", &p, body, &opts)
         };
         let whole = build(Parts::ALL);
+        let every = Parts {
+            text: false,
+            ..Parts::ALL
+        };
         let mut partial_programs = 0;
         for code in [
             ".payload.matricula_id == 7",
@@ -539,10 +543,6 @@ mod tests {
                 ..Default::default()
             };
             let parts = Parts::for_selection(&sel);
-            let every = Parts {
-                text: false,
-                ..Parts::ALL
-            };
             partial_programs += usize::from(parts != every);
             let f = sel.jq.as_ref().unwrap();
             assert_eq!(
