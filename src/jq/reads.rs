@@ -81,6 +81,18 @@ impl Walk {
         Out::Other
     }
 
+    /// The record field `key` names; all of them when `key` is not a plain string.
+    fn field(&mut self, key: &Term<&str>) {
+        match constant(key) {
+            Some(field) => {
+                self.fields.insert(field);
+            }
+            None => {
+                self.whole();
+            }
+        }
+    }
+
     /// A term that must not output the record (an operand, an array element, a key).
     fn part(&mut self, t: &Term<&str>) {
         if self.term(t) == Out::Record {
@@ -119,9 +131,10 @@ impl Walk {
             }
             Term::Label(_, t) => self.term(t),
             Term::TryCatch(t, _catch) => {
-                // The catch body's input is the error, which never holds the record: every
-                // term that could fail on the record as a whole has already made it `All`.
-                self.term(t).or(Out::Other)
+                // The catch body's input is the error, which never holds the record (every
+                // term that could fail on the record as a whole has already made it `All`),
+                // so neither can its output: the try body's output is the term's.
+                self.term(t)
             }
             Term::IfThenElse(branches, otherwise) => {
                 let mut out = Out::Other;
@@ -143,14 +156,7 @@ impl Walk {
                     match part {
                         Part::Index(i) => {
                             if record {
-                                match constant(i) {
-                                    Some(field) => {
-                                        self.fields.insert(field);
-                                    }
-                                    None => {
-                                        self.whole();
-                                    }
-                                }
+                                self.field(i);
                             }
                             self.part(i);
                         }
@@ -225,14 +231,7 @@ impl Walk {
                 self.part(v);
             }
             (None, Term::Var(_)) => {}
-            (None, k) => match constant(k) {
-                Some(field) => {
-                    self.fields.insert(field);
-                }
-                None => {
-                    self.whole();
-                }
-            },
+            (None, k) => self.field(k),
         }
     }
 
@@ -245,14 +244,7 @@ impl Walk {
                 Out::Record
             }
             ("has", [key]) => {
-                match constant(key) {
-                    Some(field) => {
-                        self.fields.insert(field);
-                    }
-                    None => {
-                        self.whole();
-                    }
-                }
+                self.field(key);
                 Out::Other
             }
             ("empty" | "true" | "false" | "null" | "not", []) => Out::Other,
