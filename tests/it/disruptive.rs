@@ -14,36 +14,108 @@ use std::time::{Duration, Instant};
 const WINDOW: usize = 8;
 
 fn sh(cmd: &str) {
-    let ok = Command::new("bash")
+    assert!(try_sh(cmd), "`{cmd}` failed");
+}
+
+fn try_sh(cmd: &str) -> bool {
+    Command::new("bash")
         .args(["-c", cmd])
         .status()
         .map(|s| s.success())
-        .unwrap_or(false);
-    assert!(ok, "`{cmd}` failed");
-}
-
-fn rabbit_stop() {
-    sh("rabbitmqctl -q stop_app");
-}
-
-fn rabbit_start() {
-    sh("rabbitmqctl -q start_app && rabbitmqctl -q await_startup --timeout 120");
-    // The management API and the listeners come up a moment after the app.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !Command::new("bash")
-        .args([
-            "-c",
-            "curl -fsS -u guest:guest http://127.0.0.1:15672/api/overview >/dev/null",
-        ])
-        .status()
-        .map(|s| s.success())
         .unwrap_or(false)
-    {
-        assert!(
-            Instant::now() < deadline,
-            "management API did not come back"
-        );
+}
+
+/// Every wait on a service or on dlq ends well before nextest's five-minute limit: a test
+/// killed there would leave the service stopped for the tests after it.
+const LIMIT: Duration = Duration::from_secs(90);
+
+/// A shared service a test stopped. `start` brings it back and checks it came back; if the
+/// test fails first, dropping it brings the service back anyway, so one failure never takes
+/// the broker or the database from the tests that run after it.
+struct Stopped {
+    start: fn() -> Result<(), String>,
+    started: bool,
+}
+
+impl Stopped {
+    fn rabbit() -> Stopped {
+        sh("timeout 90 rabbitmqctl -q stop_app");
+        Stopped {
+            start: rabbit_start,
+            started: false,
+        }
+    }
+
+    fn postgres() -> Stopped {
+        sh(&format!("timeout 90 {PG_CTL} stop -m fast"));
+        Stopped {
+            start: postgres_start,
+            started: false,
+        }
+    }
+
+    fn start(mut self) {
+        self.started = true;
+        if let Err(e) = (self.start)() {
+            panic!("{e}");
+        }
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if !self.started
+            && let Err(e) = (self.start)()
+        {
+            eprintln!("could not bring the service back: {e}");
+        }
+    }
+}
+
+const PG_CTL: &str =
+    "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql | head -n1) main";
+
+fn rabbit_start() -> Result<(), String> {
+    if !try_sh("timeout 90 rabbitmqctl -q start_app && rabbitmqctl -q await_startup --timeout 90") {
+        return Err("RabbitMQ did not start again".into());
+    }
+    // The management API and the listeners come up a moment after the app.
+    wait_until("the management API", || {
+        try_sh("curl -fsS -u guest:guest http://127.0.0.1:15672/api/overview >/dev/null")
+    })
+}
+
+fn postgres_start() -> Result<(), String> {
+    if !try_sh(&format!("timeout 90 {PG_CTL} start")) {
+        return Err("PostgreSQL did not start again".into());
+    }
+    wait_until("PostgreSQL", || try_sh("pg_isready -h 127.0.0.1 -q"))
+}
+
+fn wait_until(what: &str, up: impl Fn() -> bool) -> Result<(), String> {
+    let deadline = Instant::now() + LIMIT;
+    while !up() {
+        if Instant::now() > deadline {
+            return Err(format!("{what} did not come back within {LIMIT:?}"));
+        }
         std::thread::sleep(Duration::from_millis(250));
+    }
+    Ok(())
+}
+
+/// dlq's exit once the service under it stopped: it must notice and stop, within `LIMIT`.
+/// A dlq still running then is killed and the test fails (the service is brought back by
+/// the `Stopped` guard as the panic unwinds).
+fn exited(child: std::process::Child, why: &str) -> std::process::Output {
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    match rx.recv_timeout(LIMIT) {
+        Ok(out) => out.expect("wait dlq"),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            panic!("dlq was still running {LIMIT:?} after {why}");
+        }
     }
 }
 
@@ -115,7 +187,7 @@ fn replay_args(queue: &str) -> Vec<String> {
         queue,
         "--yes",
         "--rate",
-        "150",
+        "100",
         "--window",
         &WINDOW.to_string(),
     ]
@@ -137,9 +209,9 @@ async fn broker_restarted_mid_table_replay() {
         &args,
     );
     wait_marked(&db, 100).await;
-    rabbit_stop();
-    let out = child.wait_with_output().unwrap();
-    rabbit_start();
+    let stopped = Stopped::rabbit();
+    let out = exited(child, "the broker stopped");
+    stopped.start();
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -175,21 +247,9 @@ async fn database_stopped_mid_table_replay() {
     );
     wait_marked(&db, 100).await;
     let before_stop = marked(&db).await;
-    sh(
-        "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql | head -n1) main stop -m fast",
-    );
-    let out = child.wait_with_output().unwrap();
-    sh("pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql | head -n1) main start");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !Command::new("pg_isready")
-        .args(["-h", "127.0.0.1", "-q"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-    {
-        assert!(Instant::now() < deadline, "PostgreSQL did not come back");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let stopped = Stopped::postgres();
+    let out = exited(child, "the database stopped");
+    stopped.start();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("database"), "{stderr}");
@@ -237,7 +297,7 @@ async fn broker_restarted_mid_queue_replay() {
             dlq,
             "--yes",
             "--rate",
-            "150",
+            "100",
             "--window",
             &WINDOW.to_string(),
         ],
@@ -247,9 +307,9 @@ async fn broker_restarted_mid_queue_replay() {
         assert!(Instant::now() < deadline);
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    rabbit_stop();
-    let out = child.wait_with_output().unwrap();
-    rabbit_start();
+    let stopped = Stopped::rabbit();
+    let out = exited(child, "the broker stopped");
+    stopped.start();
     assert_eq!(
         out.status.code(),
         Some(1),
