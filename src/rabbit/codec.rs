@@ -587,37 +587,10 @@ const PROPERTY_NAMES: &[&str] = &[
     "cluster_id",
 ];
 
-/// Lossless typed JSON of the basic properties, headers included as a typed table.
+/// Lossless typed JSON of the basic properties, headers included as a typed table: the
+/// tree of what [`TypedProperties`] writes (one list of the fields, not two).
 pub fn properties_to_typed_json(p: &BasicProperties) -> Value {
-    let mut m = Map::new();
-    let put_str = |m: &mut Map<String, Value>, name: &str, v: &Option<ShortString>| {
-        if let Some(v) = v {
-            m.insert(name.to_owned(), Value::String(v.to_string()));
-        }
-    };
-    put_str(&mut m, "content_type", p.content_type());
-    put_str(&mut m, "content_encoding", p.content_encoding());
-    if let Some(h) = p.headers() {
-        m.insert("headers".to_owned(), table_to_typed_json(h));
-    }
-    if let Some(v) = p.delivery_mode() {
-        m.insert("delivery_mode".to_owned(), (*v).into());
-    }
-    if let Some(v) = p.priority() {
-        m.insert("priority".to_owned(), (*v).into());
-    }
-    put_str(&mut m, "correlation_id", p.correlation_id());
-    put_str(&mut m, "reply_to", p.reply_to());
-    put_str(&mut m, "expiration", p.expiration());
-    put_str(&mut m, "message_id", p.message_id());
-    if let Some(v) = p.timestamp() {
-        m.insert("timestamp".to_owned(), (*v).into());
-    }
-    put_str(&mut m, "type", p.kind());
-    put_str(&mut m, "user_id", p.user_id());
-    put_str(&mut m, "app_id", p.app_id());
-    put_str(&mut m, "cluster_id", p.cluster_id());
-    Value::Object(m)
+    serde_json::to_value(TypedProperties(p)).expect("typed properties are JSON")
 }
 
 /// Typed JSON written straight to a serializer: the same text as
@@ -1034,22 +1007,39 @@ mod tests {
             serde_json::to_string(&TypedTable(&every)).unwrap(),
             table_to_typed_json(&every).to_string()
         );
+    }
+
+    #[test]
+    fn typed_properties_text() {
         let props = BasicProperties::default()
             .with_content_type("application/json".into())
-            .with_headers(every)
+            .with_content_encoding("utf-8".into())
+            .with_headers(table(vec![
+                ("n", AMQPValue::LongLongInt(5)),
+                ("s", ls("x")),
+            ]))
             .with_delivery_mode(2)
             .with_priority(4)
+            .with_correlation_id("c".into())
+            .with_reply_to("r".into())
+            .with_expiration("60000".into())
             .with_message_id("m".into())
             .with_timestamp(9)
-            .with_app_id("a".into());
+            .with_type("t".into())
+            .with_user_id("guest".into())
+            .with_app_id("a".into())
+            .with_cluster_id("k".into());
+        let text = r#"{"content_type":"application/json","content_encoding":"utf-8","headers":{"n":["l",5],"s":["S","x"]},"delivery_mode":2,"priority":4,"correlation_id":"c","reply_to":"r","expiration":"60000","message_id":"m","timestamp":9,"type":"t","user_id":"guest","app_id":"a","cluster_id":"k"}"#;
         assert_eq!(
-            serde_json::to_vec(&TypedProperties(&props)).unwrap(),
-            serde_json::to_vec(&properties_to_typed_json(&props)).unwrap()
+            serde_json::to_string(&TypedProperties(&props)).unwrap(),
+            text
         );
+        let tree: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(properties_to_typed_json(&props), tree);
         let bare = BasicProperties::default();
         assert_eq!(
             serde_json::to_string(&TypedProperties(&bare)).unwrap(),
-            properties_to_typed_json(&bare).to_string()
+            "{}"
         );
     }
 

@@ -162,11 +162,7 @@ pub fn prepare(
             map.insert(ORIGINAL_USER.into(), long(user.as_str().to_string()));
         }
     }
-    let mut table = FieldTable::default();
-    for (k, v) in map {
-        table.insert(k, v);
-    }
-    Ok(out.with_headers(table))
+    Ok(out.with_headers(FieldTable::from(map)))
 }
 
 /// A transformed message is a new message: a fresh `message_id`, the application headers
@@ -191,12 +187,8 @@ pub fn transformed(
     }
     map.insert(TRANSFORMED_FROM.into(), long(original_id.to_string()));
     map.insert(TRANSFORM.into(), long(program_sha256.to_string()));
-    let mut table = FieldTable::default();
-    for (k, v) in map {
-        table.insert(k, v);
-    }
     props
-        .with_headers(table)
+        .with_headers(FieldTable::from(map))
         .with_message_id(uuid::Uuid::new_v4().to_string().into())
 }
 
