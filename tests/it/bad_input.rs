@@ -30,9 +30,7 @@ fn case(args: &[&str], code: i32, needle: &'static str) -> Case {
 
 #[tokio::test]
 async fn thirty_bad_inputs_change_nothing() {
-    let db = TestDb::new(Dialect::Postgres, "bad").await;
-    db.init();
-    db.insert(&scenario2()[..60]).await;
+    let db = TestDb::with_rows(Dialect::Postgres, "bad", &scenario2()[..60]).await;
     let queue = unique("bad_q");
     declare_queue(&queue).await;
     let dir = tempfile::tempdir().unwrap();

@@ -88,6 +88,14 @@ impl TestDb {
         })
     }
 
+    /// A table created with `dlq init` and holding `rows`: the setup most tests start from.
+    pub async fn with_rows(dialect: Dialect, prefix: &str, rows: &[Row]) -> TestDb {
+        let db = TestDb::new(dialect, prefix).await;
+        db.init();
+        db.insert(rows).await;
+        db
+    }
+
     /// Creates the table with `dlq init`.
     pub fn init(&self) {
         self.dlq(&["init"]).ok();

@@ -136,8 +136,6 @@ fn dlq_child(env: &[(&str, &str)], args: &[&str]) -> std::process::Child {
 }
 
 async fn seeded_table(prefix: &str, n: usize) -> TestDb {
-    let db = TestDb::new(Dialect::Postgres, prefix).await;
-    db.init();
     let rows: Vec<Row> = (0..n)
         .map(|i| {
             row(
@@ -149,8 +147,7 @@ async fn seeded_table(prefix: &str, n: usize) -> TestDb {
             )
         })
         .collect();
-    db.insert(&rows).await;
-    db
+    TestDb::with_rows(Dialect::Postgres, prefix, &rows).await
 }
 
 async fn marked(db: &TestDb) -> i64 {

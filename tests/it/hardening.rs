@@ -236,9 +236,7 @@ async fn celery_delay_hops_are_not_listed_as_dlqs() {
 /// shown escaped; the table stays usable.
 #[tokio::test]
 async fn blob_and_non_utf8_values_do_not_break_the_table() {
-    let db = TestDb::new(Dialect::Sqlite, "hard_blob").await;
-    db.init();
-    db.insert(&rows(1, "ok")).await;
+    let db = TestDb::with_rows(Dialect::Sqlite, "hard_blob", &rows(1, "ok")).await;
     db.exec(
         "INSERT INTO {t} (task_original, args, motivo, criada_em, reprocessada) \
          VALUES (X'6c6962657261725f61636573736f5f637572736f', '[1]', X'4b65794572726f72ff', '2026-11-30T10:00:00Z', 0)",

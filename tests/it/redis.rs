@@ -128,9 +128,7 @@ fn replay_of(element: &Value) -> String {
 /// Scenario 2 on Redis: 340 IntegrityError rows each run once by a stock worker with their
 /// stored arguments, all marked; a second run sends nothing.
 async fn scenario2_on_redis(dialect: Dialect) {
-    let db = TestDb::new(dialect, "redis_s2").await;
-    db.init();
-    db.insert(&scenario2()).await;
+    let db = TestDb::with_rows(dialect, "redis_s2", &scenario2()).await;
     let space = Space::new("redis_s2");
     let worker = space.worker().await;
     let args = [
@@ -250,9 +248,7 @@ async fn argument_shapes_and_markers() {
 /// `--dry-run` / the plan naming the queue's size.
 #[tokio::test]
 async fn envelope_and_key_prefix() {
-    let db = TestDb::new(Dialect::Sqlite, "redis_env").await;
-    db.init();
-    db.insert(&scenario2()[..5]).await;
+    let db = TestDb::with_rows(Dialect::Sqlite, "redis_env", &scenario2()[..5]).await;
     let space = Space::new("redis_env");
     space.declare().await;
     let args = [
@@ -312,9 +308,7 @@ async fn envelope_and_key_prefix() {
 
 /// Two replays of the same rows at once push every row exactly once.
 async fn concurrent_replays_push_once(dialect: Dialect) {
-    let db = TestDb::new(dialect, "redis_conc").await;
-    db.init();
-    db.insert(&scenario2()).await;
+    let db = TestDb::with_rows(dialect, "redis_conc", &scenario2()).await;
     let space = Space::new("redis_conc");
     space.declare().await;
     let args = [
@@ -408,9 +402,7 @@ async fn worker_check_on_redis() {
 /// Targets no worker reads are refused before anything is pushed; bad URLs are usage errors.
 #[tokio::test]
 async fn refusals() {
-    let db = TestDb::new(Dialect::Sqlite, "redis_refuse").await;
-    db.init();
-    db.insert(&scenario2()[..3]).await;
+    let db = TestDb::with_rows(Dialect::Sqlite, "redis_refuse", &scenario2()[..3]).await;
     let space = Space::new("redis_refuse");
     let to_queue = [
         "replay",
@@ -450,9 +442,7 @@ async fn refusals() {
 /// anywhere, nothing marked. An ACL user with the right password works.
 #[tokio::test]
 async fn connection_errors() {
-    let db = TestDb::new(Dialect::Sqlite, "redis_conn").await;
-    db.init();
-    db.insert(&scenario2()[..3]).await;
+    let db = TestDb::with_rows(Dialect::Sqlite, "redis_conn", &scenario2()[..3]).await;
     let space = Space::new("redis_conn");
     space.declare().await;
     let args = [
@@ -518,9 +508,7 @@ async fn connection_errors() {
 /// `--redis-wait-replicas` on a Redis without replicas: every push is refused, nothing marked.
 #[tokio::test]
 async fn wait_replicas_refuses_unreplicated_pushes() {
-    let db = TestDb::new(Dialect::Sqlite, "redis_wait").await;
-    db.init();
-    db.insert(&scenario2()[..2]).await;
+    let db = TestDb::with_rows(Dialect::Sqlite, "redis_wait", &scenario2()[..2]).await;
     let space = Space::new("redis_wait");
     space.declare().await;
     let args = [
@@ -542,9 +530,7 @@ async fn wait_replicas_refuses_unreplicated_pushes() {
 /// kill -9 mid-run: at most `--window` rows pushed but not marked; a re-run completes.
 #[tokio::test]
 async fn kill_mid_run_leaves_at_most_a_window() {
-    let db = TestDb::new(Dialect::Postgres, "redis_kill").await;
-    db.init();
-    db.insert(&scenario2()).await;
+    let db = TestDb::with_rows(Dialect::Postgres, "redis_kill", &scenario2()).await;
     let space = Space::new("redis_kill");
     space.declare().await;
     let mut child = crate::common::dlq_command()
@@ -611,9 +597,7 @@ async fn kill_mid_run_leaves_at_most_a_window() {
 #[tokio::test]
 #[ignore = "restarts the shared Redis; run alone with --run-ignored only -j 1"]
 async fn redis_restart_mid_run() {
-    let db = TestDb::new(Dialect::Postgres, "redis_restart").await;
-    db.init();
-    db.insert(&scenario2()).await;
+    let db = TestDb::with_rows(Dialect::Postgres, "redis_restart", &scenario2()).await;
     let space = Space::new("redis_restart");
     space.declare().await;
     let args = [

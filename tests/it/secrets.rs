@@ -35,9 +35,7 @@ async fn no_run_prints_a_password() {
         Some(serde_json::json!({"configure": ".*", "write": ".*", "read": ".*"})),
     )
     .await;
-    let db = TestDb::new(Dialect::Postgres, "secrets").await;
-    db.init();
-    db.insert(&scenario2()[..30]).await;
+    let db = TestDb::with_rows(Dialect::Postgres, "secrets", &scenario2()[..30]).await;
     let db_url = format!("postgres://postgres:{DB_SECRET}@127.0.0.1:5432/test");
     let mq_url = format!("amqp://{user}:{MQ_SECRET}@127.0.0.1:5672/%2f");
     let queue = unique("secrets_q");

@@ -15,9 +15,7 @@ async fn count(db: &TestDb) -> i64 {
 /// times, stored args), the rows are gone from the table, and a restore re-dispatches each
 /// once (a second restore does nothing).
 async fn archive_delete_restore_round_trip(dialect: Dialect) {
-    let db = TestDb::new(dialect, "arch").await;
-    db.init();
-    db.insert(&scenario2()).await;
+    let db = TestDb::with_rows(dialect, "arch", &scenario2()).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("old.ndjson.gz");
     let f = file.to_str().unwrap();
@@ -129,9 +127,7 @@ per_dialect!(archive_delete_restore_round_trip);
 
 /// Without --delete the table is untouched; `-` writes the archive to stdout.
 async fn archive_without_delete_and_to_stdout(dialect: Dialect) {
-    let db = TestDb::new(dialect, "arch_keep").await;
-    db.init();
-    db.insert(&scenario2()[..50]).await;
+    let db = TestDb::with_rows(dialect, "arch_keep", &scenario2()[..50]).await;
     let out = db.dlq_root(&["archive", "--to", "-"]).ok();
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 52);
@@ -145,9 +141,7 @@ per_dialect!(archive_without_delete_and_to_stdout);
 
 #[tokio::test]
 async fn corrupted_or_truncated_archives_are_refused() {
-    let db = TestDb::new(Dialect::Sqlite, "arch_bad").await;
-    db.init();
-    db.insert(&scenario2()[..20]).await;
+    let db = TestDb::with_rows(Dialect::Sqlite, "arch_bad", &scenario2()[..20]).await;
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("a.ndjson");
     db.dlq_root(&["archive", "--to", file.to_str().unwrap()])

@@ -68,9 +68,7 @@ async fn wait_until_some_marked(db: &TestDb) {
 
 #[tokio::test]
 async fn database_connection_killed_mid_replay() {
-    let db = TestDb::new(Dialect::Postgres, "fault_pg").await;
-    db.init();
-    db.insert(&scenario2()[..340]).await;
+    let db = TestDb::with_rows(Dialect::Postgres, "fault_pg", &scenario2()[..340]).await;
     let queue = unique("fault_pg_q");
     declare_queue(&queue).await;
     let child = spawn_replay(&db, &queue, 150);
@@ -175,9 +173,7 @@ fn urlencode(s: &str) -> String {
 
 #[tokio::test]
 async fn broker_connection_closed_mid_replay() {
-    let db = TestDb::new(Dialect::MySql, "fault_mq").await;
-    db.init();
-    db.insert(&scenario2()[..340]).await;
+    let db = TestDb::with_rows(Dialect::MySql, "fault_mq", &scenario2()[..340]).await;
     let queue = unique("fault_mq_q");
     declare_queue(&queue).await;
     // Slow enough that the management API (stats every few seconds) lists the connection.
@@ -221,9 +217,7 @@ async fn broker_connection_closed_mid_replay() {
 
 #[tokio::test]
 async fn kill_9_mid_table_replay() {
-    let db = TestDb::new(Dialect::Postgres, "fault_kill").await;
-    db.init();
-    db.insert(&scenario2()[..340]).await;
+    let db = TestDb::with_rows(Dialect::Postgres, "fault_kill", &scenario2()[..340]).await;
     let queue = unique("fault_kill_q");
     declare_queue(&queue).await;
     let mut child = spawn_replay(&db, &queue, 150);

@@ -5,10 +5,7 @@ use crate::per_dialect;
 use serde_json::Value;
 
 async fn seeded(dialect: Dialect, prefix: &str) -> TestDb {
-    let db = TestDb::new(dialect, prefix).await;
-    db.init();
-    db.insert(&scenario2()).await;
-    db
+    TestDb::with_rows(dialect, prefix, &scenario2()).await
 }
 
 fn ids(v: &[Value]) -> Vec<i64> {

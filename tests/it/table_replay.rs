@@ -22,9 +22,7 @@ async fn marked_at(db: &TestDb) -> i64 {
 /// with exactly their stored arguments, each row marked; nothing else changes; a second run
 /// replays nothing.
 async fn scenario2_end_to_end(dialect: Dialect) {
-    let db = TestDb::new(dialect, "s2_replay").await;
-    db.init();
-    db.insert(&scenario2()).await;
+    let db = TestDb::with_rows(dialect, "s2_replay", &scenario2()).await;
     let queue = unique("celery_s2");
     let worker = CeleryWorker::start(&queue).await;
     assert_eq!(marked(&db).await, 40);
@@ -181,9 +179,7 @@ per_dialect!(argument_shapes);
 
 /// Refusals change nothing: an unknown target queue, no terminal without --yes, --dry-run.
 async fn refusals_and_dry_run(dialect: Dialect) {
-    let db = TestDb::new(dialect, "refuse").await;
-    db.init();
-    db.insert(&scenario2()[..30]).await;
+    let db = TestDb::with_rows(dialect, "refuse", &scenario2()[..30]).await;
     let missing = unique("no_such_queue");
     db.dlq_root(&[
         "replay",
@@ -232,9 +228,7 @@ per_dialect!(refusals_and_dry_run);
 
 /// Two replays of the same selection at once dispatch every row exactly once.
 async fn concurrent_replays_dispatch_once(dialect: Dialect) {
-    let db = TestDb::new(dialect, "concurrent").await;
-    db.init();
-    db.insert(&scenario2()).await;
+    let db = TestDb::with_rows(dialect, "concurrent", &scenario2()).await;
     let queue = unique("celery_conc");
     declare_queue(&queue).await;
     let spawn = || {

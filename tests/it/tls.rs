@@ -549,9 +549,7 @@ async fn bad_tls_files_are_usage_errors() {
 /// file, for real.
 #[tokio::test]
 async fn postgres_verify_full_with_a_ca_file() {
-    let db = TestDb::new(Dialect::Postgres, "tls").await;
-    db.init();
-    db.insert(&scenario2()[..12]).await;
+    let db = TestDb::with_rows(Dialect::Postgres, "tls", &scenario2()[..12]).await;
     let pki = Pki::new();
     let leaf = pki.leaf(&["localhost"], false);
     let pg = proxy(&leaf, "127.0.0.1:5432", Front::Postgres, None).await;
