@@ -1,6 +1,7 @@
 //! Faults that stop shared services (the broker application, the database server). They
 //! would break every other test running at the same time, so they are ignored by default
-//! and run alone, one at a time: `cargo nextest run --run-ignored only -j 1` (CI does).
+//! and run alone: `.ci/run` gives each its own nextest run, with the services brought up
+//! before it; by hand, `cargo nextest run --run-ignored only -j 1`.
 
 use crate::broker::{Broker, ls, table};
 use crate::celery_worker::*;
