@@ -115,7 +115,18 @@ fn exited(child: std::process::Child, why: &str) -> std::process::Output {
         Ok(out) => out.expect("wait dlq"),
         Err(_) => {
             let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
-            panic!("dlq was still running {LIMIT:?} after {why}");
+            let stderr = rx
+                .recv()
+                .ok()
+                .and_then(Result::ok)
+                .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
+                .unwrap_or_default();
+            let tail: Vec<&str> = stderr.lines().rev().take(30).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            panic!(
+                "dlq was still running {LIMIT:?} after {why}; its last lines:\n{}",
+                tail.join("\n")
+            );
         }
     }
 }
@@ -129,7 +140,9 @@ fn dlq_child(env: &[(&str, &str)], args: &[&str]) -> std::process::Child {
     for (k, v) in env {
         c.env(k, v);
     }
-    c.args(args)
+    // -vv: the stage lines say where a run that does not stop was waiting.
+    c.arg("-vv")
+        .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
