@@ -39,20 +39,24 @@ struct Stopped {
 }
 
 impl Stopped {
+    /// The guard exists before the stop is asked for: a stop that fails or hangs half-way
+    /// is undone too.
     fn rabbit() -> Stopped {
-        sh("timeout 90 rabbitmqctl -q stop_app");
-        Stopped {
+        let guard = Stopped {
             start: rabbit_start,
             started: false,
-        }
+        };
+        sh("timeout 90 rabbitmqctl -q stop_app");
+        guard
     }
 
     fn postgres() -> Stopped {
-        sh(&format!("timeout 90 {PG_CTL} stop -m fast"));
-        Stopped {
+        let guard = Stopped {
             start: postgres_start,
             started: false,
-        }
+        };
+        sh(&format!("timeout 90 {PG_CTL} stop -m fast"));
+        guard
     }
 
     fn start(mut self) {
