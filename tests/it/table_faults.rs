@@ -66,6 +66,35 @@ async fn wait_until_some_marked(db: &TestDb) {
     }
 }
 
+/// After a fault stopped a replay of the 340 rows part-way: every marked row was published,
+/// unmarked-but-published rows stay within the window, and a re-run finishes the job.
+async fn stopped_part_way_then_completes(db: &TestDb, queue: &str) {
+    let after = marked(db).await;
+    assert!(after < 340, "the fault came too late to test anything");
+    let published = queue_state(queue).await.unwrap().messages as i64;
+    assert!(
+        published >= after,
+        "every marked row was published first: {published} vs {after}"
+    );
+    assert!(
+        published <= after + WINDOW as i64,
+        "unmarked but published rows stay within the window: {published} vs {after}"
+    );
+    db.dlq_root(&[
+        "replay",
+        "--no-worker-check",
+        "--motivo",
+        "IntegrityError",
+        "--to-queue",
+        queue,
+        "--yes",
+    ])
+    .ok();
+    assert_eq!(marked(db).await, 340);
+    check_messages(&drain(queue).await, 340, WINDOW);
+    delete_queue(queue).await;
+}
+
 #[tokio::test]
 async fn database_connection_killed_mid_replay() {
     let db = TestDb::with_rows(Dialect::Postgres, "fault_pg", &scenario2()[..340]).await;
@@ -85,35 +114,7 @@ async fn database_connection_killed_mid_replay() {
         stderr.contains("STOPPED") && stderr.contains("database"),
         "{stderr}"
     );
-    let after_fault = marked(&db).await;
-    assert!(
-        after_fault < 340,
-        "the fault came too late to test anything"
-    );
-    let published = queue_state(&queue).await.unwrap().messages as i64;
-    assert!(
-        published >= after_fault,
-        "every marked row was published first"
-    );
-    assert!(
-        published <= after_fault + WINDOW as i64,
-        "unmarked but published rows stay within the window"
-    );
-
-    // A re-run finishes the job.
-    db.dlq_root(&[
-        "replay",
-        "--no-worker-check",
-        "--motivo",
-        "IntegrityError",
-        "--to-queue",
-        &queue,
-        "--yes",
-    ])
-    .ok();
-    assert_eq!(marked(&db).await, 340);
-    check_messages(&drain(&queue).await, 340, WINDOW);
-    delete_queue(&queue).await;
+    stopped_part_way_then_completes(&db, &queue).await;
     db.drop().await;
 }
 
@@ -188,30 +189,7 @@ async fn broker_connection_closed_mid_replay() {
         stderr.contains("STOPPED") && stderr.contains("broker"),
         "{stderr}"
     );
-    let after_fault = marked(&db).await;
-    assert!(
-        after_fault < 340,
-        "the fault came too late to test anything"
-    );
-    let published = queue_state(&queue).await.unwrap().messages as i64;
-    // Marked implies confirmed; an unconfirmed publish may or may not have landed.
-    assert!(
-        published >= after_fault && published <= after_fault + WINDOW as i64,
-        "{published} vs {after_fault}"
-    );
-    db.dlq_root(&[
-        "replay",
-        "--no-worker-check",
-        "--motivo",
-        "IntegrityError",
-        "--to-queue",
-        &queue,
-        "--yes",
-    ])
-    .ok();
-    assert_eq!(marked(&db).await, 340);
-    check_messages(&drain(&queue).await, 340, WINDOW);
-    delete_queue(&queue).await;
+    stopped_part_way_then_completes(&db, &queue).await;
     db.drop().await;
 }
 
@@ -224,25 +202,6 @@ async fn kill_9_mid_table_replay() {
     wait_until_some_marked(&db).await;
     child.kill().unwrap();
     child.wait().unwrap();
-    let after_kill = marked(&db).await;
-    assert!(after_kill < 340, "the kill came too late to test anything");
-    let published = queue_state(&queue).await.unwrap().messages as i64;
-    assert!(
-        published >= after_kill && published <= after_kill + WINDOW as i64,
-        "{published} vs {after_kill}"
-    );
-    db.dlq_root(&[
-        "replay",
-        "--no-worker-check",
-        "--motivo",
-        "IntegrityError",
-        "--to-queue",
-        &queue,
-        "--yes",
-    ])
-    .ok();
-    assert_eq!(marked(&db).await, 340);
-    check_messages(&drain(&queue).await, 340, WINDOW);
-    delete_queue(&queue).await;
+    stopped_part_way_then_completes(&db, &queue).await;
     db.drop().await;
 }
