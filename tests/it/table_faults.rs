@@ -10,6 +10,19 @@ use std::time::{Duration, Instant};
 
 const WINDOW: usize = 4;
 
+/// The replay every test here runs: the 340 IntegrityError rows to `queue`.
+fn replay_args(queue: &str) -> [&str; 7] {
+    [
+        "replay",
+        "--no-worker-check",
+        "--motivo",
+        "IntegrityError",
+        "--to-queue",
+        queue,
+        "--yes",
+    ]
+}
+
 fn spawn_replay(db: &TestDb, queue: &str, rate: u32) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_dlq"))
         .env_remove("DLQ_CONFIG")
@@ -19,17 +32,8 @@ fn spawn_replay(db: &TestDb, queue: &str, rate: u32) -> std::process::Child {
         )
         .env("DLQ_DATABASE_URL", &db.url)
         .env("DLQ_TABLE", &db.table)
-        .args([
-            "replay",
-            "--no-worker-check",
-            "--motivo",
-            "IntegrityError",
-            "--to-queue",
-            queue,
-            "--yes",
-            "--rate",
-            &rate.to_string(),
-        ])
+        .args(replay_args(queue))
+        .args(["--rate", &rate.to_string()])
         .args(["--window", &WINDOW.to_string()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -80,16 +84,7 @@ async fn stopped_part_way_then_completes(db: &TestDb, queue: &str) {
         published <= after + WINDOW as i64,
         "unmarked but published rows stay within the window: {published} vs {after}"
     );
-    db.dlq_root(&[
-        "replay",
-        "--no-worker-check",
-        "--motivo",
-        "IntegrityError",
-        "--to-queue",
-        queue,
-        "--yes",
-    ])
-    .ok();
+    db.dlq_root(&replay_args(queue)).ok();
     assert_eq!(marked(db).await, 340);
     check_messages(&drain(queue).await, 340, WINDOW);
     delete_queue(queue).await;
