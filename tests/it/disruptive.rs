@@ -125,8 +125,8 @@ fn exited(child: std::process::Child, why: &str) -> std::process::Output {
                 .and_then(Result::ok)
                 .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
                 .unwrap_or_default();
-            let tail: Vec<&str> = stderr.lines().rev().take(30).collect();
-            let tail: Vec<&str> = tail.into_iter().rev().collect();
+            let lines: Vec<&str> = stderr.lines().collect();
+            let tail = &lines[lines.len().saturating_sub(30)..];
             panic!(
                 "dlq was still running {LIMIT:?} after {why}; its last lines:\n{}",
                 tail.join("\n")
@@ -144,7 +144,7 @@ fn dlq_child(env: &[(&str, &str)], args: &[&str]) -> std::process::Child {
     for (k, v) in env {
         c.env(k, v);
     }
-    // -vv: the stage lines say where a run that does not stop was waiting.
+    // -vv: a queue replay's stage lines say where a run that does not stop was waiting.
     c.arg("-vv")
         .args(args)
         .stdout(Stdio::piped())
