@@ -369,7 +369,7 @@ pub fn reason_text(
     let error = headers.and_then(|h| error_text(h, extra_headers));
     match (reason, error) {
         (Some(r), Some(e)) if e == r => Some(e),
-        (Some(r), Some(e)) => Some(format!("{r}: {e}")),
+        (Some(r), Some(e)) => Some([r, ": ", &e].concat()),
         (Some(r), None) => Some(r.to_owned()),
         (None, e) => e,
     }
@@ -437,6 +437,11 @@ fn one_line(text: &str) -> Option<String> {
     } else {
         first
     };
+    // Every dead letter's reason passes here: printable ASCII that fits is kept as it is
+    // (the same result as the loop below, without a push per character).
+    if line.len() <= MAX_ERROR_TEXT_CHARS && line.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+        return Some(line.to_owned());
+    }
     let mut out = String::with_capacity(line.len().min(MAX_ERROR_TEXT_CHARS + 3));
     for (i, c) in line.chars().enumerate() {
         if i == MAX_ERROR_TEXT_CHARS {
@@ -544,5 +549,20 @@ mod tests {
         assert_eq!(info.origin(), Some(("orders", "first death")));
         assert!(is_delay_hop("celery_delayed_27") && is_delay_hop("celery_delayed_delivery"));
         assert!(!is_delay_hop("celery_delayed_") && !is_delay_hop("celery"));
+    }
+
+    /// The printable-ASCII shortcut must give what the character loop gives, at its edges.
+    #[test]
+    fn one_line_keeps_short_ascii_and_cuts_the_rest() {
+        let max = MAX_ERROR_TEXT_CHARS;
+        assert_eq!(
+            one_line("  KeyError: 'x'  \n2").as_deref(),
+            Some("KeyError: 'x'")
+        );
+        assert_eq!(one_line(&"a".repeat(max)), Some("a".repeat(max)));
+        assert_eq!(one_line(&"a".repeat(max + 1)), Some("a".repeat(max) + "…"));
+        assert_eq!(one_line("a\tb\u{7f}c").as_deref(), Some("a b c"));
+        assert_eq!(one_line("café").as_deref(), Some("café"));
+        assert_eq!(one_line(" \n \t "), None);
     }
 }
