@@ -308,6 +308,22 @@ fn poll_pause(want: u64) -> Option<Duration> {
     (want >= PAUSE_FROM).then_some(POLL_PAUSE)
 }
 
+/// The pause of a long read: the runtime's thread itself sleeps, then lets the runtime poll
+/// its reactor once.
+///
+/// Not a timer: a task asleep on a timer leaves the runtime waiting in `epoll_wait`, where
+/// lapin's socket is registered, so every segment the broker sends woke dlq's thread, which
+/// woke lapin's I/O thread (a futex), which read a few messages and parked again: two
+/// wake-ups per arrival. A sleeping thread lets the kernel buffer the pause's deliveries and
+/// the next reactor poll hands lapin all of them at once (50k scan: CPU -33%, system time
+/// 0.45 -> 0.14 s, and faster, as the broker gets the CPU back). The runtime is
+/// current-thread; its other tasks (the records' consumer, lapin's heartbeat, Ctrl-C) wait
+/// at most one pause.
+async fn pause_reactor(pause: Duration) {
+    std::thread::sleep(pause);
+    tokio::task::yield_now().await;
+}
+
 async fn consume_fifo<T: Send>(
     ch: &Channel,
     spec: &ReadSpec,
@@ -362,7 +378,7 @@ async fn consume_fifo<T: Send>(
                         return Ok(());
                     }
                     d = stream.next(), if pause.is_none() => d,
-                    _ = tokio::time::sleep(pause.unwrap_or_default()), if pause.is_some() => continue,
+                    _ = pause_reactor(pause.unwrap_or_default()), if pause.is_some() => continue,
                     _ = &mut idle => {
                         if last.elapsed() < IDLE {
                             idle.as_mut().reset(last + IDLE);
