@@ -315,10 +315,10 @@ fn poll_pause(want: u64) -> Option<Duration> {
 /// lapin's socket is registered, so every segment the broker sends woke dlq's thread, which
 /// woke lapin's I/O thread (a futex), which read a few messages and parked again: two
 /// wake-ups per arrival. A sleeping thread lets the kernel buffer the pause's deliveries and
-/// the next reactor poll hands lapin all of them at once (50k scan: CPU -33%, system time
-/// 0.45 -> 0.14 s, and faster, as the broker gets the CPU back). The runtime is
-/// current-thread; its other tasks (the records' consumer, lapin's heartbeat, Ctrl-C) wait
-/// at most one pause.
+/// the next reactor poll hands lapin all of them at once (paired 50k scans: CPU 1.34-1.55 s
+/// -> 1.01-1.07 s, system time 0.30-0.42 -> 0.07-0.16 s; docs/BENCHMARKS.md). dlq's runtime
+/// is current-thread (main.rs); its other tasks (the records' consumer, lapin's heartbeat,
+/// Ctrl-C) wait at most one pause.
 async fn pause_reactor(pause: Duration) {
     std::thread::sleep(pause);
     tokio::task::yield_now().await;
