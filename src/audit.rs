@@ -119,6 +119,19 @@ impl Audit {
         self.write_or_warn(&r);
     }
 
+    /// The end of a run that is not a bulk action (a renewal): what was done, and why the
+    /// rest was not.
+    pub(crate) fn finish(&mut self, done: u64, failed: u64, reason: Option<String>) {
+        let mut r = self.record("end");
+        r.planned = self.planned;
+        r.done = Some(done);
+        r.failed = Some(failed);
+        r.exit = Some(if failed == 0 { Exit::Ok } else { Exit::Failure } as u8);
+        r.reason = reason.as_deref().map(crate::redact::scrub);
+        self.ended = true;
+        self.write_or_warn(&r);
+    }
+
     /// The run's final report and exit code.
     pub(crate) fn end(&mut self, report: &Report, exit: Exit) {
         let mut r = self.record("end");
@@ -192,6 +205,47 @@ impl Drop for Audit {
             r.reason = Some("the run ended with an error (see its stderr)".into());
             self.write_or_warn(&r);
         }
+    }
+}
+
+/// Where reads that rewrite a queue (a quorum queue renewed, see `rabbit::renew`) record
+/// themselves: set once per process by the command layer, as reads run deep below it.
+static READ_TRAIL: std::sync::OnceLock<(Option<PathBuf>, Printer)> = std::sync::OnceLock::new();
+
+pub(crate) fn set_read_trail(path: Option<PathBuf>, printer: Printer) {
+    let _ = READ_TRAIL.set((path, printer));
+}
+
+/// The audit handle of a read that renews `queue`: action `renew`, source `queue`.
+pub(crate) fn renewal(queue: &str, run_id: String) -> Audit {
+    let (path, printer) = READ_TRAIL.get().cloned().unwrap_or_else(|| {
+        let printer = Printer {
+            format: crate::output::OutputFormat::Table,
+            quiet: false,
+            verbose: 0,
+            color: false,
+            progress: false,
+            stdout_tty: false,
+            interactive: false,
+        };
+        (None, printer)
+    });
+    Audit {
+        path,
+        file: None,
+        subject: Subject {
+            action: "renew",
+            source: "queue",
+            location: queue.to_string(),
+            selection:
+                "every ready message (read by renewal: copies at the tail, originals acknowledged)"
+                    .into(),
+            run_id,
+        },
+        printer,
+        planned: None,
+        started: false,
+        ended: false,
     }
 }
 

@@ -153,6 +153,9 @@ struct SourceCheck {
     /// Queue only: messages read at its head for `oldest` and `new`.
     sampled: Option<u64>,
     not_read: Option<String>,
+    /// A delivery limit that can drop this DLQ's messages: a line of its own, not a status.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    limit_risk: Option<String>,
     alerts: Vec<Alert>,
     thresholds: Thresholds,
 }
@@ -271,6 +274,7 @@ fn judge(f: &SourceFigures, t: &Thresholds, now: DateTime<Utc>) -> SourceCheck {
         new: f.new,
         sampled: f.sampled,
         not_read: f.not_read.clone(),
+        limit_risk: f.limit_risk.clone(),
         alerts,
         thresholds: t.clone(),
     }
@@ -340,6 +344,9 @@ fn print(printer: &Printer, report: &Report) -> Result<()> {
             printer.data_line(&redact::scrub(&first_line(report)))?;
             for c in &report.sources {
                 printer.data_line(&source_line(c))?;
+            }
+            for risk in report.sources.iter().filter_map(|c| c.limit_risk.as_ref()) {
+                printer.data_line(&format!("warning: {risk}"))?;
             }
         }
     }

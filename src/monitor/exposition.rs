@@ -116,6 +116,7 @@ mod tests {
             replayed: Some(2),
             sampled: None,
             not_read: None,
+            limit_risk: None,
         }
     }
 

@@ -9,6 +9,7 @@ pub(crate) mod exposition;
 pub(crate) mod sample;
 pub(crate) mod serve;
 
+use crate::rabbit::topology::Version;
 use crate::rabbit::{Target, connect};
 use crate::select::Selection;
 use crate::settings::{DatabaseUrl, Settings};
@@ -53,6 +54,8 @@ pub(crate) struct SourceFigures {
     pub sampled: Option<u64>,
     /// Why the queue's head was not read.
     pub not_read: Option<String>,
+    /// Queue only: a delivery limit that can drop dead letters, and how to remove it.
+    pub limit_risk: Option<String>,
 }
 
 impl SourceFigures {
@@ -144,6 +147,7 @@ async fn table_figures(
         replayed: Some(s.total.saturating_sub(s.pending)),
         sampled: None,
         not_read: None,
+        limit_risk: None,
     })
 }
 
@@ -219,6 +223,23 @@ async fn queue_figures(
     Ok((sources, warnings))
 }
 
+/// A DLQ that is a quorum queue with a delivery limit drops (or dead-letters again) a dead
+/// letter given back more than `limit` times, by readers or by a consumer that failed.
+fn limit_risk(queue: &str, limit: i64, version: Option<Version>) -> String {
+    let risk = format!(
+        "{queue:?} is a quorum queue with delivery limit {limit}: a dead letter returned more than {limit} times (by a consumer that fails or a reader that gives it back) is dropped."
+    );
+    if version.is_some_and(|v| v < Version(4, 0, 0)) {
+        return format!(
+            "{risk} Remove the limit: drop delivery-limit from the policy that sets it, or redeclare the queue without x-delivery-limit (on RabbitMQ 3.x a negative limit drops every message at its first return)"
+        );
+    }
+    let pattern = format!("^{}$", regex::escape(queue));
+    format!(
+        "{risk} Remove the limit for DLQs with a policy, e.g. rabbitmqctl set_policy dlq-no-delivery-limit '{pattern}' '{{\"delivery-limit\":-1}}' --apply-to quorum_queues (a queue takes one policy: if one already applies, add \"delivery-limit\": -1 to it instead)"
+    )
+}
+
 fn queue_source(
     q: &QueueSummary,
     head: HeadRead,
@@ -236,6 +257,7 @@ fn queue_source(
         replayed: None,
         sampled: None,
         not_read: None,
+        limit_risk: q.delivery_limit.map(|l| limit_risk(&q.name, l, q.version)),
     };
     match head {
         HeadRead::Read(s) => {

@@ -64,22 +64,20 @@ pub(crate) async fn sample_all(
 
 /// Why a queue may not be read now, by `list`'s rules (source/summary.rs `summarize`).
 fn refusal(q: &QueueSummary, ready: u64, spec: &SampleSpec) -> Option<String> {
-    let facts = QueueFacts {
-        kind: q.kind,
-        delivery_limit: q.delivery_limit,
-        version: None,
-    };
+    let facts = facts(q);
     if spec.size == 0 {
         return Some("not read (--sample 0)".into());
     }
-    if let (ReadVerdict::Risky(_), false) = (topology::read_verdict(&q.name, &facts), spec.force) {
+    let verdict = topology::read_verdict(&q.name, &facts, q.consumers);
+    if let (ReadVerdict::Risky(_), false) = (verdict, spec.force) {
         return Some(match q.kind {
             QueueKind::Unknown => {
                 "not read: queue type unknown without the management API (--force reads it)".into()
             }
             _ => format!(
-                "not read: reading would add to delivery counts (limit {}; --force reads it)",
-                q.delivery_limit.unwrap_or_default()
+                "not read: reading would add to delivery counts (limit {}) and it cannot be renewed: {} (--force reads it)",
+                q.delivery_limit.unwrap_or_default(),
+                topology::why_not_renewed(&facts, q.consumers).unwrap_or_default()
             ),
         });
     }
@@ -92,6 +90,16 @@ fn refusal(q: &QueueSummary, ready: u64, spec: &SampleSpec) -> Option<String> {
         ));
     }
     None
+}
+
+/// What `list` learnt of a queue, as the reader takes it.
+fn facts(q: &QueueSummary) -> QueueFacts {
+    QueueFacts {
+        kind: q.kind,
+        delivery_limit: q.delivery_limit,
+        version: q.version,
+        renew_blocker: q.renew_blocker.clone(),
+    }
 }
 
 async fn sample_one(conn: &Connection, q: &QueueSummary, spec: &SampleSpec) -> Result<HeadRead> {
@@ -115,11 +123,7 @@ async fn sample_one(conn: &Connection, q: &QueueSummary, spec: &SampleSpec) -> R
     }
     let checked = Checked {
         name: q.name.clone(),
-        facts: QueueFacts {
-            kind: q.kind,
-            delivery_limit: q.delivery_limit,
-            version: None,
-        },
+        facts: facts(q),
         depth,
     };
     read_head(conn, ch, &checked, spec)

@@ -324,11 +324,16 @@ fn death_queue(d: &Death) -> Option<&str> {
 
 /// Celery's own delayed-delivery queues (5.5+, quorum queues): TTL hops, never where a
 /// task is consumed.
+/// kombu 5.7 may prefix them (`<prefix>_celery_delayed_N`): `^(.+_)?celery_delayed_(\d+|delivery)$`.
 pub fn is_delay_hop(queue: &str) -> bool {
-    queue == "celery_delayed_delivery"
-        || queue
-            .strip_prefix("celery_delayed_")
-            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    let Some(at) = queue.rfind("celery_delayed_") else {
+        return false;
+    };
+    let (prefix, rest) = (&queue[..at], &queue[at + "celery_delayed_".len()..]);
+    let prefix_ok = prefix.is_empty() || (prefix.len() > 1 && prefix.ends_with('_'));
+    let level_ok =
+        rest == "delivery" || (!rest.is_empty() && rest.bytes().all(|b| b.is_ascii_digit()));
+    prefix_ok && level_ok
 }
 
 /// Headers producers use for the failure text, in priority order. The second name, when present,
@@ -549,6 +554,11 @@ mod tests {
         assert_eq!(info.origin(), Some(("orders", "first death")));
         assert!(is_delay_hop("celery_delayed_27") && is_delay_hop("celery_delayed_delivery"));
         assert!(!is_delay_hop("celery_delayed_") && !is_delay_hop("celery"));
+        assert!(
+            is_delay_hop("app1_celery_delayed_3") && is_delay_hop("a_b_celery_delayed_delivery")
+        );
+        assert!(!is_delay_hop("_celery_delayed_3") && !is_delay_hop("xcelery_delayed_3"));
+        assert!(!is_delay_hop("celery_delayed_3x") && !is_delay_hop("celery_delayed_3.dlq"));
     }
 
     /// The printable-ASCII shortcut must give what the character loop gives, at its edges.

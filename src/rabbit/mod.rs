@@ -12,6 +12,7 @@ pub mod death;
 pub mod management;
 pub mod publish;
 pub mod reader;
+mod renew;
 pub mod take;
 pub mod topology;
 
@@ -360,6 +361,7 @@ pub async fn queue_facts(
             kind: QueueKind::Unknown,
             delivery_limit: None,
             version,
+            renew_blocker: None,
         });
     };
     let mut warnings = Vec::new();
@@ -373,6 +375,7 @@ pub async fn queue_facts(
         kind,
         delivery_limit,
         version,
+        renew_blocker: topology::renew_blocker(&q.arguments, &policy),
     })
 }
 
@@ -417,8 +420,8 @@ pub async fn check_queues(
             },
             Err(_) => unknown_facts(),
         };
-        match topology::read_verdict(name, &facts) {
-            ReadVerdict::Safe => {}
+        match topology::read_verdict(name, &facts, depth.consumers) {
+            ReadVerdict::Safe(_) => {}
             ReadVerdict::Risky(why) if !force => {
                 return Err(usage(format!(
                     "refusing to read {name:?}: {why}. Nothing was read. Pass --force to read it anyway"
@@ -446,6 +449,7 @@ fn unknown_facts() -> QueueFacts {
         kind: QueueKind::Unknown,
         delivery_limit: None,
         version: None,
+        renew_blocker: None,
     }
 }
 

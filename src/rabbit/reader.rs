@@ -25,7 +25,8 @@
 
 use super::Checked;
 use super::codec::{delivery_count, stream_offset};
-use super::topology::QueueKind;
+use super::renew::Renewal;
+use super::topology::{GiveBack, QueueKind, ReadVerdict, read_verdict};
 use anyhow::{Result, anyhow, bail};
 use futures_util::StreamExt;
 use lapin::options::{
@@ -71,12 +72,19 @@ pub struct ReadSpec {
     pub counted_limit: Option<i64>,
     /// Quorum queue where a return adds to the delivery count.
     pub counts_returns: bool,
+    /// How held messages go back (`topology::read_verdict`; `--force` reads risky
+    /// queues by closing).
+    pub give_back: GiveBack,
 }
 
 impl ReadSpec {
     pub fn for_checked(c: &Checked, max: Option<u64>) -> ReadSpec {
-        // Giving a quorum message back (channel close) always adds to its delivery count.
-        let counts_returns = c.facts.kind == QueueKind::Quorum;
+        let give_back = match read_verdict(&c.name, &c.facts, c.depth.consumers) {
+            ReadVerdict::Safe(g) => g,
+            ReadVerdict::Risky(_) => GiveBack::Close,
+        };
+        // Giving a quorum message back by closing the channel adds to its delivery count.
+        let counts_returns = c.facts.kind == QueueKind::Quorum && give_back == GiveBack::Close;
         ReadSpec {
             queue: c.name.clone(),
             kind: c.facts.kind,
@@ -84,6 +92,7 @@ impl ReadSpec {
             max,
             counted_limit: c.facts.delivery_limit.filter(|_| counts_returns),
             counts_returns,
+            give_back,
         }
     }
 }
@@ -113,6 +122,8 @@ pub struct ReadReport {
     pub now_at_limit: u64,
     /// Given back past the delivery limit: the broker dropped or re-dead-lettered them.
     pub pushed_over: u64,
+    /// What a renewal did (`GiveBack::Renew`), for the user.
+    pub renewal_notes: Vec<String>,
 }
 
 impl ReadReport {
@@ -131,7 +142,7 @@ impl ReadReport {
 
     /// What the user must hear about this read.
     pub fn warnings(&self, q: &Checked) -> Vec<String> {
-        let mut w = Vec::new();
+        let mut w = self.renewal_notes.clone();
         let limit = q.facts.delivery_limit.unwrap_or_default();
         if self.pushed_over > 0 {
             w.push(format!(
@@ -224,14 +235,62 @@ async fn read_fifo<T: Send>(
         give_back(&ch).await;
         return Ok(report);
     }
-    let result = consume_fifo(&ch, spec, want, make, tx, &mut report).await;
+    let mut renewal = match spec.give_back {
+        GiveBack::Renew => Some(Renewal::open(conn, &spec.queue, spec.ready).await?),
+        _ => None,
+    };
+    let mut open_consumer = None;
+    let mut result = consume_fifo(
+        &ch,
+        spec,
+        want,
+        make,
+        tx,
+        &mut report,
+        (&mut renewal, &mut open_consumer),
+    )
+    .await;
+    let mut back = report.read;
+    if let Some(mut r) = renewal {
+        if result.is_ok() {
+            result = finish_renewal(&ch, &mut r, open_consumer).await;
+        }
+        back = r.unrenewed(report.read);
+        report.renewal_notes = r.finish(report.read, result.as_ref().err());
+    } else if spec.give_back == GiveBack::Nack && report.read > 0 {
+        // 4.3+: a nack is not counted; the close after it returns anything it missed.
+        let _ = ch
+            .basic_nack(
+                0,
+                lapin::options::BasicNackOptions {
+                    multiple: true,
+                    requeue: true,
+                },
+            )
+            .await;
+    }
     give_back(&ch).await;
     // Messages pushed over a delivery limit do not come back.
-    let back = report.read.saturating_sub(report.pushed_over);
+    let back = back.saturating_sub(report.pushed_over);
     if back > 0 {
         wait_until_back(conn, &spec.queue, back).await;
     }
     result.map(|()| report)
+}
+
+/// The end of a renewing read: the last consumer cancelled (so an ack gives it no credit
+/// for a copy), every copy confirmed, the originals of the confirmed ones acknowledged.
+async fn finish_renewal(
+    ch: &Channel,
+    r: &mut Renewal,
+    open_consumer: Option<lapin::types::ShortString>,
+) -> Result<()> {
+    if let Some(tag) = open_consumer {
+        ch.basic_cancel(tag.as_str().into(), BasicCancelOptions::default())
+            .await?;
+    }
+    r.settle().await;
+    r.ack_confirmed(ch).await
 }
 
 /// Returns every held message, whatever state the read ended in, by closing the channel:
@@ -324,6 +383,13 @@ async fn pause_reactor(pause: Duration) {
     tokio::task::yield_now().await;
 }
 
+/// A renewing read's copies, and the consumer not cancelled yet (the last one, or one
+/// whose window ended early), which must be cancelled before the final acknowledgement.
+type Renewing<'a> = (
+    &'a mut Option<Renewal>,
+    &'a mut Option<lapin::types::ShortString>,
+);
+
 async fn consume_fifo<T: Send>(
     ch: &Channel,
     spec: &ReadSpec,
@@ -331,6 +397,7 @@ async fn consume_fifo<T: Send>(
     make: &Make<T>,
     tx: &mpsc::Sender<Result<T>>,
     report: &mut ReadReport,
+    (renewal, open_consumer): Renewing<'_>,
 ) -> Result<()> {
     let q = spec.queue.as_str();
     let mut bytes: u64 = 0;
@@ -350,6 +417,7 @@ async fn consume_fifo<T: Send>(
                 FieldTable::default(),
             )
             .await?;
+        *open_consumer = Some(consumer.tag());
         n += 1;
         let mut stream = consumer.clone();
         let mut got = 0u64;
@@ -409,6 +477,9 @@ async fn consume_fifo<T: Send>(
             if spec.counts_returns {
                 report.note_delivery_count(delivery_count(&d.properties), spec.counted_limit);
             }
+            if let Some(r) = renewal.as_mut() {
+                r.copy(&d).await;
+            }
             if report.receiver_gone {
                 // Draining to the end (see `read_all_to_keep_order`): hold, do not decode.
                 continue;
@@ -435,6 +506,11 @@ async fn consume_fifo<T: Send>(
         if report.read < want {
             ch.basic_cancel(consumer.tag(), BasicCancelOptions::default())
                 .await?;
+            *open_consumer = None;
+            // Its originals whose copies are confirmed can go now (see `Renewal`).
+            if let Some(r) = renewal.as_mut() {
+                r.ack_confirmed(ch).await?;
+            }
         }
     }
     Ok(())

@@ -229,11 +229,15 @@ pub fn delivery_limit(
         (Some(a), Some(p)) => Some(a.min(p)),
         (a, p) => a.or(p),
     };
+    let v4 = version.is_none_or(|v| v >= Version(4, 0, 0));
     match explicit {
-        Some(l) if l < 0 => None,
+        // 4.x: a negative limit means none. 3.x compares `count > limit`, so a negative
+        // limit drops (or dead-letters) a message at its first return (seen on 3.10.8).
+        Some(l) if l < 0 && v4 => None,
+        Some(l) if l < 0 => Some(0),
         Some(l) => Some(l),
         // Unknown version: assume the newer default rather than no limit.
-        None if version.is_none_or(|v| v >= Version(4, 0, 0)) => Some(20),
+        None if v4 => Some(20),
         None => None,
     }
 }
@@ -244,47 +248,111 @@ pub struct QueueFacts {
     pub kind: QueueKind,
     pub delivery_limit: Option<i64>,
     pub version: Option<Version>,
+    /// Why the queue cannot be read by renewing it (see `GiveBack::Renew`), if anything.
+    pub renew_blocker: Option<String>,
 }
 
-/// Whether a read may go ahead, and why not when it may not.
+/// What in a queue's arguments or policy makes a renewal unsafe: a message TTL or a length
+/// limit could drop an original or a copy while both are in the queue.
+pub fn renew_blocker(
+    arguments: &Map<String, Value>,
+    policy: &Map<String, Value>,
+) -> Option<String> {
+    let keys = [
+        ("x-message-ttl", "message-ttl"),
+        ("x-max-length", "max-length"),
+        ("x-max-length-bytes", "max-length-bytes"),
+    ];
+    keys.iter().find_map(|(arg, pol)| {
+        if arguments.contains_key(*arg) {
+            Some(format!("it has the argument {arg}"))
+        } else {
+            policy
+                .contains_key(*pol)
+                .then(|| format!("its policy sets {pol}"))
+        }
+    })
+}
+
+/// How a read gives the messages it held back to the queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GiveBack {
+    /// Close the channel: every held message goes back to its place. Counts toward a quorum
+    /// queue's delivery limit, so used where there is no limit (or with `--force`).
+    Close,
+    /// `basic.nack(multiple, requeue)`, then close: RabbitMQ 4.3+ does not count a nack
+    /// toward a quorum queue's delivery limit.
+    Nack,
+    /// Publish a confirmed copy of each held message at the tail of the queue (every
+    /// property and header kept, the broker's delivery count dropped) and acknowledge the
+    /// original: the copies start again at delivery count 0, in the original order. For
+    /// quorum queues whose broker counts every return (before 4.3).
+    Renew,
+}
+
+/// Whether a read may go ahead, and how it gives messages back; why not when it may not.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ReadVerdict {
-    Safe,
-    /// Allowed only with `--force`; the text says why.
+    Safe(GiveBack),
+    /// Allowed only with `--force` (then given back by closing); the text says why.
     Risky(String),
 }
 
-/// The quorum-queue rule: reading hands every message back by closing the channel, which
-/// adds 1 to each message's delivery count on every RabbitMQ version, and a message given
-/// back more than `limit` times is dropped or dead-lettered again. dlq cannot see a
-/// message's count without delivering it (and delivering it is what counts), so reading a
-/// quorum queue with a delivery limit is risky, and so is a queue whose type is unknown.
-/// (RabbitMQ 4.3 does not count `basic.nack(requeue)`, but on 3.10 such a nack moves a
-/// quorum queue's messages to its back, so dlq does not use it.)
-pub fn read_verdict(queue: &str, facts: &QueueFacts) -> ReadVerdict {
-    match facts.kind {
-        QueueKind::Classic | QueueKind::Stream => ReadVerdict::Safe,
-        QueueKind::Unknown => ReadVerdict::Risky(format!(
-            "cannot check the type of queue {queue:?} without the management API; if it is a \
-             quorum queue with a delivery limit, reading it can push messages over that limit \
-             and the broker drops or dead-letters them"
-        )),
-        QueueKind::Quorum => match facts.delivery_limit {
-            Some(limit) => {
-                let version = facts
-                    .version
-                    .map(|v| format!("RabbitMQ {v}"))
-                    .unwrap_or_else(|| "this RabbitMQ (version unknown)".into());
-                ReadVerdict::Risky(format!(
-                    "{queue:?} is a quorum queue with delivery limit {limit}: {version} adds 1 to \
-                     a message's delivery count each time a reader gives it back, and a message \
-                     given back more than {limit} times is dropped or dead-lettered again; dlq \
-                     cannot see the counts without reading"
-                ))
-            }
-            None => ReadVerdict::Safe,
-        },
+/// Why a queue cannot be renewed now: its arguments or policy, or consumers that could take
+/// a copy before dlq acknowledged its original.
+pub fn why_not_renewed(facts: &QueueFacts, consumers: u32) -> Option<String> {
+    match (&facts.renew_blocker, consumers) {
+        (Some(b), _) => Some(b.clone()),
+        (None, 0) => None,
+        (None, n) => Some(format!("it has {n} consumer(s)")),
     }
+}
+
+/// RabbitMQ 4.3 stopped counting `basic.nack(requeue)` toward the delivery limit.
+const NACK_NOT_COUNTED: Version = Version(4, 3, 0);
+
+/// The quorum-queue rule. Giving a held message back by closing the channel adds 1 to its
+/// delivery count on every RabbitMQ version, and a message given back more than `limit`
+/// times is dropped or dead-lettered again (RabbitMQ 4.x gives every quorum queue a limit
+/// of 20). So a quorum queue with a limit is read:
+/// - on 4.3+, giving back with `basic.nack(requeue)`, which 4.3 does not count;
+/// - before 4.3 (or version unknown), by renewing it (`GiveBack::Renew`), which needs a
+///   queue nobody else consumes and with no TTL or length limit;
+/// - otherwise not without `--force`.
+///
+/// (`basic.nack` is not used before 4.3: it counts there too, and on 3.10 it moves quorum
+/// messages to the back of the queue.) A queue whose type is unknown is risky.
+pub fn read_verdict(queue: &str, facts: &QueueFacts, consumers: u32) -> ReadVerdict {
+    let limit = match (facts.kind, facts.delivery_limit) {
+        (QueueKind::Classic | QueueKind::Stream, _) | (QueueKind::Quorum, None) => {
+            return ReadVerdict::Safe(GiveBack::Close);
+        }
+        (QueueKind::Unknown, _) => {
+            return ReadVerdict::Risky(format!(
+                "cannot check the type of queue {queue:?} without the management API; if it is a \
+                 quorum queue with a delivery limit, reading it can push messages over that limit \
+                 and the broker drops or dead-letters them"
+            ));
+        }
+        (QueueKind::Quorum, Some(limit)) => limit,
+    };
+    if facts.version.is_some_and(|v| v >= NACK_NOT_COUNTED) {
+        return ReadVerdict::Safe(GiveBack::Nack);
+    }
+    let Some(blocker) = why_not_renewed(facts, consumers) else {
+        return ReadVerdict::Safe(GiveBack::Renew);
+    };
+    let version = facts
+        .version
+        .map(|v| format!("RabbitMQ {v}"))
+        .unwrap_or_else(|| "this RabbitMQ (version unknown)".into());
+    ReadVerdict::Risky(format!(
+        "{queue:?} is a quorum queue with delivery limit {limit}: {version} adds 1 to a \
+         message's delivery count each time a reader gives it back, and a message given back \
+         more than {limit} times is dropped or dead-lettered again. dlq reads such a queue by \
+         renewing it (confirmed copies at the tail, originals acknowledged), but not now: \
+         {blocker}"
+    ))
 }
 
 /// One dead-letter queue and what feeds it.
@@ -302,6 +370,29 @@ pub struct Dlq {
 pub struct Topology {
     pub dlqs: Vec<Dlq>,
     pub warnings: Vec<String>,
+    /// Queues recognised as retry or delay hops (`is_hop`), sorted: what they dead-letter
+    /// into is a work queue, not a DLQ.
+    pub hops: Vec<String>,
+}
+
+/// A queue whose dead-lettering is a scheduled hop back to work, not a death: Celery's
+/// delayed-delivery queues (by name, prefixed or not), or a wait queue with a message TTL
+/// and no consumer of its own whose every target is consumed (a TTL retry loop).
+fn is_hop(
+    q: &ApiQueue,
+    policy: &Map<String, Value>,
+    targets: &BTreeSet<String>,
+    consumers: &BTreeMap<&str, u64>,
+) -> bool {
+    if super::death::is_delay_hop(&q.name) {
+        return true;
+    }
+    let ttl = q.arguments.contains_key("x-message-ttl") || policy.contains_key("message-ttl");
+    ttl && q.consumers == Some(0)
+        && !targets.is_empty()
+        && targets
+            .iter()
+            .all(|t| consumers.get(t.as_str()).is_some_and(|&n| n > 0))
 }
 
 /// Topic matching as RabbitMQ does it: words split on `.`, `*` one word, `#` zero or more.
@@ -374,8 +465,13 @@ pub fn discover(
         .map(|e| (e.name.as_str(), e.kind.as_str()))
         .collect();
     let names: BTreeSet<&str> = queues.iter().map(|q| q.name.as_str()).collect();
+    let consumers: BTreeMap<&str, u64> = queues
+        .iter()
+        .map(|q| (q.name.as_str(), q.consumers.unwrap_or(0)))
+        .collect();
     let mut fed: BTreeMap<String, (BTreeSet<String>, BTreeSet<String>)> = BTreeMap::new();
     let mut warnings = Vec::new();
+    let mut hops = Vec::new();
     for (q, policy) in queues.iter().zip(policies) {
         let Some(target) = dead_letter_target(&q.arguments, policy) else {
             continue;
@@ -422,6 +518,10 @@ pub fn discover(
                 ));
             }
         }
+        if is_hop(q, policy, &reached, &consumers) {
+            hops.push(q.name.clone());
+            continue;
+        }
         for dlq in reached {
             let e = fed.entry(dlq).or_default();
             e.0.insert(q.name.clone());
@@ -442,6 +542,7 @@ pub fn discover(
             })
             .collect(),
         warnings,
+        hops,
     }
 }
 
@@ -490,6 +591,65 @@ mod tests {
         assert!(!topic_matches("a.b", "a.c"));
         assert!(topic_matches("*", "x"));
         assert!(!topic_matches("*", "x.y"));
+    }
+
+    #[test]
+    fn hops_feed_work_queues_not_dlqs() {
+        let with = |mut q: ApiQueue, consumers| {
+            q.consumers = Some(consumers);
+            q
+        };
+        let queues = vec![
+            // Celery 5.7's delayed delivery, prefixed, into the work queue `celery` (no worker).
+            with(
+                queue(
+                    "app1_celery_delayed_0",
+                    json!({"x-message-ttl": 1000, "x-dead-letter-exchange": "app1_celery_delayed_delivery"}),
+                ),
+                0,
+            ),
+            with(queue("celery", json!({})), 0),
+            // A TTL retry loop back into a consumed queue, and that queue's real DLQ.
+            with(
+                queue(
+                    "orders.wait",
+                    json!({"x-message-ttl": 5000, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders"}),
+                ),
+                0,
+            ),
+            with(
+                queue(
+                    "orders",
+                    json!({"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders.dlq"}),
+                ),
+                2,
+            ),
+            with(queue("orders.dlq", json!({})), 0),
+            // A TTL queue expiring into an unconsumed queue: that one is a DLQ.
+            with(
+                queue(
+                    "offers",
+                    json!({"x-message-ttl": 5000, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "offers.expired"}),
+                ),
+                0,
+            ),
+            with(queue("offers.expired", json!({})), 0),
+        ];
+        let bindings = vec![binding(
+            "app1_celery_delayed_delivery",
+            "celery",
+            "#.celery",
+        )];
+        let exchanges = vec![exchange("app1_celery_delayed_delivery", "topic")];
+        let t = discover(
+            &queues,
+            &vec![Map::new(); queues.len()],
+            &bindings,
+            &exchanges,
+        );
+        let names: Vec<&str> = t.dlqs.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["offers.expired", "orders.dlq"]);
+        assert_eq!(t.hops, ["app1_celery_delayed_0", "orders.wait"]);
     }
 
     #[test]
@@ -634,43 +794,66 @@ mod tests {
         assert_eq!(delivery_limit(&none, &none, None), Some(20));
         assert_eq!(delivery_limit(&arg5, &none, v310), Some(5));
         assert_eq!(delivery_limit(&arg5, &pol3, v310), Some(3));
-        assert_eq!(
-            delivery_limit(&map(json!({"x-delivery-limit": -1})), &none, v41),
-            None
-        );
+        let minus1 = map(json!({"x-delivery-limit": -1}));
+        assert_eq!(delivery_limit(&minus1, &none, v41), None);
+        assert_eq!(delivery_limit(&minus1, &none, v310), Some(0));
         let facts = |kind, limit, version| QueueFacts {
             kind,
             delivery_limit: limit,
             version,
+            renew_blocker: None,
         };
+        let close = ReadVerdict::Safe(GiveBack::Close);
+        let renew = ReadVerdict::Safe(GiveBack::Renew);
         assert_eq!(
-            read_verdict("q", &facts(QueueKind::Classic, None, v310)),
-            ReadVerdict::Safe
+            read_verdict("q", &facts(QueueKind::Classic, None, v310), 0),
+            close
         );
         assert_eq!(
-            read_verdict("q", &facts(QueueKind::Quorum, None, v310)),
-            ReadVerdict::Safe
+            read_verdict("q", &facts(QueueKind::Quorum, None, v310), 0),
+            close
+        );
+        // Every return counts before 4.3: renewed, unless something else reads the queue.
+        assert_eq!(
+            read_verdict("q", &facts(QueueKind::Quorum, Some(5), v310), 0),
+            renew
+        );
+        assert_eq!(
+            read_verdict("q", &facts(QueueKind::Quorum, Some(20), v41), 0),
+            renew
+        );
+        assert_eq!(
+            read_verdict("q", &facts(QueueKind::Quorum, Some(20), None), 0),
+            renew
         );
         assert!(matches!(
-            read_verdict("q", &facts(QueueKind::Quorum, Some(5), v310)),
+            read_verdict("q", &facts(QueueKind::Quorum, Some(5), v310), 2),
             ReadVerdict::Risky(m) if m.contains("delivery limit 5") && m.contains("3.10.8")
+                && m.contains("2 consumer(s)")
         ));
+        let mut ttl = facts(QueueKind::Quorum, Some(20), v41);
+        ttl.renew_blocker = renew_blocker(&map(json!({"x-message-ttl": 1000})), &none);
         assert!(matches!(
-            read_verdict("q", &facts(QueueKind::Quorum, Some(20), v41)),
-            ReadVerdict::Risky(_)
+            read_verdict("q", &ttl, 0),
+            ReadVerdict::Risky(m) if m.contains("x-message-ttl")
         ));
-        // dlq gives messages back by closing its channel, which 4.3 counts too.
+        assert_eq!(
+            renew_blocker(&none, &map(json!({"max-length": 10}))).as_deref(),
+            Some("its policy sets max-length")
+        );
+        assert_eq!(renew_blocker(&arg5, &pol3), None);
+        // 4.3 does not count a nack.
+        assert_eq!(
+            read_verdict("q", &facts(QueueKind::Quorum, Some(20), v43), 3),
+            ReadVerdict::Safe(GiveBack::Nack)
+        );
         assert!(matches!(
-            read_verdict("q", &facts(QueueKind::Quorum, Some(20), v43)),
-            ReadVerdict::Risky(_)
-        ));
-        assert!(matches!(
-            read_verdict("q", &facts(QueueKind::Unknown, None, None)),
+            read_verdict("q", &facts(QueueKind::Unknown, None, None), 0),
             ReadVerdict::Risky(m) if m.contains("management API")
         ));
         assert_eq!(
-            read_verdict("q", &facts(QueueKind::Stream, Some(1), v310)),
-            ReadVerdict::Safe
+            read_verdict("q", &facts(QueueKind::Stream, Some(1), v310), 0),
+            close
         );
     }
 

@@ -84,6 +84,12 @@ pub struct QueueSummary {
     pub fed_by: Vec<String>,
     pub via: Vec<String>,
     pub delivery_limit: Option<i64>,
+    /// Why the queue cannot be read by renewing it (`topology::renew_blocker`).
+    pub renew_blocker: Option<String>,
+    /// The broker's version, from the management API.
+    pub version: Option<Version>,
+    /// What the sample's read did that the user must hear (a renewal, delivery counts).
+    pub notes: Vec<String>,
     /// Found by topology discovery (else only named).
     pub discovered: bool,
     pub sample: Sample,
@@ -157,16 +163,20 @@ pub async fn list(settings: &Settings, opts: &ListOptions) -> Result<Listing> {
     let api = match api {
         Ok(v) => {
             // Celery's own delayed delivery (5.5+, quorum queues) is a chain of TTL hops that
-            // dead-letter into each other: not dead-letter queues anyone must watch.
-            let hops = v
-                .topology
-                .dlqs
-                .iter()
-                .filter(|d| is_delay_hop(&d.name))
-                .count();
-            if hops > 0 {
+            // dead-letter into each other and into the work queues; a TTL wait queue that
+            // dead-letters back into consumed queues is a retry loop. Neither feeds a DLQ.
+            let (delay, retry): (Vec<&String>, Vec<&String>) =
+                v.topology.hops.iter().partition(|h| is_delay_hop(h));
+            if !delay.is_empty() {
                 listing.remarks.push(format!(
-                    "Celery's delayed-delivery queues were recognised ({hops} celery_delayed_* queue(s)): they are TTL hops of countdown/eta tasks, not dead-letter queues, and are not listed"
+                    "Celery's delayed-delivery queues were recognised ({} celery_delayed_* queue(s)): they are TTL hops of countdown/eta tasks into the work queues, not dead-letter queues; neither they nor the queues they feed are listed as DLQs",
+                    delay.len()
+                ));
+            }
+            if !retry.is_empty() {
+                listing.remarks.push(format!(
+                    "retry queues recognised (a message TTL, no consumer, dead-lettering back into consumed queues): {}; the queues they feed are work queues, not listed as DLQs",
+                    retry.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
                 ));
             }
             let mut excluded = 0;
@@ -235,7 +245,10 @@ pub async fn list(settings: &Settings, opts: &ListOptions) -> Result<Listing> {
             .await
             .map_err(|e| anyhow::anyhow!("listing task failed: {e}"))??
         {
-            Ok(s) => listing.queues.push(s),
+            Ok(s) => {
+                listing.warnings.extend(s.notes.iter().cloned());
+                listing.queues.push(s)
+            }
             Err(missing) => listing.missing.push(missing),
         }
     }
@@ -286,6 +299,7 @@ async fn summarize(
         kind,
         delivery_limit,
         version,
+        renew_blocker: entry.and_then(|(q, policy)| topology::renew_blocker(&q.arguments, policy)),
     };
     let stream_messages = entry.and_then(|(q, _)| q.messages);
     let ready = match kind {
@@ -297,6 +311,7 @@ async fn summarize(
         facts: facts.clone(),
         depth,
     };
+    let mut notes = Vec::new();
     let sample = if sample_size == 0 {
         Sample::Skipped("sampling disabled (--sample 0)".into())
     } else if ready == 0 && kind != QueueKind::Stream {
@@ -306,21 +321,26 @@ async fn summarize(
             oldest: None,
         }
     } else {
-        match topology::read_verdict(&name, &facts) {
+        match topology::read_verdict(&name, &facts, depth.consumers) {
             ReadVerdict::Risky(_) if kind == QueueKind::Unknown => {
                 Sample::Skipped("not sampled: queue type unknown without the management API".into())
             }
             ReadVerdict::Risky(_) => Sample::Skipped(format!(
-                "not sampled: reading would add to delivery counts (limit {})",
-                delivery_limit.unwrap_or_default()
+                "not sampled: reading would add to delivery counts (limit {}) and it cannot be renewed: {}",
+                delivery_limit.unwrap_or_default(),
+                topology::why_not_renewed(&facts, depth.consumers).unwrap_or_default()
             )),
             // A partial read would reorder a quorum queue (see `read_all_to_keep_order`).
-            ReadVerdict::Safe if kind == QueueKind::Quorum && ready > sample_size => {
+            ReadVerdict::Safe(_) if kind == QueueKind::Quorum && ready > sample_size => {
                 Sample::Skipped(format!(
                     "not sampled: a quorum queue is read whole to keep its order, and it holds more than the sample size {sample_size} (--sample)"
                 ))
             }
-            ReadVerdict::Safe => sample(conn, ch.take(), &checked, sample_size, opts).await?,
+            ReadVerdict::Safe(_) => {
+                let (read, said) = sample(conn, ch.take(), &checked, sample_size, opts).await?;
+                notes = said;
+                read
+            }
         }
     };
     if let Some(ch) = ch {
@@ -335,6 +355,9 @@ async fn summarize(
         fed_by: place.fed_by,
         via: place.via,
         delivery_limit,
+        renew_blocker: facts.renew_blocker,
+        version,
+        notes,
         discovered: place.discovered,
         sample,
     }))
@@ -348,7 +371,7 @@ async fn sample(
     checked: &Checked,
     size: u64,
     opts: &ListOptions,
-) -> Result<Sample> {
+) -> Result<(Sample, Vec<String>)> {
     type Item = (Option<String>, Option<DateTime<Utc>>);
     let spec = ReadSpec::for_checked(checked, Some(size));
     let (tx, mut rx) = mpsc::channel::<Result<Item>>(64);
@@ -380,11 +403,13 @@ async fn sample(
     let report = report?;
     let mut reasons: Vec<(String, u64)> = reasons.into_iter().collect();
     reasons.sort();
-    Ok(Sample::Read {
+    let notes = report.warnings(checked);
+    let read = Sample::Read {
         read: report.read,
         reasons,
         oldest,
-    })
+    };
+    Ok((read, notes))
 }
 
 #[cfg(test)]

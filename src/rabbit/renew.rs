@@ -1,0 +1,158 @@
+//! Reading a quorum queue without bringing its messages closer to the delivery limit.
+//!
+//! Before RabbitMQ 4.3 every return of a quorum message counts toward the queue's delivery
+//! limit (20 by default from 4.0), whatever the protocol: 20 peeks drop a DLQ. So such a read
+//! renews the queue instead of giving messages back (`GiveBack::Renew`): each held message
+//! is published again to the queue, through the default exchange, with confirms; once a
+//! window's copies are confirmed and its consumer cancelled, its originals are acknowledged
+//! (`multiple`). The copies stand at the tail in the original order, with every property and
+//! header, less the broker's own delivery counters (`x-delivery-count`, `x-acquired-count`),
+//! so their count starts again at 0, and they are not flagged redelivered.
+//!
+//! What can go wrong, and what is left:
+//! - A copy not confirmed (nacked, returned, channel lost): its original and every later one
+//!   are given back by closing the channel, counted once; nothing is lost or doubled.
+//! - dlq killed mid-read: the broker gives back the originals not yet acknowledged, and the
+//!   copies confirmed since the last acknowledgement stay too: at most one window and the
+//!   publishes in flight are duplicated, nothing is lost.
+//! - Only for a queue with no consumer and no TTL or length limit (`topology::renew_blocker`),
+//!   where nothing else can remove an original or take a copy.
+
+use super::publish::{Outcome, Outgoing, Pipeline};
+use anyhow::Result;
+use lapin::message::Delivery;
+use lapin::options::BasicAckOptions;
+use lapin::{Channel, Connection};
+
+/// Headers the broker sets at delivery: a copy without them starts counting again.
+const BROKER_COUNTERS: &[&str] = &["x-delivery-count", "x-acquired-count"];
+/// Copies handed to lapin together.
+const FLUSH_EVERY: usize = 64;
+
+/// The copies of one read, in delivery order, and which originals they cover.
+pub(crate) struct Renewal {
+    pipeline: Pipeline<u64>,
+    queue: String,
+    staged: usize,
+    /// Delivery tag of the last original whose copy, and every earlier one, is confirmed.
+    confirmed_upto: Option<u64>,
+    /// Delivery tag up to which originals are acknowledged.
+    acked_upto: Option<u64>,
+    pub(crate) copied: u64,
+    pub(crate) confirmed: u64,
+    /// Why a copy was not confirmed; from then on nothing more is confirmed or acknowledged.
+    failed: Option<String>,
+    audit: crate::audit::Audit,
+}
+
+impl Renewal {
+    /// Opens the confirm channel and writes the audit start record: a renewal changes the
+    /// queue, so none starts without a trace.
+    pub(crate) async fn open(conn: &Connection, queue: &str, ready: u64) -> Result<Renewal> {
+        let mut audit = crate::audit::renewal(queue, uuid::Uuid::new_v4().to_string());
+        audit.start(Some(ready))?;
+        Ok(Renewal {
+            pipeline: Pipeline::open(conn, None).await?,
+            queue: queue.to_string(),
+            staged: 0,
+            confirmed_upto: None,
+            acked_upto: None,
+            copied: 0,
+            confirmed: 0,
+            failed: None,
+            audit,
+        })
+    }
+
+    /// Publishes the copy of one held message (staged; sent every `FLUSH_EVERY`).
+    pub(crate) async fn copy(&mut self, d: &Delivery) {
+        let mut properties = d.properties.clone();
+        if let Some(h) = properties.headers().as_ref() {
+            let mut map = h.inner().clone();
+            for k in BROKER_COUNTERS {
+                map.remove(*k);
+            }
+            properties = properties.with_headers(lapin::types::FieldTable::from(map));
+        }
+        let msg = Outgoing {
+            exchange: String::new(),
+            routing_key: self.queue.clone(),
+            body: d.data.clone(),
+            properties,
+        };
+        self.pipeline.stage(msg, d.delivery_tag);
+        self.copied += 1;
+        self.staged += 1;
+        if self.staged >= FLUSH_EVERY {
+            self.staged = 0;
+            self.pipeline.flush().await;
+        }
+        while let Some((tag, outcome)) = self.pipeline.try_next() {
+            self.settle_one(tag, outcome);
+        }
+    }
+
+    fn settle_one(&mut self, tag: u64, outcome: Result<Outcome>) {
+        if self.failed.is_some() {
+            return;
+        }
+        match outcome {
+            Ok(Outcome::Confirmed) => {
+                self.confirmed += 1;
+                self.confirmed_upto = Some(tag);
+            }
+            Ok(Outcome::Nacked) => self.failed = Some("the broker refused a copy (nack)".into()),
+            Ok(Outcome::Returned { code, text }) => {
+                self.failed = Some(format!("a copy was returned unroutable ({code} {text})"))
+            }
+            Err(e) => self.failed = Some(format!("{e:#}")),
+        }
+    }
+
+    /// Waits for every copy's confirm.
+    pub(crate) async fn settle(&mut self) {
+        while let Some((tag, outcome)) = self.pipeline.next().await {
+            self.settle_one(tag, outcome);
+        }
+    }
+
+    /// Acknowledges the originals whose copies are confirmed. Only once the consumers that
+    /// delivered them are cancelled: an ack gives a live consumer credit for one more
+    /// message, which could be a copy.
+    pub(crate) async fn ack_confirmed(&mut self, ch: &Channel) -> Result<()> {
+        let Some(upto) = self.confirmed_upto.filter(|t| Some(*t) != self.acked_upto) else {
+            return Ok(());
+        };
+        ch.basic_ack(upto, BasicAckOptions { multiple: true })
+            .await?;
+        self.acked_upto = Some(upto);
+        Ok(())
+    }
+
+    /// Messages held whose copy is not confirmed: given back by the channel's close.
+    pub(crate) fn unrenewed(&self, held: u64) -> u64 {
+        held.saturating_sub(self.confirmed)
+    }
+
+    /// The audit end record and what the user must hear.
+    pub(crate) fn finish(mut self, held: u64, error: Option<&anyhow::Error>) -> Vec<String> {
+        let left = self.unrenewed(held);
+        let why = self
+            .failed
+            .clone()
+            .or_else(|| error.map(|e| format!("{e:#}")));
+        self.audit.finish(self.confirmed, left, why.clone());
+        let q = &self.queue;
+        let mut notes = vec![format!(
+            "{q:?}: renewed {} message(s) so that reading does not bring them closer to the delivery limit: each was put back at the tail as a confirmed copy with every property and header (delivery count reset to 0) and the original acknowledged",
+            self.confirmed
+        )];
+        if left > 0 {
+            notes.push(format!(
+                "{q:?}: {left} message(s) were given back instead of renewed (their delivery count went up by 1): {}",
+                why.unwrap_or_else(|| "the read stopped".into())
+            ));
+        }
+        notes
+    }
+}
