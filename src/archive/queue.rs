@@ -239,7 +239,9 @@ async fn archive_and_delete(
             // Nothing is acknowledged: every taken message goes back in place.
             for (taker, _) in taken {
                 let held = taker.taken;
-                taker.release(conn, held).await;
+                for note in taker.release(conn, held).await {
+                    printer.warn(note);
+                }
             }
             return Err(e.context("nothing was deleted from the queues"));
         }
@@ -257,7 +259,9 @@ async fn archive_and_delete(
             }
         }
         let held = taker.taken.saturating_sub(tags.len() as u64);
-        taker.release(conn, held).await;
+        for note in taker.release(conn, held).await {
+            printer.warn(note);
+        }
     }
     bar.finish_and_clear();
     if let Some(w) = selector.warning() {
@@ -300,9 +304,11 @@ async fn take_and_write(
         let outcome: Result<()> = async {
             while let Some(d) = taker.next(conn).await? {
                 if selector.full() {
+                    taker.keep(conn, &d).await?;
                     continue; // hold the rest until the release puts it back
                 }
                 let Some(rec) = record::selected(&q.name, &d, &opts.record, selector) else {
+                    taker.keep(conn, &d).await?;
                     continue;
                 };
                 writer.write(&rec)?;

@@ -257,6 +257,7 @@ async fn read_fifo<T: Send>(
         }
         back = r.unrenewed(report.read);
         report.renewal_notes = r.finish(report.read, result.as_ref().err());
+        super::settle_grace().await;
     } else if spec.give_back == GiveBack::Nack && report.read > 0 {
         // 4.3+: a nack is not counted; the close after it returns anything it missed.
         let _ = ch
@@ -478,7 +479,7 @@ async fn consume_fifo<T: Send>(
                 report.note_delivery_count(delivery_count(&d.properties), spec.counted_limit);
             }
             if let Some(r) = renewal.as_mut() {
-                r.copy(&d).await;
+                r.copy(0, &d).await;
             }
             if report.receiver_gone {
                 // Draining to the end (see `read_all_to_keep_order`): hold, do not decode.

@@ -29,15 +29,18 @@ const BROKER_COUNTERS: &[&str] = &["x-delivery-count", "x-acquired-count"];
 /// Copies handed to lapin together.
 const FLUSH_EVERY: usize = 64;
 
-/// The copies of one read, in delivery order, and which originals they cover.
+/// Where an original is held: the index of its channel (a taker has one per window; a
+/// read has one, index 0) and its delivery tag.
+type Held = (usize, u64);
+
+/// The copies of one read or take, in delivery order, and which originals they cover.
 pub(crate) struct Renewal {
-    pipeline: Pipeline<u64>,
+    pipeline: Pipeline<Held>,
     queue: String,
     staged: usize,
-    /// Delivery tag of the last original whose copy, and every earlier one, is confirmed.
-    confirmed_upto: Option<u64>,
-    /// Delivery tag up to which originals are acknowledged.
-    acked_upto: Option<u64>,
+    /// Originals whose copies are confirmed (in order, with no failure before them) and
+    /// that are not acknowledged yet.
+    to_ack: Vec<Held>,
     pub(crate) copied: u64,
     pub(crate) confirmed: u64,
     /// Why a copy was not confirmed; from then on nothing more is confirmed or acknowledged.
@@ -55,8 +58,7 @@ impl Renewal {
             pipeline: Pipeline::open(conn, None).await?,
             queue: queue.to_string(),
             staged: 0,
-            confirmed_upto: None,
-            acked_upto: None,
+            to_ack: Vec::new(),
             copied: 0,
             confirmed: 0,
             failed: None,
@@ -64,8 +66,8 @@ impl Renewal {
         })
     }
 
-    /// Publishes the copy of one held message (staged; sent every `FLUSH_EVERY`).
-    pub(crate) async fn copy(&mut self, d: &Delivery) {
+    /// Publishes the copy of one message held on `channel` (staged; sent every `FLUSH_EVERY`).
+    pub(crate) async fn copy(&mut self, channel: usize, d: &Delivery) {
         let mut properties = d.properties.clone();
         if let Some(h) = properties.headers().as_ref() {
             let mut map = h.inner().clone();
@@ -80,7 +82,7 @@ impl Renewal {
             body: d.data.clone(),
             properties,
         };
-        self.pipeline.stage(msg, d.delivery_tag);
+        self.pipeline.stage(msg, (channel, d.delivery_tag));
         self.copied += 1;
         self.staged += 1;
         if self.staged >= FLUSH_EVERY {
@@ -92,14 +94,14 @@ impl Renewal {
         }
     }
 
-    fn settle_one(&mut self, tag: u64, outcome: Result<Outcome>) {
+    fn settle_one(&mut self, held: Held, outcome: Result<Outcome>) {
         if self.failed.is_some() {
             return;
         }
         match outcome {
             Ok(Outcome::Confirmed) => {
                 self.confirmed += 1;
-                self.confirmed_upto = Some(tag);
+                self.to_ack.push(held);
             }
             Ok(Outcome::Nacked) => self.failed = Some("the broker refused a copy (nack)".into()),
             Ok(Outcome::Returned { code, text }) => {
@@ -116,16 +118,30 @@ impl Renewal {
         }
     }
 
-    /// Acknowledges the originals whose copies are confirmed. Only once the consumers that
-    /// delivered them are cancelled: an ack gives a live consumer credit for one more
-    /// message, which could be a copy.
+    /// Acknowledges, in one `multiple` ack on the read's channel, the originals whose copies
+    /// are confirmed: a read holds every message on it, and copies are confirmed in order.
+    /// Only once the consumers that delivered them are cancelled: an ack gives a live
+    /// consumer credit for one more message, which could be a copy.
     pub(crate) async fn ack_confirmed(&mut self, ch: &Channel) -> Result<()> {
-        let Some(upto) = self.confirmed_upto.filter(|t| Some(*t) != self.acked_upto) else {
+        let Some(&(_, upto)) = self.to_ack.last() else {
             return Ok(());
         };
         ch.basic_ack(upto, BasicAckOptions { multiple: true })
             .await?;
-        self.acked_upto = Some(upto);
+        self.to_ack.clear();
+        Ok(())
+    }
+
+    /// Acknowledges each original whose copy is confirmed on its own channel: a take holds
+    /// the messages it moves beside those it keeps, so no `multiple`.
+    pub(crate) async fn ack_each(&mut self, channels: &[Channel]) -> Result<()> {
+        for (i, tag) in std::mem::take(&mut self.to_ack) {
+            let ch = channels
+                .get(i)
+                .ok_or_else(|| anyhow::anyhow!("no take channel {i}"))?;
+            ch.basic_ack(tag, BasicAckOptions { multiple: false })
+                .await?;
+        }
         Ok(())
     }
 

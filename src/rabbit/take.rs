@@ -14,6 +14,8 @@
 //! replay of 100,000). Per-window channels bound that walk to one window.
 
 use super::reader::{IDLE, ReadSpec, STALL_LIMIT, still_ready};
+use super::renew::Renewal;
+use super::topology::GiveBack;
 use anyhow::{Result, anyhow, bail};
 use futures_util::{FutureExt, StreamExt};
 use lapin::message::Delivery;
@@ -48,6 +50,13 @@ pub struct Taker {
     current: Option<Current>,
     /// Fewer messages than counted at the start were there to take.
     pub ended_short: bool,
+    /// Kept messages are renewed, not given back (opened at the first `keep`).
+    renews: bool,
+    renewal: Option<Renewal>,
+    /// Ready messages at the start, for the renewal's audit record.
+    ready: u64,
+    /// A quorum queue (or one of unknown type): acknowledgements need `settle_grace`.
+    quorum: bool,
 }
 
 impl Taker {
@@ -63,7 +72,30 @@ impl Taker {
             consumers: 0,
             current: None,
             ended_short: false,
+            renews: spec.give_back == GiveBack::Renew,
+            renewal: None,
+            ready: spec.ready,
+            quorum: spec.read_all_to_keep_order(),
         })
+    }
+
+    /// The caller leaves `d` (just returned by `next`) in the queue. Where giving it back would
+    /// count toward the delivery limit it is renewed; otherwise the release gives it back.
+    pub async fn keep(&mut self, conn: &Connection, d: &Delivery) -> Result<()> {
+        if !self.renews {
+            return Ok(());
+        }
+        if self.renewal.is_none() {
+            self.renewal = Some(Renewal::open(conn, &self.queue, self.ready).await?);
+        }
+        let chan = self.channel_index();
+        let r = self.renewal.as_mut().expect("opened above");
+        r.copy(chan, d).await;
+        // Only originals of cancelled consumers: an ack gives a live one credit (see `renew`).
+        if self.current.as_ref().is_some_and(|c| c.cancelled) || self.current.is_none() {
+            r.ack_each(&self.channels).await?;
+        }
+        Ok(())
     }
 
     fn window(&self) -> u64 {
@@ -212,7 +244,29 @@ impl Taker {
 
     /// Gives back everything not acknowledged (channel close: original positions) and waits
     /// briefly until `held` messages are ready again (a quorum queue requeues asynchronously).
-    pub async fn release(self, conn: &Connection, held: u64) {
+    /// The kept messages of a renewing take are renewed first; returns what the user must hear
+    /// of that.
+    pub async fn release(mut self, conn: &Connection, held: u64) -> Vec<String> {
+        let mut notes = Vec::new();
+        let mut held = held;
+        if let Some(mut r) = self.renewal.take() {
+            if let Some(cur) = self.current.take().filter(|c| !c.cancelled)
+                && let Some(ch) = self.channels.last()
+            {
+                let _ = ch
+                    .basic_cancel(cur.consumer.tag(), BasicCancelOptions::default())
+                    .await;
+            }
+            r.settle().await;
+            let acked = r.ack_each(&self.channels).await;
+            let renewed = if acked.is_ok() { r.confirmed } else { 0 };
+            held = held.saturating_sub(renewed);
+            let copied = r.copied;
+            notes = r.finish(copied, acked.err().as_ref());
+        }
+        if self.quorum && held < self.taken {
+            super::settle_grace().await;
+        }
         // Oldest first: a quorum queue appends returned messages in the order they come back.
         for ch in &self.channels {
             let _ = tokio::time::timeout(
@@ -225,15 +279,16 @@ impl Taker {
             .await;
         }
         if held == 0 {
-            return;
+            return notes;
         }
         let deadline = tokio::time::Instant::now() + super::reader::give_back_wait(held);
         while tokio::time::Instant::now() < deadline {
             match super::passive_declare(conn, &self.queue).await {
-                Ok(Some(d)) if u64::from(d.ready) >= held => return,
+                Ok(Some(d)) if u64::from(d.ready) >= held => return notes,
                 Ok(Some(_)) => tokio::time::sleep(Duration::from_millis(10)).await,
-                _ => return,
+                _ => return notes,
             }
         }
+        notes
     }
 }

@@ -115,10 +115,17 @@ impl Routes {
 }
 
 /// Gives back everything the takers hold and not acknowledged (`acked` per DLQ, may be empty).
-async fn release_all(conn: &lapin::Connection, takers: Vec<Taker>, acked: &[u64]) {
+async fn release_all(
+    conn: &lapin::Connection,
+    printer: &Printer,
+    takers: Vec<Taker>,
+    acked: &[u64],
+) {
     for (i, t) in takers.into_iter().enumerate() {
         let held = t.taken.saturating_sub(acked.get(i).copied().unwrap_or(0));
-        t.release(conn, held).await;
+        for note in t.release(conn, held).await {
+            printer.warn(note);
+        }
     }
 }
 
@@ -242,7 +249,7 @@ pub async fn run(settings: &Settings, printer: &Printer, mut opts: Options) -> R
     .await;
     if !matches!(gated, Ok(None)) {
         // Stopped at the gate (or the audit log refused the run): give everything back.
-        release_all(&conn, taken.takers, &[]).await;
+        release_all(&conn, printer, taken.takers, &[]).await;
         return gated.map(|exit| exit.unwrap_or(Exit::Ok));
     }
     move_planned(
@@ -347,28 +354,27 @@ async fn take_plan(
         while let Some(d) = taker.next(conn).await? {
             bar.inc(1);
             if selector.full() {
+                taker.keep(conn, &d).await?;
                 continue; // held, and given back at the end like every unselected message
             }
             let Some(rec) = record::selected(&q.name, &d, &opts.record, &mut selector) else {
+                taker.keep(conn, &d).await?;
                 continue;
             };
-            let route = match guarded_route(opts, &rec, &d, &q.name) {
-                Err(why) => {
-                    plan.refused.push((rec.id, why.to_string()));
-                    continue;
-                }
-                Ok(r) => r,
+            let decided = match guarded_route(opts, &rec, &d, &q.name) {
+                Err(why) => Err(why.to_string()),
+                Ok(route) => match gate.allows(d.properties.headers().as_ref(), &route).await {
+                    Err(why) => Err(why),
+                    Ok(()) => edit_of(opts, &rec).map(|edit| (route, edit)),
+                },
             };
-            if let Err(why) = gate.allows(d.properties.headers().as_ref(), &route).await {
-                plan.refused.push((rec.id, why));
-                continue;
-            }
-            let edit = match edit_of(opts, &rec) {
-                Ok(e) => e,
+            let (route, edit) = match decided {
                 Err(why) => {
                     plan.refused.push((rec.id, why));
+                    taker.keep(conn, &d).await?;
                     continue;
                 }
+                Ok(decided) => decided,
             };
             plan.take(&q.name, &rec, &route, edit.as_ref());
             let stored = record::stored_properties(&d.properties);
@@ -385,8 +391,10 @@ async fn take_plan(
                     &rec, &q.name, &route, &props, &body, replays,
                 ))?;
             }
-            // A dry run moves nothing: nothing to hold.
-            if holding.single_pass && !opts.common.safety.dry_run {
+            // A dry run moves nothing: nothing to hold, and every message stays.
+            if opts.common.safety.dry_run {
+                taker.keep(conn, &d).await?;
+            } else if holding.single_pass {
                 let props = requeue::prepare(&stored, &stamp, &publish_ids.next())
                     .ok()
                     .map(edited);
@@ -433,7 +441,7 @@ async fn plan_gate(
         }
     }
     if !missing.is_empty() {
-        release_all(conn, std::mem::take(&mut taken.takers), &[]).await;
+        release_all(conn, printer, std::mem::take(&mut taken.takers), &[]).await;
         return Err(usage(format!(
             "destination queue(s) {} do not exist: nothing was moved (declare them or pass --to-queue)",
             missing.join(", ")
@@ -544,7 +552,7 @@ async fn move_planned(
         }
     } else {
         // The plan did not fit in memory: give everything back, then read again.
-        release_all(conn, std::mem::take(&mut takers), &[]).await;
+        release_all(conn, printer, std::mem::take(&mut takers), &[]).await;
     }
     let mut canary_ok = true;
     if let Some(n) = opts.canary {
@@ -583,7 +591,7 @@ async fn move_planned(
     drop(mover);
     drop(held);
     printer.debug(2, "replay: giving back what was not moved");
-    release_all(conn, takers, &acked).await;
+    release_all(conn, printer, takers, &acked).await;
     bar.finish_and_clear();
     signals.abort();
     printer.debug(2, "replay: closing the connection");
@@ -1005,11 +1013,13 @@ impl Mover<'_> {
                 let (id, route, props, body) = match self.prepare_move(&q.name, &d, &stamp).await {
                     None => {
                         self.acks.not_moved(qi, chan);
+                        self.keep(&mut taker, &d, &q.name).await;
                         continue;
                     }
                     Some(Err((id, why))) => {
                         self.acks.not_moved(qi, chan);
                         self.report.fail(id, why);
+                        self.keep(&mut taker, &d, &q.name).await;
                         continue;
                     }
                     Some(Ok(moving)) => moving,
@@ -1047,9 +1057,21 @@ impl Mover<'_> {
                 2,
                 format!("replay: {:?}: giving back {held} not moved", q.name),
             );
-            taker.release(self.conn, held).await;
+            for note in taker.release(self.conn, held).await {
+                self.printer.warn(note);
+            }
         }
         Ok(moved)
+    }
+
+    /// Leaves a message in its DLQ (renewed where a give-back would count; see `Taker::keep`).
+    /// A failure stops the replay: what is held goes back on release.
+    async fn keep(&mut self, taker: &mut Taker, d: &lapin::message::Delivery, queue: &str) {
+        if let Err(e) = taker.keep(self.conn, d).await
+            && self.report.stopped.is_none()
+        {
+            self.report.stopped = Some(format!("renewing {queue:?}: {e:#}"));
+        }
     }
 
     /// Where a delivery goes, with which properties and (edited by --transform) body: `None`
