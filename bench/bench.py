@@ -297,6 +297,10 @@ class Dlq:
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("DLQ_") and k not in ("DATABASE_URL", "AMQP_URL")}
         env.update(XDG_CONFIG_HOME=self.confdir, NO_COLOR="1", COLUMNS="200")
+        # dlq derives the management API from the AMQP host on port 15672: a management URL
+        # given to the benchmarks (another broker's port) is given to dlq as well.
+        if "BENCH_MANAGEMENT_URL" in os.environ:
+            env["DLQ_MANAGEMENT_URL"] = MGMT_URL + "/"
         self.env = env
 
     def __call__(self, *args: str, timeout: float | None = None) -> Proc:

@@ -13,13 +13,19 @@ import uuid
 from celery import Celery
 from celery.exceptions import Reject
 
-app = Celery("dlq_test_tasks", broker=os.environ.get("DLQ_TEST_BROKER", "amqp://guest:guest@127.0.0.1:5672//"))
+app = Celery("dlq_test_tasks", broker=os.environ.get(
+    "DLQ_TEST_BROKER",
+    f"amqp://guest:guest@127.0.0.1:{os.environ.get('DLQ_TEST_AMQP_PORT') or 5672}//",
+))
 app.conf.update(
     task_serializer="json",
     accept_content=["json"],
     worker_hijack_root_logger=False,
     broker_connection_retry_on_startup=True,
 )
+# Apps sharing a vhost keep their remote control apart with their own control_exchange.
+if os.environ.get("DLQ_TEST_CONTROL_EXCHANGE"):
+    app.conf.control_exchange = os.environ["DLQ_TEST_CONTROL_EXCHANGE"]
 
 # A worker queue that dead-letters (what Celery itself cannot configure as a DLQ): the test
 # names the queue and its dead-letter exchange.

@@ -10,7 +10,10 @@ from celery import Celery
 
 from dlq_test_tasks import _record
 
-app = Celery("redis_tasks", broker=os.environ.get("DLQ_TEST_BROKER", "redis://127.0.0.1:6379/0"))
+app = Celery("redis_tasks", broker=os.environ.get(
+    "DLQ_TEST_BROKER",
+    f"redis://127.0.0.1:{os.environ.get('DLQ_TEST_REDIS_PORT') or 6379}/0",
+))
 app.conf.update(
     task_serializer="json",
     accept_content=["json"],
@@ -18,6 +21,16 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     broker_transport_options={"global_keyprefix": os.environ.get("DLQ_TEST_KEYPREFIX", "")},
 )
+# Celery's own Redis priority recipe changes kombu's separator (key and binding names).
+if os.environ.get("DLQ_TEST_SEP"):
+    app.conf.broker_transport_options.update(
+        sep=os.environ["DLQ_TEST_SEP"],
+        priority_steps=list(range(10)),
+        queue_order_strategy="priority",
+    )
+# Apps sharing a broker keep their remote control apart with their own control_exchange.
+if os.environ.get("DLQ_TEST_CONTROL_EXCHANGE"):
+    app.conf.control_exchange = os.environ["DLQ_TEST_CONTROL_EXCHANGE"]
 
 
 @app.task(bind=True, name="processar_pagamento")

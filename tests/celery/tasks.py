@@ -8,7 +8,10 @@ import os
 
 from celery import Celery
 
-app = Celery("tasks", broker=os.environ.get("DLQ_TEST_BROKER", "amqp://guest:guest@127.0.0.1:5672//"))
+app = Celery("tasks", broker=os.environ.get(
+    "DLQ_TEST_BROKER",
+    f"amqp://guest:guest@127.0.0.1:{os.environ.get('DLQ_TEST_AMQP_PORT') or 5672}//",
+))
 app.conf.update(
     task_serializer="json",
     accept_content=["json"],
@@ -17,6 +20,9 @@ app.conf.update(
     # A worker whose remote control is off answers no `celery inspect`.
     worker_enable_remote_control=not os.environ.get("DLQ_TEST_NO_REMOTE_CONTROL"),
 )
+# Apps sharing a vhost keep their remote control apart with their own control_exchange.
+if os.environ.get("DLQ_TEST_CONTROL_EXCHANGE"):
+    app.conf.control_exchange = os.environ["DLQ_TEST_CONTROL_EXCHANGE"]
 
 
 def _record(task, args, kwargs):

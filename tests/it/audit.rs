@@ -336,7 +336,7 @@ async fn an_unwritable_audit_log_refuses_the_run() {
 
 async fn management(method: reqwest::Method, path: &str, body: Option<Value>) {
     let mut req = reqwest::Client::new()
-        .request(method, format!("{}/{path}", crate::broker::API))
+        .request(method, format!("{}/{path}", crate::target::api()))
         .basic_auth("guest", Some("guest"));
     if let Some(b) = body {
         req = req.json(&b);
@@ -366,7 +366,7 @@ async fn no_audit_record_holds_a_password_given_on_the_command_line() {
     )
     .await;
     let (_dir, log) = log_path();
-    let url = format!("amqp://{user}:{SECRET}@127.0.0.1:5672/{vhost}");
+    let url = crate::target::amqp_url_as(&user, SECRET, &vhost);
     let flag = format!("--amqp-url={url}");
     let log_s = log.to_str().unwrap();
     Dlq::new()

@@ -55,6 +55,9 @@ async fn thirty_bad_inputs_change_nothing() {
     let q = queue.as_str();
     let (t, tp) = (truncated.to_str().unwrap(), tampered.to_str().unwrap());
     let (bc, ar) = (bad_cfg.to_str().unwrap(), archive.to_str().unwrap());
+    let http_url = format!("http://guest:guest@{}/", crate::target::amqp_addr());
+    let wrong_password = crate::target::amqp_url_as("guest", "Wr0ngPass", "%2f");
+    let no_vhost = crate::target::amqp_url("no-such-vhost");
     let cases = vec![
         // URLs
         case(
@@ -93,7 +96,7 @@ async fn thirty_bad_inputs_change_nothing() {
         case(
             &[
                 "--amqp-url",
-                "http://guest:guest@127.0.0.1:5672/",
+                &http_url,
                 "replay",
                 "--no-worker-check",
                 "--to-queue",
@@ -112,7 +115,7 @@ async fn thirty_bad_inputs_change_nothing() {
         case(
             &[
                 "--amqp-url",
-                "amqp://guest:Wr0ngPass@127.0.0.1:5672/%2f",
+                &wrong_password,
                 "replay",
                 "--no-worker-check",
                 "--to-queue",
@@ -125,7 +128,7 @@ async fn thirty_bad_inputs_change_nothing() {
         case(
             &[
                 "--amqp-url",
-                "amqp://guest:guest@127.0.0.1:5672/no-such-vhost",
+                &no_vhost,
                 "replay",
                 "--no-worker-check",
                 "--to-queue",

@@ -29,6 +29,20 @@ fn bench_smoke() {
     if let Ok(pg) = std::env::var("DLQ_TEST_PG_URL") {
         cmd.env("BENCH_PG_URL", pg);
     }
+    // The broker generation under test (crate::target), where it is not the benchmarks' default.
+    use crate::target as t;
+    if t::amqp_port() != t::DEFAULT_AMQP_PORT {
+        cmd.env(
+            "BENCH_AMQP_URL",
+            format!("amqp://guest:guest@{}", t::amqp_addr()),
+        );
+    }
+    if t::api_port() != t::DEFAULT_API_PORT {
+        cmd.env("BENCH_MANAGEMENT_URL", format!("http://{}", t::api_addr()));
+    }
+    if t::redis_port() != t::DEFAULT_REDIS_PORT {
+        cmd.env("BENCH_REDIS_URL", t::redis_url());
+    }
     let out = cmd.output().expect("run bench/run --smoke");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);

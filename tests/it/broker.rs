@@ -3,6 +3,7 @@
 //! before/after snapshots of a queue. Uses lapin and the management API directly, not dlq.
 
 use crate::common::{Dlq, Run, unique};
+use crate::target::api;
 use futures_util::StreamExt;
 use lapin::options::{
     BasicConsumeOptions, BasicNackOptions, BasicPublishOptions, ConfirmSelectOptions,
@@ -15,7 +16,6 @@ use lapin::{
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-pub const API: &str = "http://127.0.0.1:15672/api";
 const USER: &str = "guest";
 const PASS: &str = "guest";
 
@@ -60,7 +60,7 @@ impl Broker {
             let http = http.clone();
             async move {
                 let r = http
-                    .put(format!("{API}/{path}"))
+                    .put(format!("{}/{path}", api()))
                     .basic_auth(USER, Some(PASS))
                     .json(&body)
                     .send()
@@ -76,7 +76,7 @@ impl Broker {
         )
         .await;
         let conn = Connection::connect(
-            &format!("amqp://{USER}:{PASS}@127.0.0.1:5672/{}", vhost_path(&vhost)),
+            &crate::target::amqp_url_as(USER, PASS, &vhost_path(&vhost)),
             ConnectionProperties::default(),
         )
         .await
@@ -106,10 +106,7 @@ impl Broker {
     }
 
     pub fn amqp_url(&self) -> String {
-        format!(
-            "amqp://{USER}:{PASS}@127.0.0.1:5672/{}",
-            vhost_path(&self.vhost)
-        )
+        crate::target::amqp_url_as(USER, PASS, &vhost_path(&self.vhost))
     }
 
     /// The dlq binary pointed at this test's virtual host.
@@ -421,7 +418,11 @@ impl Broker {
     pub async fn policy(&self, name: &str, pattern: &str, definition: Value) {
         let r = self
             .http
-            .put(format!("{API}/policies/{}/{name}", vhost_path(&self.vhost)))
+            .put(format!(
+                "{}/policies/{}/{name}",
+                api(),
+                vhost_path(&self.vhost)
+            ))
             .basic_auth(USER, Some(PASS))
             .json(&json!({"pattern": pattern, "definition": definition, "apply-to": "queues"}))
             .send()
@@ -439,7 +440,7 @@ impl Broker {
 
 async fn delete_vhost(http: &reqwest::Client, vhost: &str) {
     let _ = http
-        .delete(format!("{API}/vhosts/{}", vhost_path(vhost)))
+        .delete(format!("{}/vhosts/{}", api(), vhost_path(vhost)))
         .basic_auth(USER, Some(PASS))
         .send()
         .await;
@@ -476,7 +477,7 @@ pub async fn empty_vhost_url() -> String {
             ),
         ] {
             let r = http
-                .put(format!("{API}/{path}"))
+                .put(format!("{}/{path}", api()))
                 .basic_auth(USER, Some(PASS))
                 .json(&body)
                 .send()
@@ -484,7 +485,7 @@ pub async fn empty_vhost_url() -> String {
                 .expect("management API reachable");
             assert!(r.status().is_success(), "PUT {path}: {}", r.status());
         }
-        format!("amqp://{USER}:{PASS}@127.0.0.1:5672/{vhost}")
+        crate::target::amqp_url_as(USER, PASS, vhost)
     })
     .await
     .clone()

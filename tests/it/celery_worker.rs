@@ -4,9 +4,12 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-pub const AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+/// guest on the default vhost of the broker under test (crate::target).
+pub fn amqp_url() -> String {
+    crate::target::amqp_url("%2f")
+}
 
-fn python() -> String {
+pub fn python() -> String {
     if let Ok(p) = std::env::var("DLQ_TEST_PYTHON") {
         return p;
     }
@@ -62,7 +65,7 @@ impl CeleryWorker {
         ])
         .current_dir(crate::common::repo_root().join("tests/celery"))
         .env("DLQ_TEST_RECORD", &record)
-        .env("DLQ_TEST_BROKER", "amqp://guest:guest@127.0.0.1:5672//")
+        .env("DLQ_TEST_BROKER", crate::target::amqp_url("/"))
         .stdin(Stdio::null())
         .stdout(log.try_clone().unwrap())
         .stderr(log);
@@ -160,7 +163,7 @@ impl Drop for CeleryWorker {
 }
 
 pub async fn connection() -> lapin::Connection {
-    lapin::Connection::connect(AMQP_URL, lapin::ConnectionProperties::default())
+    lapin::Connection::connect(&amqp_url(), lapin::ConnectionProperties::default())
         .await
         .expect("connect to RabbitMQ")
 }

@@ -293,11 +293,21 @@ impl Dlq {
             std::env::temp_dir().join("dlq-tests-state"),
         );
         cmd.env("COLUMNS", "200");
+        // The broker generation under test, where it is not dlq's default (crate::target).
+        for (k, v) in crate::target::dlq_env() {
+            cmd.env(k, v);
+        }
         Dlq { cmd, stdin: None }
     }
 
     pub fn env(mut self, k: &str, v: &str) -> Dlq {
         self.cmd.env(k, v);
+        self
+    }
+
+    /// Unsets a variable, e.g. the target's `DLQ_AMQP_URL` where a config file names the URL.
+    pub fn env_remove(mut self, k: &str) -> Dlq {
+        self.cmd.env_remove(k);
         self
     }
 
@@ -385,10 +395,14 @@ impl Run {
 }
 
 /// The dlq binary for tests that drive the process themselves (kill -9, signals): like
-/// `Dlq::new()`, its audit trail goes to a scratch directory, never the user's own.
+/// `Dlq::new()`, its audit trail goes to a scratch directory, never the user's own, and it
+/// starts on the broker generation under test.
 pub fn dlq_command() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_dlq"));
     c.env("XDG_STATE_HOME", std::env::temp_dir().join("dlq-it-state"));
+    for (k, v) in crate::target::dlq_env() {
+        c.env(k, v);
+    }
     c
 }
 

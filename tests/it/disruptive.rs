@@ -46,7 +46,10 @@ impl Stopped {
             start: rabbit_start,
             started: false,
         };
-        sh("timeout 90 rabbitmqctl -q stop_app");
+        sh(&format!(
+            "timeout 90 {} -q stop_app",
+            crate::target::rabbitmqctl()
+        ));
         guard
     }
 
@@ -81,13 +84,18 @@ const PG_CTL: &str =
     "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql | head -n1) main";
 
 fn rabbit_start() -> Result<(), String> {
-    if !try_sh("timeout 90 rabbitmqctl -q start_app && rabbitmqctl -q await_startup --timeout 90") {
+    let ctl = crate::target::rabbitmqctl();
+    if !try_sh(&format!(
+        "timeout 90 {ctl} -q start_app && {ctl} -q await_startup --timeout 90"
+    )) {
         return Err("RabbitMQ did not start again".into());
     }
     // The management API and the listeners come up a moment after the app.
-    wait_until("the management API", || {
-        try_sh("curl -fsS -u guest:guest http://127.0.0.1:15672/api/overview >/dev/null")
-    })
+    let overview = format!(
+        "curl -fsS -u guest:guest {}/overview >/dev/null",
+        crate::target::api()
+    );
+    wait_until("the management API", || try_sh(&overview))
 }
 
 fn postgres_start() -> Result<(), String> {

@@ -167,7 +167,7 @@ fn a_server_that_is_not_rabbitmq_is_named_as_such() {
     crate::common::Dlq::new()
         .args(&[
             "--amqp-url",
-            "amqp://guest:guest@127.0.0.1:15672/%2f",
+            &format!("amqp://guest:guest@{}/%2f", crate::target::api_addr()),
             "list",
             "-Q",
             "q",

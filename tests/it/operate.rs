@@ -185,11 +185,13 @@ async fn check_queue_levels_and_queue_unchanged() {
 async fn check_quorum_queue_with_delivery_limit_is_not_read() {
     let b = Broker::new("check-quorum").await;
     let q = "limited.dlq";
+    // A TTL: the queue cannot be read by renewal (quorum_limits.rs has the renewed case).
     b.queue(
         q,
         table(vec![
             ("x-queue-type", ls("quorum")),
             ("x-delivery-limit", lapin::types::AMQPValue::LongInt(3)),
+            ("x-message-ttl", lapin::types::AMQPValue::LongInt(3_600_000)),
         ]),
     )
     .await;
@@ -210,7 +212,11 @@ async fn check_quorum_queue_with_delivery_limit_is_not_read() {
     let s = &j["sources"][0];
     assert_eq!(s["pending"], 1);
     assert!(s["oldest_age_seconds"].is_null());
-    assert!(s["not_read"].as_str().unwrap().contains("delivery counts"));
+    let not_read = s["not_read"].as_str().unwrap();
+    assert!(
+        not_read.contains("delivery counts") && not_read.contains("x-message-ttl"),
+        "{not_read}"
+    );
     // Still judged on depth, which reads nothing.
     let r = b.run(&["check", "-Q", q, "--crit-pending", "0"]).await;
     status(&r, 2, "DLQ CRITICAL - limited.dlq 1 pending (crit 0)");
@@ -653,6 +659,7 @@ async fn metrics_listen_serves_caches_and_refreshes() {
     let child = crate::common::dlq_command()
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .envs(crate::target::dlq_env())
         .env(
             "XDG_CONFIG_HOME",
             std::env::temp_dir().join(unique("dlq-no-config")),

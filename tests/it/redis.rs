@@ -1,17 +1,18 @@
 //! Table replay into a Redis-backed Celery: the real binary, real databases, the shared Redis
-//! (127.0.0.1:6379) and stock Celery workers on it. Every test has its own kombu key prefix
-//! (`global_keyprefix`) and queue, and deletes its keys at the end: tests run in parallel.
+//! (127.0.0.1:6379, or the target's: crate::target) and stock Celery workers on it. Every test
+//! has its own kombu key prefix (`global_keyprefix`) and queue, and deletes its keys at the end:
+//! tests run in parallel.
 
 use crate::celery_worker::CeleryWorker;
 use crate::common::*;
 use crate::per_dialect;
+use crate::target::{redis_addr, redis_url};
 use base64::Engine as _;
 use redis::AsyncTypedCommands as _;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-const REDIS_URL: &str = "redis://127.0.0.1:6379/0";
 const SEP: &str = "\x06\x16";
 
 /// One test's corner of the shared Redis: its key prefix and queue.
@@ -30,8 +31,9 @@ impl Space {
 
     /// The Celery app of tests/celery/redis_tasks.py on this prefix, consuming the queue.
     async fn worker(&self) -> CeleryWorker {
+        let url = redis_url();
         let env = [
-            ("DLQ_TEST_BROKER", REDIS_URL),
+            ("DLQ_TEST_BROKER", url.as_str()),
             ("DLQ_TEST_KEYPREFIX", self.prefix.as_str()),
         ];
         CeleryWorker::start_app("redis_tasks", &self.queue, &env).await
@@ -45,7 +47,7 @@ impl Space {
     }
 
     fn dlq(&self, db: &TestDb, args: &[&str]) -> Run {
-        self.dlq_at(db, REDIS_URL, args)
+        self.dlq_at(db, &redis_url(), args)
     }
 
     fn dlq_at(&self, db: &TestDb, broker: &str, args: &[&str]) -> Run {
@@ -104,11 +106,11 @@ impl Space {
 }
 
 async fn conn() -> redis::aio::MultiplexedConnection {
-    redis::Client::open(REDIS_URL)
+    redis::Client::open(redis_url())
         .unwrap()
         .get_multiplexed_async_connection()
         .await
-        .expect("connect to Redis at 127.0.0.1:6379")
+        .unwrap_or_else(|e| panic!("connect to Redis at {}: {e}", redis_addr()))
 }
 
 async fn marked(db: &TestDb) -> i64 {
@@ -143,7 +145,7 @@ async fn scenario2_on_redis(dialect: Dialect) {
     run.ok();
     let err = run.stderr();
     assert!(err.contains("340 replayed, 0 failed, 0 skipped"), "{err}");
-    assert!(err.contains("redis://127.0.0.1:6379/0"), "{err}");
+    assert!(err.contains(&redis_url()), "{err}");
     let runs = worker.wait_runs(340).await;
     assert_eq!(runs.len(), 340, "each task ran exactly once");
     let mut got = BTreeMap::new();
@@ -425,11 +427,11 @@ async fn refusals() {
     ];
     space.dlq(&db, &exchange).fails(2, "use --to-queue");
     for bad in [
-        "memcached://127.0.0.1:11211",
-        "redis://127.0.0.1:6379/abc",
-        "redis://h:99999/0",
+        "memcached://127.0.0.1:11211".to_owned(),
+        format!("redis://{}/abc", redis_addr()),
+        "redis://h:99999/0".to_owned(),
     ] {
-        let run = space.dlq_at(&db, bad, &to_queue);
+        let run = space.dlq_at(&db, &bad, &to_queue);
         assert_eq!(run.code(), 2, "{bad}: {}", run.stderr());
     }
     assert_eq!(space.waiting().await, 0);
@@ -472,24 +474,26 @@ async fn connection_errors() {
         .await
         .unwrap();
     for url in [
-        format!("redis://{user}:wrong-{secret}@127.0.0.1:6379/0"),
-        format!("redis://:{secret}@127.0.0.1:6379/0"),
-        format!("redis://{user}:{secret}@127.0.0.1:6379/99"),
+        format!("redis://{user}:wrong-{secret}@{}/0", redis_addr()),
+        format!("redis://:{secret}@{}/0", redis_addr()),
+        format!("redis://{user}:{secret}@{}/99", redis_addr()),
     ] {
         let run = space.dlq_at(&db, &url, &args);
         assert_eq!(run.code(), 1, "{}", run.stderr());
         let all = format!("{}{}", run.stdout(), run.stderr());
         assert!(!all.contains(secret), "password shown: {all}");
-        assert!(all.contains("Redis at 127.0.0.1:6379"), "{all}");
+        assert!(all.contains(&format!("Redis at {}", redis_addr())), "{all}");
     }
-    let wrong = space.dlq_at(&db, &format!("redis://{user}:x{secret}@127.0.0.1/0"), &args);
+    // Without a port: kombu's default, 6379 (named where the target's Redis is elsewhere).
+    let host = crate::target::redis_host_default_port();
+    let wrong = space.dlq_at(&db, &format!("redis://{user}:x{secret}@{host}/0"), &args);
     wrong.fails(1, "refused the credentials (AUTH)");
-    let db99 = space.dlq_at(&db, &format!("redis://{user}:{secret}@127.0.0.1/99"), &args);
+    let db99 = space.dlq_at(&db, &format!("redis://{user}:{secret}@{host}/99"), &args);
     db99.fails(1, "cannot select database 99");
     assert_eq!(marked(&db).await, 0);
     let good = space.dlq_at(
         &db,
-        &format!("redis://{user}:{secret}@127.0.0.1:6379/0"),
+        &format!("redis://{user}:{secret}@{}/0", redis_addr()),
         &args,
     );
     good.ok();
@@ -540,7 +544,7 @@ async fn kill_mid_run_leaves_at_most_a_window() {
         )
         .env("DLQ_DATABASE_URL", &db.url)
         .env("DLQ_TABLE", &db.table)
-        .env("DLQ_BROKER_URL", REDIS_URL)
+        .env("DLQ_BROKER_URL", redis_url())
         .env("DLQ_REDIS_KEY_PREFIX", &space.prefix)
         .args(["replay", "--no-worker-check", "--motivo", "IntegrityError"])
         .args([
@@ -637,16 +641,16 @@ fn restart_redis() {
             .status()
             .unwrap()
     };
-    sh("redis-cli shutdown nosave");
-    let up = sh(
-        r#"redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no --dir /var/lib/redis --logfile /var/log/redis/ci.log"#,
-    );
+    let cli = crate::target::redis_cli();
+    sh(&format!("{cli} shutdown nosave"));
+    let up = sh(crate::target::redis_start());
     assert!(up.success());
     for _ in 0..100 {
-        if sh("redis-cli ping >/dev/null 2>&1").success() {
+        if sh(&format!("{cli} ping >/dev/null 2>&1")).success() {
             return;
         }
         std::thread::sleep(Duration::from_millis(100));
     }
     panic!("Redis did not come back");
 }
+

@@ -9,7 +9,7 @@ const MQ_SECRET: &str = "Mq-S3cret-55e2b9";
 
 async fn management(method: reqwest::Method, path: &str, body: Option<serde_json::Value>) {
     let mut req = reqwest::Client::new()
-        .request(method, format!("http://127.0.0.1:15672/api/{path}"))
+        .request(method, format!("{}/{path}", crate::target::api()))
         .basic_auth("guest", Some("guest"));
     if let Some(b) = body {
         req = req.json(&b);
@@ -37,7 +37,7 @@ async fn no_run_prints_a_password() {
     .await;
     let db = TestDb::with_rows(Dialect::Postgres, "secrets", &scenario2()[..30]).await;
     let db_url = format!("postgres://postgres:{DB_SECRET}@127.0.0.1:5432/test");
-    let mq_url = format!("amqp://{user}:{MQ_SECRET}@127.0.0.1:5672/%2f");
+    let mq_url = crate::target::amqp_url_as(&user, MQ_SECRET, "%2f");
     let queue = unique("secrets_q");
     declare_queue(&queue).await;
     let dir = tempfile::tempdir().unwrap();
@@ -45,7 +45,10 @@ async fn no_run_prints_a_password() {
     let config = dir.path().join("config.toml");
     std::fs::write(
         &config,
-        format!("database_url = \"{db_url}\"\namqp_url = \"{mq_url}\"\n"),
+        format!(
+            "database_url = \"{db_url}\"\namqp_url = \"{mq_url}\"\n{}",
+            crate::target::config_management_line()
+        ),
     )
     .unwrap();
 
@@ -96,7 +99,7 @@ async fn no_run_prints_a_password() {
         ],
         vec![
             "--amqp-url",
-            &mq_url.replace("127.0.0.1:5672", "127.0.0.1:1"),
+            &mq_url.replace(&crate::target::amqp_addr(), "127.0.0.1:1"),
             "replay",
             "--no-worker-check",
             "--to-queue",
@@ -128,7 +131,11 @@ async fn no_run_prints_a_password() {
                 .env("DLQ_DATABASE_URL", &db_url)
                 .env("DLQ_AMQP_URL", &mq_url)
         } else {
-            Dlq::new().env("DLQ_CONFIG", config.to_str().unwrap())
+            // The URLs come from the file alone, not from the target's defaults.
+            Dlq::new()
+                .env_remove("DLQ_AMQP_URL")
+                .env_remove("DLQ_MANAGEMENT_URL")
+                .env("DLQ_CONFIG", config.to_str().unwrap())
         }
         .env("DLQ_TABLE", &db.table)
         .args(&args)

@@ -26,6 +26,7 @@ fn replay_args(queue: &str) -> [&str; 7] {
 fn spawn_replay(db: &TestDb, queue: &str, rate: u32) -> std::process::Child {
     Command::new(env!("CARGO_BIN_EXE_dlq"))
         .env_remove("DLQ_CONFIG")
+        .envs(crate::target::dlq_env())
         .env(
             "XDG_CONFIG_HOME",
             std::env::temp_dir().join("dlq-tests-no-config"),
@@ -120,7 +121,7 @@ pub async fn close_broker_connection(pid: u32) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let conns: serde_json::Value = http
-            .get("http://127.0.0.1:15672/api/connections")
+            .get(format!("{}/connections", crate::target::api()))
             .basic_auth("guest", Some("guest"))
             .send()
             .await
@@ -141,10 +142,7 @@ pub async fn close_broker_connection(pid: u32) {
             .collect();
         if !ours.is_empty() {
             for name in ours {
-                let url = format!(
-                    "http://127.0.0.1:15672/api/connections/{}",
-                    urlencode(&name)
-                );
+                let url = format!("{}/connections/{}", crate::target::api(), urlencode(&name));
                 http.delete(url)
                     .basic_auth("guest", Some("guest"))
                     .send()

@@ -19,7 +19,7 @@ impl Term {
         let state = std::env::temp_dir().join("dlq-tests-state");
         let config = std::env::temp_dir().join("dlq-tests-no-config");
         // A clean environment, as a terminal would give it: no COLUMNS (the terminal's width
-        // must be found), no inherited URLs.
+        // must be found), no inherited URLs but the broker generation's under test.
         let mut line = vec![
             "env".to_string(),
             "-i".into(),
@@ -28,6 +28,8 @@ impl Term {
             format!("XDG_STATE_HOME={}", state.display()),
             format!("XDG_CONFIG_HOME={}", config.display()),
         ];
+        let target = crate::target::dlq_env();
+        line.extend(target.iter().map(|(k, v)| format!("{k}={v}")));
         line.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
         line.push(env!("CARGO_BIN_EXE_dlq").into());
         line.extend(args.iter().map(|a| a.to_string()));

@@ -120,7 +120,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::aws_lc_rs::default_provider())
 }
 
-async fn proxy(leaf: &Leaf, backend: &'static str, front: Front, client_ca: Option<&Pki>) -> Proxy {
+async fn proxy(leaf: &Leaf, backend: String, front: Front, client_ca: Option<&Pki>) -> Proxy {
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .unwrap();
@@ -148,6 +148,7 @@ async fn proxy(leaf: &Leaf, backend: &'static str, front: Front, client_ca: Opti
         let mut conns = tokio::task::JoinSet::new();
         while let Ok((mut sock, _)) = listener.accept().await {
             let acceptor = acceptor.clone();
+            let backend = backend.clone();
             conns.spawn(async move {
                 if let Front::Postgres = front {
                     // SSLRequest: length 8, code 80877103.
@@ -162,7 +163,7 @@ async fn proxy(leaf: &Leaf, backend: &'static str, front: Front, client_ca: Opti
                 let Ok(mut tls) = acceptor.accept(sock).await else {
                     return;
                 };
-                let Ok(mut up) = TcpStream::connect(backend).await else {
+                let Ok(mut up) = TcpStream::connect(backend.as_str()).await else {
                     return;
                 };
                 let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
@@ -174,7 +175,7 @@ async fn proxy(leaf: &Leaf, backend: &'static str, front: Front, client_ca: Opti
 
 async fn management(method: reqwest::Method, path: &str, body: Option<serde_json::Value>) {
     let mut req = reqwest::Client::new()
-        .request(method, format!("{}/{path}", crate::broker::API))
+        .request(method, format!("{}/{path}", crate::target::api()))
         .basic_auth("guest", Some("guest"));
     if let Some(b) = body {
         req = req.json(&b);
@@ -257,6 +258,12 @@ impl Fixture {
 
 async fn run_dlq(args: Vec<String>, env: &[(&str, String)]) -> Run {
     let mut d = Dlq::new();
+    if args.iter().any(|a| a == "--config") {
+        // The URLs come from the file alone, not from the target's defaults (crate::target).
+        d = d
+            .env_remove("DLQ_AMQP_URL")
+            .env_remove("DLQ_MANAGEMENT_URL");
+    }
     for (k, v) in env {
         d = d.env(k, v);
     }
@@ -285,8 +292,8 @@ async fn amqps_with_a_ca_file_reads_a_queue_and_the_https_management_api() {
     let fx = Fixture::new().await;
     let pki = Pki::new();
     let leaf = pki.leaf(&["localhost"], false);
-    let amqp = proxy(&leaf, "127.0.0.1:5672", Front::Tls, None).await;
-    let api = proxy(&leaf, "127.0.0.1:15672", Front::Tls, None).await;
+    let amqp = proxy(&leaf, crate::target::amqp_addr(), Front::Tls, None).await;
+    let api = proxy(&leaf, crate::target::api_addr(), Front::Tls, None).await;
     let url = fx.url("amqps", "localhost", amqp.port);
     let mgmt = format!("https://localhost:{}/", api.port);
 
@@ -364,14 +371,17 @@ async fn amqps_with_a_ca_file_reads_a_queue_and_the_https_management_api() {
         .inspect(
             &strings(&[
                 "--amqp-url",
-                &fx.url("amqps", "localhost", 5672),
+                &fx.url("amqps", "localhost", crate::target::amqp_port()),
                 "--amqp-ca-file",
                 &pki.ca_file(),
             ]),
             &[],
         )
         .await;
-    run.fails(1, "does port 5672 speak TLS?");
+    run.fails(
+        1,
+        &format!("does port {} speak TLS?", crate::target::amqp_port()),
+    );
 
     // The management API's certificate is checked as well: a wrong name is reported (the
     // AMQP side works), and inspect, unable to tell the queue type, refuses.
@@ -400,7 +410,7 @@ async fn amqps_with_a_ca_file_reads_a_queue_and_the_https_management_api() {
         cert_pem: own.cert.pem(),
         key_pem: String::new(),
     };
-    let own_proxy = proxy(&own_leaf, "127.0.0.1:5672", Front::Tls, None).await;
+    let own_proxy = proxy(&own_leaf, crate::target::amqp_addr(), Front::Tls, None).await;
     let own_ca = pki.write("self-signed.pem", &own_leaf.cert_pem);
     let run = fx
         .inspect_with(
@@ -428,7 +438,7 @@ async fn amqps_client_certificate() {
     let fx = Fixture::new().await;
     let pki = Pki::new();
     let leaf = pki.leaf(&["localhost"], false);
-    let amqp = proxy(&leaf, "127.0.0.1:5672", Front::Tls, Some(&pki)).await;
+    let amqp = proxy(&leaf, crate::target::amqp_addr(), Front::Tls, Some(&pki)).await;
     let client = pki.leaf(&["dlq-client"], true);
     let cert = pki.write("client.pem", &client.cert_pem);
     let key = pki.write("client.key", &client.key_pem);
@@ -552,7 +562,7 @@ async fn postgres_verify_full_with_a_ca_file() {
     let db = TestDb::with_rows(Dialect::Postgres, "tls", &scenario2()[..12]).await;
     let pki = Pki::new();
     let leaf = pki.leaf(&["localhost"], false);
-    let pg = proxy(&leaf, "127.0.0.1:5432", Front::Postgres, None).await;
+    let pg = proxy(&leaf, "127.0.0.1:5432".into(), Front::Postgres, None).await;
     let url = |host: &str, query: &str| {
         format!(
             "postgres://postgres:{DB_SECRET}@{host}:{}/test?{query}",

@@ -1,0 +1,517 @@
+//! Quorum DLQs with a delivery limit (RabbitMQ 4.x gives every quorum queue one of 20):
+//! reading never brings a dead letter closer to being dropped. Each test sets the limit
+//! explicitly where it matters, so that it runs alike on RabbitMQ 3.10 and 4.0.
+
+use crate::broker::{Broker, ls, table};
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+
+/// A quorum DLQ `q.dlq` with `limit_args`, fed by `q.src` through a fanout DLX, holding `n`
+/// real dead letters whose bodies are `{"n": i}` and whose message ids are `m<i>`.
+async fn quorum_dlq(prefix: &str, limit_args: Vec<(&str, AMQPValue)>, n: usize) -> Broker {
+    let b = Broker::new(prefix).await;
+    b.exchange("q.dlx", lapin::ExchangeKind::Fanout).await;
+    let mut args = vec![("x-queue-type", ls("quorum"))];
+    args.extend(limit_args);
+    b.queue("q.dlq", table(args)).await;
+    b.bind("q.dlq", "q.dlx", "").await;
+    b.queue(
+        "q.src",
+        table(vec![("x-dead-letter-exchange", ls("q.dlx"))]),
+    )
+    .await;
+    for i in 0..n {
+        let props = BasicProperties::default()
+            .with_message_id(format!("m{i}").into())
+            .with_content_type("application/json".into())
+            .with_headers(table(vec![(
+                "x-exception-message",
+                ls(&format!("boom {i}")),
+            )]));
+        b.publish("q.src", format!("{{\"n\": {i}}}").as_bytes(), props)
+            .await;
+    }
+    b.reject("q.src", n).await;
+    b.wait_depth("q.dlq", n as u32).await;
+    b
+}
+
+fn limit(n: i64) -> Vec<(&'static str, AMQPValue)> {
+    vec![("x-delivery-limit", AMQPValue::LongLongInt(n))]
+}
+
+fn ns(recs: &[Value]) -> Vec<i64> {
+    recs.iter()
+        .map(|r| r["payload"]["n"].as_i64().unwrap())
+        .collect()
+}
+
+/// The issue's case: 25 reads in a row of a 100-message quorum DLQ with a limit of 20, by
+/// every reading command. Each sees all 100, none is dropped, the order and every property
+/// and header stay, and the audit trail records each renewal.
+#[tokio::test]
+async fn quorum_dlq_read_25_times_keeps_every_message() {
+    let n = 100;
+    let b = quorum_dlq("q25", limit(20), n).await;
+    let before = b.snapshot("q.dlq").await;
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.ndjson");
+    let audit_s = audit.to_str().unwrap();
+    let env = [("DLQ_AUDIT_LOG", audit_s)];
+    for round in 0..25 {
+        let run = match round % 5 {
+            0 | 1 => {
+                let run = b
+                    .run_with(
+                        &["inspect", "-Q", "q.dlq", "--limit", "500", "-o", "ndjson"],
+                        &env,
+                    )
+                    .await;
+                assert_eq!(
+                    ns(&run.ndjson()),
+                    (0..n as i64).collect::<Vec<_>>(),
+                    "round {round}"
+                );
+                run
+            }
+            2 => {
+                let run = b
+                    .run_with(&["filter", "-Q", "q.dlq", "--count"], &env)
+                    .await;
+                assert_eq!(run.ok().trim(), n.to_string(), "round {round}");
+                run
+            }
+            3 => {
+                let run = b
+                    .run_with(&["list", "-Q", "q.dlq", "-o", "json"], &env)
+                    .await;
+                let row = &run.json()[0];
+                assert_eq!(row["pending"], n, "round {round}");
+                assert_eq!(row["details"]["sample"]["read"], n, "round {round}: {row}");
+                run
+            }
+            _ => {
+                let run = b.run_with(&["check", "-Q", "q.dlq"], &env).await;
+                assert_eq!(run.code(), 0, "round {round}: {}", run.stdout());
+                assert!(run.stdout().contains("100 pending"), "{}", run.stdout());
+                run
+            }
+        };
+        assert!(
+            run.stderr().contains("renewed 100 message(s)"),
+            "round {round}: {}",
+            run.stderr()
+        );
+        assert_eq!(b.depth("q.dlq").await, n as u32, "round {round}");
+    }
+    let after = b.snapshot("q.dlq").await;
+    assert_eq!(after.len(), n);
+    // Renewed copies start at 0: only the snapshots' own give-backs count.
+    assert!(
+        after.iter().all(|m| m.delivery_count.unwrap_or(0) <= 1),
+        "{:?}",
+        after.iter().map(|m| m.delivery_count).collect::<Vec<_>>()
+    );
+    for (a, z) in before.iter().zip(&after) {
+        assert_eq!(a.body, z.body);
+        assert_eq!(a.props, z.props, "every property and header kept");
+    }
+    let records = std::fs::read_to_string(&audit).unwrap();
+    let renewals: Vec<Value> = records
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["action"] == "renew" && r["event"] == "end")
+        .collect();
+    assert_eq!(renewals.len(), 25, "{records}");
+    assert!(
+        renewals
+            .iter()
+            .all(|r| r["done"] == n && r["location"] == "q.dlq")
+    );
+    b.wait_depth("q.dlq", n as u32).await;
+    b.delete().await;
+}
+
+/// A dlq killed with SIGKILL in the middle of a renewing read: the broker gives back what
+/// was held, the copies already confirmed stay. Nothing is lost; the duplicates are bounded
+/// by what was confirmed but not yet acknowledged.
+#[tokio::test]
+async fn renewal_killed_mid_read_loses_nothing() {
+    let n = 20_000;
+    let b = Broker::new("qkill").await;
+    let q = "kill.dlq";
+    b.queue(
+        q,
+        table(vec![
+            ("x-queue-type", ls("quorum")),
+            ("x-delivery-limit", AMQPValue::LongLongInt(20)),
+        ]),
+    )
+    .await;
+    b.publish_many(q, (0..n).map(|i| format!("{{\"n\": {i}}}").into_bytes()))
+        .await;
+    b.wait_depth(q, n as u32).await;
+    let mut child = crate::common::dlq_command()
+        .args(["filter", "-Q", q, "-o", "ndjson"])
+        .env("DLQ_AMQP_URL", b.amqp_url())
+        .env("DLQ_AUDIT_LOG", "/dev/null")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Kill it once it has read (and renewed) part of the queue.
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    for _ in 0..5_000 {
+        line.clear();
+        std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The broker requeues the dead connection's messages asynchronously: wait until the
+    // queue holds at least the original count and has stopped growing.
+    let mut depth = 0;
+    for _ in 0..300 {
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        let now = b.depth(q).await;
+        if now as usize >= n && now == depth {
+            break;
+        }
+        depth = now;
+    }
+    let recs = b.run(&["filter", "-Q", q, "-o", "ndjson"]).await.ndjson();
+    assert_eq!(recs.len(), depth as usize);
+    let mut seen: BTreeMap<i64, u32> = BTreeMap::new();
+    for v in ns(&recs) {
+        *seen.entry(v).or_default() += 1;
+    }
+    let missing: Vec<i64> = (0..n as i64).filter(|i| !seen.contains_key(i)).collect();
+    assert!(
+        missing.is_empty(),
+        "lost {} message(s): {:?}",
+        missing.len(),
+        &missing[..missing.len().min(10)]
+    );
+    let duplicated = recs.len() - n;
+    eprintln!("killed mid-renewal: {duplicated} duplicate(s) of {n}");
+    // At most one read window (4,000) and the publishes in flight.
+    assert!(duplicated <= 5_000, "{duplicated} duplicates");
+    b.delete().await;
+}
+
+/// Without a limit (`delivery-limit: -1` by policy) nothing is renewed, and a classic DLQ
+/// is never renewed; a queue a renewal could lose messages from (a TTL) is refused unless
+/// `--force`, which reads it the old way and says what that did.
+#[tokio::test]
+async fn no_limit_classic_and_refused_quorum_dlqs() {
+    let b = Broker::new("qnolimit").await;
+    // 4.x: -1 removes the limit. 3.x has none by default, and there -1 would drop every
+    // message at its first return (dlq takes it as a limit of 0 and renews).
+    if crate::target::rabbitmq_major().await >= 4 {
+        b.policy(
+            "dlq-no-delivery-limit",
+            "^free\\.",
+            json!({"delivery-limit": -1}),
+        )
+        .await;
+    }
+    b.queue("free.dlq", table(vec![("x-queue-type", ls("quorum"))]))
+        .await;
+    b.queue("classic.dlq", FieldTable::default()).await;
+    b.queue(
+        "ttl.dlq",
+        table(vec![
+            ("x-queue-type", ls("quorum")),
+            ("x-delivery-limit", AMQPValue::LongLongInt(1)),
+            ("x-message-ttl", AMQPValue::LongLongInt(3_600_000)),
+        ]),
+    )
+    .await;
+    for q in ["free.dlq", "classic.dlq", "ttl.dlq"] {
+        for i in 0..3 {
+            b.publish(
+                q,
+                format!("{{\"n\": {i}}}").as_bytes(),
+                BasicProperties::default(),
+            )
+            .await;
+        }
+    }
+    for q in ["free.dlq", "classic.dlq"] {
+        let run = b.run(&["inspect", "-Q", q, "-o", "json"]).await;
+        assert_eq!(run.json().as_array().unwrap().len(), 3);
+        assert!(!run.stderr().contains("renewed"), "{}", run.stderr());
+    }
+    // Given back by closing: the policy's -1 leaves the count free to grow.
+    b.wait_depth("free.dlq", 3).await;
+    assert!(
+        b.snapshot("free.dlq")
+            .await
+            .iter()
+            .all(|m| m.delivery_count == Some(1))
+    );
+
+    let err = b
+        .run(&["inspect", "-Q", "ttl.dlq"])
+        .await
+        .fails(2, "delivery limit 1");
+    assert!(
+        err.contains("x-message-ttl") && err.contains("--force"),
+        "{err}"
+    );
+    let list = b.run(&["list", "-Q", "ttl.dlq", "-o", "json"]).await.json();
+    assert!(
+        list[0]["details"]["sample"]["skipped"]
+            .as_str()
+            .unwrap()
+            .contains("cannot be renewed: it has the argument x-message-ttl"),
+        "{list}"
+    );
+    let run = b
+        .run(&["inspect", "-Q", "ttl.dlq", "--force", "-o", "json"])
+        .await;
+    assert_eq!(run.json().as_array().unwrap().len(), 3);
+    assert!(
+        run.stderr().contains("are now at the delivery limit 1"),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(b.depth("ttl.dlq").await, 3);
+    b.delete().await;
+}
+
+/// `dlq check` names a DLQ whose limit can drop dead letters, on a line of its own, with
+/// what removes it on this generation; the status stays what the thresholds say.
+#[tokio::test]
+async fn check_warns_about_a_dlq_delivery_limit() {
+    let v4 = crate::target::rabbitmq_major().await >= 4;
+    let b = Broker::new("qcheck").await;
+    if v4 {
+        b.policy(
+            "dlq-no-delivery-limit",
+            "^free\\.",
+            json!({"delivery-limit": -1}),
+        )
+        .await;
+    }
+    b.queue("free.dlq", table(vec![("x-queue-type", ls("quorum"))]))
+        .await;
+    b.queue(
+        "lim.dlq",
+        table(vec![
+            ("x-queue-type", ls("quorum")),
+            ("x-delivery-limit", AMQPValue::LongLongInt(20)),
+        ]),
+    )
+    .await;
+    let run = b.run(&["check", "-Q", "lim.dlq", "-Q", "free.dlq"]).await;
+    assert_eq!(run.code(), 0, "{}", run.stdout());
+    let out = run.stdout();
+    assert!(out.starts_with("DLQ OK"), "{out}");
+    let warnings: Vec<&str> = out.lines().filter(|l| l.starts_with("warning: ")).collect();
+    assert_eq!(warnings.len(), 1, "{out}");
+    assert!(
+        warnings[0].starts_with("warning: \"lim.dlq\" is a quorum queue with delivery limit 20"),
+        "{out}"
+    );
+    let advice = if v4 {
+        r#"set_policy dlq-no-delivery-limit '^lim\.dlq$' '{"delivery-limit":-1}' --apply-to quorum_queues"#
+    } else {
+        "on RabbitMQ 3.x a negative limit drops every message at its first return"
+    };
+    assert!(warnings[0].contains(advice), "{out}");
+    let json = b
+        .run(&["check", "-Q", "lim.dlq", "-o", "json"])
+        .await
+        .json();
+    assert!(
+        json["sources"][0]["limit_risk"]
+            .as_str()
+            .unwrap()
+            .contains("limit 20")
+    );
+    b.delete().await;
+}
+
+/// Sends `n` `quorum_tasks.add` tasks with a stock Celery client (a countdown when > 0).
+fn send_celery_tasks(broker: &str, n: u32, countdown: u32) {
+    let out = std::process::Command::new(crate::celery_worker::python())
+        .args(["quorum_tasks.py", &n.to_string(), &countdown.to_string()])
+        .current_dir(crate::common::repo_root().join("tests/celery"))
+        .env("DLQ_TEST_BROKER", broker)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Celery 5.7 on quorum queues with a topic default exchange: its work queue `celery` is fed
+/// only by the celery_delayed_* hops of countdown tasks. With ordinary tasks waiting for a
+/// worker it is never listed, read, checked or exported as a DLQ; the real DLQ beside it is.
+#[tokio::test]
+async fn celery_quorum_work_queue_is_never_a_dlq() {
+    let b = Broker::new("celeryq").await;
+    b.queue("real.dlq", FieldTable::default()).await;
+    b.queue(
+        "real.src",
+        table(vec![
+            ("x-dead-letter-exchange", ls("")),
+            ("x-dead-letter-routing-key", ls("real.dlq")),
+        ]),
+    )
+    .await;
+    let url = b.amqp_url();
+    let worker = crate::celery_worker::CeleryWorker::start_app(
+        "quorum_tasks",
+        "celery",
+        &[("DLQ_TEST_BROKER", url.as_str())],
+    )
+    .await;
+    // The app runs tasks on this broker, and a countdown took the native delayed delivery.
+    send_celery_tasks(&url, 1, 0);
+    worker.wait_runs(1).await;
+    drop(worker);
+    send_celery_tasks(&url, 15, 0);
+    send_celery_tasks(&url, 3, 3600);
+    b.wait_depth("celery", 15).await;
+    assert!(
+        b.exists("celery_delayed_0").await,
+        "no native delayed delivery"
+    );
+
+    let run = b.run(&["list", "-o", "json"]).await;
+    let rows = run.json();
+    let names: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["location"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["real.dlq"], "{rows}");
+    assert!(
+        run.stderr()
+            .contains("delayed-delivery queues were recognised"),
+        "{}",
+        run.stderr()
+    );
+    let check = b.run(&["check"]).await;
+    assert_eq!(check.code(), 0, "{}", check.stdout());
+    assert!(check.stdout().starts_with("DLQ OK"), "{}", check.stdout());
+    assert!(!check.stdout().contains("celery"), "{}", check.stdout());
+    let metrics = b.run(&["metrics"]).await.ok();
+    assert!(metrics.contains("real.dlq"), "{metrics}");
+    assert!(!metrics.contains("\"celery\""), "{metrics}");
+    // Never read: the waiting tasks were never delivered, so none has a delivery count.
+    let waiting = b.snapshot("celery").await;
+    assert_eq!(waiting.len(), 15);
+    assert!(
+        waiting.iter().all(|m| m.delivery_count.unwrap_or(0) == 0),
+        "{:?}",
+        waiting.iter().map(|m| m.delivery_count).collect::<Vec<_>>()
+    );
+    b.wait_depth("celery", 15).await;
+    b.delete().await;
+}
+
+/// What a selective replay or an `archive --delete` leaves in a quorum DLQ with a limit is
+/// renewed, not given back: 25 dry runs, 22 replays that select nothing, a real selective
+/// replay (streamed and planned first) and an archive leave every other message as it was,
+/// in order, its delivery count never growing.
+#[tokio::test]
+async fn selective_replay_and_archive_renew_what_they_leave() {
+    let b = quorum_dlq("qsel", limit(20), 40).await;
+    let left = |from: i64| (from..40).collect::<Vec<_>>();
+    let ns_of = |snaps: &[crate::broker::Snap]| -> Vec<i64> {
+        snaps
+            .iter()
+            .map(|s| {
+                serde_json::from_slice::<Value>(&s.body).unwrap()["n"]
+                    .as_i64()
+                    .unwrap()
+            })
+            .collect()
+    };
+    for round in 0..25 {
+        let run = b
+            .run(&[
+                "replay",
+                "-Q",
+                "q.dlq",
+                "--where",
+                ".payload.n < 10",
+                "--dry-run",
+            ])
+            .await;
+        run.ok();
+        assert_eq!(b.depth("q.dlq").await, 40, "dry run {round}");
+    }
+    for round in 0..22 {
+        let run = b
+            .run(&[
+                "replay",
+                "-Q",
+                "q.dlq",
+                "--where",
+                ".payload.n > 1000",
+                "--yes",
+            ])
+            .await;
+        assert_eq!(run.code(), 0, "round {round}: {}", run.stderr());
+        assert_eq!(b.depth("q.dlq").await, 40, "replay of nothing {round}");
+    }
+    // Streamed, then planned first: the first 10, then the next 5, back where they died.
+    b.run(&[
+        "replay",
+        "-Q",
+        "q.dlq",
+        "--where",
+        ".payload.n < 10",
+        "--yes",
+    ])
+    .await
+    .ok();
+    b.run(&[
+        "replay",
+        "-Q",
+        "q.dlq",
+        "--where",
+        ".payload.n < 15",
+        "--yes",
+        "--plan-first",
+    ])
+    .await
+    .ok();
+    b.wait_depth("q.src", 15).await;
+    b.wait_depth("q.dlq", 25).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a.ndjson");
+    let run = b
+        .run(&[
+            "archive",
+            "-Q",
+            "q.dlq",
+            "--where",
+            ".payload.n < 20",
+            "--delete",
+            "--yes",
+            "--to",
+            file.to_str().unwrap(),
+        ])
+        .await;
+    assert!(run.stderr().contains("5 deleted"), "{}", run.stderr());
+    b.wait_depth("q.dlq", 20).await;
+    let snaps = b.snapshot("q.dlq").await;
+    assert_eq!(ns_of(&snaps), left(20));
+    assert!(
+        snaps.iter().all(|m| m.delivery_count.unwrap_or(0) <= 1),
+        "{:?}",
+        snaps.iter().map(|m| m.delivery_count).collect::<Vec<_>>()
+    );
+    b.wait_depth("q.dlq", 20).await;
+    b.delete().await;
+}
