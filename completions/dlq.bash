@@ -95,7 +95,7 @@ _dlq() {
 
     case "${cmd}" in
         dlq)
-            opts="-o -q -v -h -V --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version list inspect filter replay archive init workers check metrics completions audit help"
+            opts="-o -q -v -h -V --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-sep --control-exchange --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version list inspect filter replay archive init workers check metrics completions audit help"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 1 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -149,6 +149,14 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-sep)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --control-exchange)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --redis-wait-replicas)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -177,7 +185,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__archive)
-            opts="-Q -i -e -y -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --dry-run --yes --to --delete --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
+            opts="-Q -i -e -y -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --dry-run --yes --to --delete --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-sep --control-exchange --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -287,6 +295,14 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-sep)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --control-exchange)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --redis-wait-replicas)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -315,7 +331,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__audit)
-            opts="-o -q -v -h -V --since --run --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
+            opts="-o -q -v -h -V --since --run --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-sep --control-exchange --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -377,6 +393,14 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-sep)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --control-exchange)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --redis-wait-replicas)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -405,7 +429,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__check)
-            opts="-Q -o -q -v -h -V --queue --motivo-header --force --warn-pending --crit-pending --warn-age --crit-age --warn-new --crit-new --new-within --sample --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
+            opts="-Q -o -q -v -h -V --queue --motivo-header --force --warn-pending --crit-pending --warn-age --crit-age --warn-new --crit-new --new-within --sample --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-sep --control-exchange --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -503,6 +527,14 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-sep)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --control-exchange)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --redis-wait-replicas)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -531,7 +563,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__completions)
-            opts="-o -q -v -h -V --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version bash elvish fish powershell zsh"
+            opts="-o -q -v -h -V --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-sep --control-exchange --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version bash elvish fish powershell zsh"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -585,6 +617,14 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-sep)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --control-exchange)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --redis-wait-replicas)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -613,7 +653,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__filter)
-            opts="-Q -i -e -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --group-by --count --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
+            opts="-Q -i -e -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --group-by --count --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-sep --control-exchange --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -720,6 +760,14 @@ _dlq() {
                     return 0
                     ;;
                 --redis-key-prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-sep)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --control-exchange)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
@@ -933,7 +981,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__init)
-            opts="-o -q -v -h -V --dry-run --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
+            opts="-o -q -v -h -V --dry-run --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-sep --control-exchange --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -987,6 +1035,14 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-sep)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --control-exchange)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --redis-wait-replicas)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1015,7 +1071,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__inspect)
-            opts="-Q -i -e -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --full --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
+            opts="-Q -i -e -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --full --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-sep --control-exchange --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1121,6 +1177,14 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-sep)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --control-exchange)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --redis-wait-replicas)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1149,7 +1213,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__list)
-            opts="-Q -o -q -v -h -V --queue --top --sample --motivo-header --exclude --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
+            opts="-Q -o -q -v -h -V --queue --top --sample --motivo-header --exclude --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-sep --control-exchange --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1227,6 +1291,14 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-sep)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --control-exchange)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --redis-wait-replicas)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1255,7 +1327,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__metrics)
-            opts="-Q -o -q -v -h -V --queue --motivo-header --force --sample --textfile --listen --interval --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
+            opts="-Q -o -q -v -h -V --queue --motivo-header --force --sample --textfile --listen --interval --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-sep --control-exchange --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1337,6 +1409,14 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-sep)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --control-exchange)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --redis-wait-replicas)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1365,7 +1445,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__replay)
-            opts="-Q -i -e -y -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --dry-run --yes --to-queue --to-exchange --routing-key --rate --window --from-file --max-replays --canary --canary-wait --plan-first --transform --task-map --worker-timeout --no-worker-check --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
+            opts="-Q -i -e -y -o -q -v -h -V --queue --motivo-header --force --motivo --ignore-case --pattern --task --since --until --older-than --where --id --include-replayed --only-replayed --limit --dry-run --yes --to-queue --to-exchange --routing-key --rate --window --from-file --max-replays --canary --canary-wait --plan-first --transform --task-map --worker-timeout --no-worker-check --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-sep --control-exchange --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1519,6 +1599,14 @@ _dlq() {
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;
+                --redis-sep)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --control-exchange)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
                 --redis-wait-replicas)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
@@ -1547,7 +1635,7 @@ _dlq() {
             return 0
             ;;
         dlq__subcmd__workers)
-            opts="-o -q -v -h -V --full --worker-timeout --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
+            opts="-o -q -v -h -V --full --worker-timeout --config --profile --database-url --table --amqp-url --management-url --amqp-ca-file --amqp-client-cert --amqp-client-key --vhost --broker-url --redis-key-prefix --redis-sep --control-exchange --redis-wait-replicas --output --quiet --verbose --color --no-progress --audit-log --help --version"
             if [[ ${cur} == -* || ${COMP_CWORD} -eq 2 ]] ; then
                 COMPREPLY=( $(compgen -W "${opts}" -- "${cur}") )
                 return 0
@@ -1602,6 +1690,14 @@ _dlq() {
                     return 0
                     ;;
                 --redis-key-prefix)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --redis-sep)
+                    COMPREPLY=($(compgen -f "${cur}"))
+                    return 0
+                    ;;
+                --control-exchange)
                     COMPREPLY=($(compgen -f "${cur}"))
                     return 0
                     ;;

@@ -1,6 +1,6 @@
 # Print an optspec for argparse to handle cmd's options that are independent of any subcommand.
 function __fish_dlq_global_optspecs
-    string join \n config= profile= database-url= table= amqp-url= management-url= amqp-ca-file= amqp-client-cert= amqp-client-key= vhost= broker-url= redis-key-prefix= redis-wait-replicas= o/output= q/quiet v/verbose color= no-progress audit-log= h/help V/version
+    string join \n config= profile= database-url= table= amqp-url= management-url= amqp-ca-file= amqp-client-cert= amqp-client-key= vhost= broker-url= redis-key-prefix= redis-sep= control-exchange= redis-wait-replicas= o/output= q/quiet v/verbose color= no-progress audit-log= h/help V/version
 end
 
 function __fish_dlq_needs_command
@@ -36,6 +36,8 @@ complete -c dlq -n "__fish_dlq_needs_command" -l amqp-client-key -d 'Unencrypted
 complete -c dlq -n "__fish_dlq_needs_command" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_needs_command" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_needs_command" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_needs_command" -l redis-sep -d 'Redis: the app\'s `sep` transport option [env: DLQ_REDIS_SEP] [default: read from the workers\' bindings, else kombu\'s \\x06\\x16]' -r
+complete -c dlq -n "__fish_dlq_needs_command" -l control-exchange -d 'Celery\'s `control_exchange`: workers answer on `<NAME>.pidbox` [env: DLQ_CONTROL_EXCHANGE] [default: celery]' -r
 complete -c dlq -n "__fish_dlq_needs_command" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_needs_command" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
@@ -79,6 +81,8 @@ complete -c dlq -n "__fish_dlq_using_subcommand list" -l amqp-client-key -d 'Une
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l redis-sep -d 'Redis: the app\'s `sep` transport option [env: DLQ_REDIS_SEP] [default: read from the workers\' bindings, else kombu\'s \\x06\\x16]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand list" -l control-exchange -d 'Celery\'s `control_exchange`: workers answer on `<NAME>.pidbox` [env: DLQ_CONTROL_EXCHANGE] [default: celery]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand list" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_using_subcommand list" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
@@ -116,6 +120,8 @@ complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l amqp-client-key -d '
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l redis-sep -d 'Redis: the app\'s `sep` transport option [env: DLQ_REDIS_SEP] [default: read from the workers\' bindings, else kombu\'s \\x06\\x16]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l control-exchange -d 'Celery\'s `control_exchange`: workers answer on `<NAME>.pidbox` [env: DLQ_CONTROL_EXCHANGE] [default: celery]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_using_subcommand inspect" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
@@ -161,6 +167,8 @@ complete -c dlq -n "__fish_dlq_using_subcommand filter" -l amqp-client-key -d 'U
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l redis-sep -d 'Redis: the app\'s `sep` transport option [env: DLQ_REDIS_SEP] [default: read from the workers\' bindings, else kombu\'s \\x06\\x16]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand filter" -l control-exchange -d 'Celery\'s `control_exchange`: workers answer on `<NAME>.pidbox` [env: DLQ_CONTROL_EXCHANGE] [default: celery]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_using_subcommand filter" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
@@ -215,6 +223,8 @@ complete -c dlq -n "__fish_dlq_using_subcommand replay" -l amqp-client-key -d 'U
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l redis-sep -d 'Redis: the app\'s `sep` transport option [env: DLQ_REDIS_SEP] [default: read from the workers\' bindings, else kombu\'s \\x06\\x16]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l control-exchange -d 'Celery\'s `control_exchange`: workers answer on `<NAME>.pidbox` [env: DLQ_CONTROL_EXCHANGE] [default: celery]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
@@ -261,6 +271,8 @@ complete -c dlq -n "__fish_dlq_using_subcommand archive" -l amqp-client-key -d '
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l redis-sep -d 'Redis: the app\'s `sep` transport option [env: DLQ_REDIS_SEP] [default: read from the workers\' bindings, else kombu\'s \\x06\\x16]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand archive" -l control-exchange -d 'Celery\'s `control_exchange`: workers answer on `<NAME>.pidbox` [env: DLQ_CONTROL_EXCHANGE] [default: celery]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_using_subcommand archive" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
@@ -294,6 +306,8 @@ complete -c dlq -n "__fish_dlq_using_subcommand init" -l amqp-client-key -d 'Une
 complete -c dlq -n "__fish_dlq_using_subcommand init" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand init" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand init" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand init" -l redis-sep -d 'Redis: the app\'s `sep` transport option [env: DLQ_REDIS_SEP] [default: read from the workers\' bindings, else kombu\'s \\x06\\x16]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand init" -l control-exchange -d 'Celery\'s `control_exchange`: workers answer on `<NAME>.pidbox` [env: DLQ_CONTROL_EXCHANGE] [default: celery]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand init" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_using_subcommand init" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
@@ -322,6 +336,8 @@ complete -c dlq -n "__fish_dlq_using_subcommand workers" -l amqp-client-key -d '
 complete -c dlq -n "__fish_dlq_using_subcommand workers" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand workers" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand workers" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l redis-sep -d 'Redis: the app\'s `sep` transport option [env: DLQ_REDIS_SEP] [default: read from the workers\' bindings, else kombu\'s \\x06\\x16]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand workers" -l control-exchange -d 'Celery\'s `control_exchange`: workers answer on `<NAME>.pidbox` [env: DLQ_CONTROL_EXCHANGE] [default: celery]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand workers" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_using_subcommand workers" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
@@ -359,6 +375,8 @@ complete -c dlq -n "__fish_dlq_using_subcommand check" -l amqp-client-key -d 'Un
 complete -c dlq -n "__fish_dlq_using_subcommand check" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand check" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand check" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l redis-sep -d 'Redis: the app\'s `sep` transport option [env: DLQ_REDIS_SEP] [default: read from the workers\' bindings, else kombu\'s \\x06\\x16]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand check" -l control-exchange -d 'Celery\'s `control_exchange`: workers answer on `<NAME>.pidbox` [env: DLQ_CONTROL_EXCHANGE] [default: celery]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand check" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_using_subcommand check" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
@@ -392,6 +410,8 @@ complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l amqp-client-key -d '
 complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l redis-sep -d 'Redis: the app\'s `sep` transport option [env: DLQ_REDIS_SEP] [default: read from the workers\' bindings, else kombu\'s \\x06\\x16]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l control-exchange -d 'Celery\'s `control_exchange`: workers answer on `<NAME>.pidbox` [env: DLQ_CONTROL_EXCHANGE] [default: celery]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_using_subcommand metrics" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
@@ -419,6 +439,8 @@ complete -c dlq -n "__fish_dlq_using_subcommand completions" -l amqp-client-key 
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -l redis-sep -d 'Redis: the app\'s `sep` transport option [env: DLQ_REDIS_SEP] [default: read from the workers\' bindings, else kombu\'s \\x06\\x16]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand completions" -l control-exchange -d 'Celery\'s `control_exchange`: workers answer on `<NAME>.pidbox` [env: DLQ_CONTROL_EXCHANGE] [default: celery]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''
@@ -447,6 +469,8 @@ complete -c dlq -n "__fish_dlq_using_subcommand audit" -l amqp-client-key -d 'Un
 complete -c dlq -n "__fish_dlq_using_subcommand audit" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand audit" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand audit" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l redis-sep -d 'Redis: the app\'s `sep` transport option [env: DLQ_REDIS_SEP] [default: read from the workers\' bindings, else kombu\'s \\x06\\x16]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand audit" -l control-exchange -d 'Celery\'s `control_exchange`: workers answer on `<NAME>.pidbox` [env: DLQ_CONTROL_EXCHANGE] [default: celery]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand audit" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
 complete -c dlq -n "__fish_dlq_using_subcommand audit" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
 json\t''

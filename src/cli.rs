@@ -114,6 +114,14 @@ pub struct GlobalArgs {
     /// Redis: the app's `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]
     #[arg(long, global = true, value_name = "PREFIX")]
     pub redis_key_prefix: Option<String>,
+    /// Redis: the app's `sep` transport option [env: DLQ_REDIS_SEP] [default: read from the
+    /// workers' bindings, else kombu's \x06\x16]
+    #[arg(long, global = true, value_name = "SEP")]
+    pub redis_sep: Option<String>,
+    /// Celery's `control_exchange`: workers answer on `<NAME>.pidbox` [env:
+    /// DLQ_CONTROL_EXCHANGE] [default: celery]
+    #[arg(long, global = true, value_name = "NAME")]
+    pub control_exchange: Option<String>,
     /// Redis: after each group of pushes, `WAIT N` replicas before rows are marked
     #[arg(long, global = true, value_name = "N")]
     pub redis_wait_replicas: Option<u32>,

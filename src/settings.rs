@@ -56,7 +56,9 @@ pub struct ConfigSection {
     pub vhost: Option<String>,
     pub broker_url: Option<String>,
     pub redis_key_prefix: Option<String>,
+    pub redis_sep: Option<String>,
     pub redis_wait_replicas: Option<u32>,
+    pub control_exchange: Option<String>,
     pub output: Option<OutputFormat>,
     pub color: Option<ColorChoice>,
     /// DLQs to list and read even without the management API.
@@ -192,6 +194,10 @@ pub struct Settings {
     pub celery_broker: CeleryBroker,
     /// Redis only: kombu's `global_keyprefix` (empty: none).
     pub redis_key_prefix: String,
+    /// Redis only: kombu's `sep` transport option; `None`: read from the workers' bindings.
+    pub redis_sep: Option<String>,
+    /// Celery's `control_exchange` (the remote-control mailbox is `<it>.pidbox`).
+    pub control_exchange: String,
     /// Redis only: replicas to `WAIT` for before rows are marked.
     pub redis_wait_replicas: Option<u32>,
     /// Queues named in the config file.
@@ -480,6 +486,23 @@ impl Settings {
         let vhost = pick!(g.vhost, ["DLQ_VHOST"], vhost);
         let celery_broker = CeleryBroker::parse(broker_raw.as_deref()).map_err(usage)?;
         let (redis_key_prefix, redis_wait_replicas) = redis_options(g, env, &profile, base);
+        let redis_sep = pick!(g.redis_sep, ["DLQ_REDIS_SEP"], redis_sep);
+        if redis_sep.as_deref() == Some("") {
+            return Err(usage(
+                "--redis-sep must not be empty (kombu's default is \\x06\\x16; leave it unset to read it from the workers' bindings)",
+            ));
+        }
+        let control_exchange = pick!(
+            g.control_exchange,
+            ["DLQ_CONTROL_EXCHANGE"],
+            control_exchange
+        )
+        .unwrap_or_else(|| "celery".into());
+        if control_exchange.is_empty() {
+            return Err(usage(
+                "--control-exchange must not be empty (Celery's default is celery)",
+            ));
+        }
         let output = g
             .output
             .map(OutputFormat::from)
@@ -498,6 +521,8 @@ impl Settings {
             vhost,
             celery_broker,
             redis_key_prefix,
+            redis_sep,
+            control_exchange,
             redis_wait_replicas,
             config_queues,
             config_task_map,
@@ -531,6 +556,20 @@ impl Settings {
         self.database.as_ref().ok_or_else(|| {
             usage("no database configured: pass --database-url, set DLQ_DATABASE_URL or DATABASE_URL, or put database_url in the config file")
         })
+    }
+}
+
+impl Settings {
+    /// RabbitMQ is only the built-in default: no AMQP URL, management API or vhost was given
+    /// (queues named with `-Q` or in the config file are the caller's to check).
+    pub fn rabbit_is_default(&self) -> bool {
+        !self.amqp_url_explicit && self.management_url.is_none() && self.vhost.is_none()
+    }
+
+    /// A Redis-only team: Celery's broker is Redis and RabbitMQ is only the built-in default,
+    /// so overviews do not try it (a source nobody configured).
+    pub fn rabbit_unused(&self) -> bool {
+        self.rabbit_is_default() && matches!(self.celery_broker, CeleryBroker::Redis(_))
     }
 }
 
@@ -811,6 +850,8 @@ pub struct WorkerCheck {
     pub enabled: bool,
     pub timeout: std::time::Duration,
     pub(crate) map: TaskMap,
+    /// Where the workers answer (`--control-exchange`).
+    pub(crate) mailbox: crate::celery::workers::Mailbox,
 }
 
 /// `--task-map` (after the config's `task_map`), `--worker-timeout`, `--no-worker-check`.
@@ -822,6 +863,7 @@ pub fn worker_check(settings: &Settings, a: &crate::cli::WorkerCheckArgs) -> Res
         enabled: !a.no_worker_check,
         timeout: worker_timeout(&a.worker_timeout)?,
         map,
+        mailbox: crate::celery::workers::Mailbox::new(&settings.control_exchange),
     })
 }
 

@@ -13,6 +13,7 @@ pub(crate) struct AmqpDispatch {
     conn: lapin::Connection,
     /// The broker the tasks go to (`--broker-url` or the AMQP URL), for its management API.
     target: Box<rabbit::Target>,
+    mailbox: workers::Mailbox,
 }
 
 #[derive(Clone)]
@@ -21,11 +22,15 @@ pub(crate) struct AmqpSender {
 }
 
 impl AmqpDispatch {
-    pub(crate) async fn connect(target: &rabbit::Target) -> Result<AmqpDispatch> {
+    pub(crate) async fn connect(
+        target: &rabbit::Target,
+        mailbox: workers::Mailbox,
+    ) -> Result<AmqpDispatch> {
         let conn = rabbit::connect(target).await?;
         Ok(AmqpDispatch {
             conn,
             target: Box::new(target.clone()),
+            mailbox,
         })
     }
 
@@ -47,7 +52,7 @@ impl AmqpDispatch {
     }
 
     pub(crate) async fn workers(&self, timeout: Duration) -> Result<Vec<Worker>> {
-        workers::ask_amqp(&self.conn, timeout).await
+        workers::ask_amqp(&self.conn, &self.mailbox, timeout).await
     }
 
     pub(crate) async fn sender(&self, window: usize, rate: Option<f64>) -> Result<AmqpSender> {

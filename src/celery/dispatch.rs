@@ -32,14 +32,15 @@ pub(crate) enum TaskSender {
 
 impl Dispatcher {
     pub(crate) async fn connect(settings: &Settings) -> Result<Dispatcher> {
+        let mailbox = super::workers::Mailbox::new(&settings.control_exchange);
         Ok(match &settings.celery_broker {
             CeleryBroker::Rabbit => {
                 let target = crate::rabbit::Target::from_settings(settings)?;
-                Dispatcher::Amqp(AmqpDispatch::connect(&target).await?)
+                Dispatcher::Amqp(AmqpDispatch::connect(&target, mailbox).await?)
             }
             CeleryBroker::OtherRabbit(url) => {
                 let target = crate::rabbit::Target::from_url(settings, url, None)?;
-                Dispatcher::Amqp(AmqpDispatch::connect(&target).await?)
+                Dispatcher::Amqp(AmqpDispatch::connect(&target, mailbox).await?)
             }
             CeleryBroker::Redis(url) => {
                 Dispatcher::Redis(RedisDispatch::connect(settings, url).await?)

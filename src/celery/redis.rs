@@ -4,7 +4,7 @@
 
 use super::message::TaskMessage;
 use super::sent::{Pending, Sent};
-use super::workers::{Worker, parse_reply, request_body, tidy};
+use super::workers::{Mailbox, Worker, parse_reply, request_body, tidy};
 use crate::error::usage;
 use crate::model::Target;
 use crate::rabbit::TargetFacts;
@@ -19,14 +19,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::redis::envelope;
+use crate::redis::envelope::{self, Keys};
 use crate::redis::{Endpoint, Redis, said};
 
 /// Celery's default exchange: the binding set a worker adds its queues to.
 const DEFAULT_EXCHANGE: &str = "celery";
-/// kombu's Mailbox names for Celery's `control_exchange` `celery`.
-const REQUEST_EXCHANGE: &str = "celery.pidbox";
-const REPLY_EXCHANGE: &str = "reply.celery.pidbox";
 /// The only methods ever sent, both read-only: the same mailbox accepts `shutdown`.
 const METHODS: [&str; 2] = ["registered", "active_queues"];
 /// How long `WAIT` gives replicas to acknowledge a push (ms).
@@ -36,7 +33,11 @@ const POLL_SLICE: Duration = Duration::from_secs(1);
 
 pub(crate) struct RedisDispatch {
     redis: Redis,
-    prefix: String,
+    /// The prefix, and the separator as known so far (see `detect_sep`).
+    keys: std::sync::Mutex<Keys>,
+    /// The separator was given (`--redis-sep`) or read from a binding.
+    sep_known: std::sync::atomic::AtomicBool,
+    mailbox: Mailbox,
     wait_replicas: Option<u32>,
     shown: String,
 }
@@ -45,7 +46,7 @@ pub(crate) struct RedisDispatch {
 #[derive(Clone)]
 pub(crate) struct RedisSender {
     tx: mpsc::Sender<Push>,
-    prefix: String,
+    keys: Keys,
 }
 
 /// One LPUSH on its way, and who waits for its reply.
@@ -58,12 +59,52 @@ struct Push {
 impl RedisDispatch {
     pub(crate) async fn connect(settings: &Settings, url: &str) -> Result<RedisDispatch> {
         let endpoint = Endpoint::parse(url)?;
-        Ok(RedisDispatch {
+        let d = RedisDispatch {
             redis: endpoint.connect(settings).await?,
-            prefix: settings.redis_key_prefix.clone(),
+            keys: std::sync::Mutex::new(Keys {
+                prefix: settings.redis_key_prefix.clone(),
+                sep: envelope::DEFAULT_SEP.into(),
+            }),
+            sep_known: std::sync::atomic::AtomicBool::new(false),
+            mailbox: Mailbox::new(&settings.control_exchange),
             wait_replicas: settings.redis_wait_replicas,
             shown: crate::redact::url(url),
-        })
+        };
+        let sep = match &settings.redis_sep {
+            Some(sep) => Some(sep.clone()),
+            None => d.detect_sep().await?,
+        };
+        if let Some(sep) = sep {
+            d.set_sep(sep);
+        }
+        Ok(d)
+    }
+
+    /// kombu's key names with the separator known so far.
+    fn keys(&self) -> Keys {
+        self.keys.lock().expect("not poisoned").clone()
+    }
+
+    fn set_sep(&self, sep: String) {
+        self.keys.lock().expect("not poisoned").sep = sep;
+        self.sep_known
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// kombu's `sep` transport option as the workers used it (Celery's Redis priority recipe
+    /// sets `':'`): read from their bindings to Celery's default exchange, else to their
+    /// remote-control fanout. `None` when neither says: kombu's default stands until a
+    /// queue's own bindings are read (`declared`).
+    async fn detect_sep(&self) -> Result<Option<String>> {
+        let keys = self.keys();
+        let mut pipe = redis::pipe();
+        pipe.cmd("SMEMBERS").arg(keys.binding(DEFAULT_EXCHANGE));
+        pipe.cmd("SMEMBERS")
+            .arg(keys.binding(&self.mailbox.request));
+        let (default, control): (Vec<Vec<u8>>, Vec<Vec<u8>>) =
+            self.query_all(&pipe, "reading kombu's bindings").await?;
+        let found = default.iter().find_map(|m| envelope::detect_sep(m));
+        Ok(found.or_else(|| control.iter().find_map(|m| envelope::detect_fanout_sep(m))))
     }
 
     pub(crate) fn describe(&self) -> String {
@@ -83,13 +124,13 @@ impl RedisDispatch {
         };
         if !self.declared(q).await? {
             return Err(usage(format!(
-                "target queue {q:?} is unknown to Redis at {}: no worker ever declared it (it is not in {}); nothing was replayed (start its workers, check --redis-key-prefix, or pass --to-queue)",
+                "target queue {q:?} is unknown to Redis at {}: no worker ever declared it (it is not in {}); nothing was replayed (start its workers, check --redis-key-prefix and --redis-sep, or pass --to-queue)",
                 self.shown,
-                envelope::binding_key(&self.prefix, DEFAULT_EXCHANGE),
+                self.keys().binding(DEFAULT_EXCHANGE),
             )));
         }
         let mut pipe = redis::pipe();
-        for key in envelope::queue_keys(&self.prefix, q) {
+        for key in self.keys().queues(q) {
             pipe.cmd("LLEN").arg(key);
         }
         let sizes: Vec<u64> = self.query_all(&pipe, "sizing the target queue").await?;
@@ -104,13 +145,23 @@ impl RedisDispatch {
 
     /// Whether a worker bound `q` to Celery's default exchange (or, for a queue Celery made
     /// up from `-Q`, to the exchange of the same name).
+    /// Reads the separator from these bindings when nothing said it yet (a `-Q` queue of an app
+    /// whose remote control uses another `control_exchange`).
     async fn declared(&self, q: &str) -> Result<bool> {
         for exchange in [DEFAULT_EXCHANGE, q] {
             let mut cmd = redis::cmd("SMEMBERS");
-            cmd.arg(envelope::binding_key(&self.prefix, exchange));
+            cmd.arg(self.keys().binding(exchange));
             let members: Vec<Vec<u8>> = self.query(&cmd, "reading kombu's bindings").await?;
-            let named = |m: &Vec<u8>| envelope::binding_queue(m).is_some_and(|b| b == q);
-            if members.iter().any(named) {
+            if !self.sep_known.load(std::sync::atomic::Ordering::Relaxed)
+                && let Some(sep) = members.iter().find_map(|m| envelope::detect_sep(m))
+            {
+                self.set_sep(sep);
+            }
+            let keys = self.keys();
+            if members
+                .iter()
+                .any(|m| keys.binding_queue(m).is_some_and(|b| b == q))
+            {
                 return Ok(true);
             }
         }
@@ -119,11 +170,12 @@ impl RedisDispatch {
 
     pub(crate) async fn workers(&self, timeout: Duration) -> Result<Vec<Worker>> {
         let oid = uuid::Uuid::new_v4().to_string();
-        let reply_queue = format!("{oid}.{REPLY_EXCHANGE}");
+        let reply_queue = format!("{oid}.{}", self.mailbox.reply);
         // The reply exchange is direct: a worker's answer reaches our list only through this
         // binding, exactly what kombu's `maybe_declare(reply_queue)` adds.
-        let binding = envelope::binding_key(&self.prefix, REPLY_EXCHANGE);
-        let member = envelope::binding_member(&oid, "", &reply_queue);
+        let keys = self.keys();
+        let binding = keys.binding(&self.mailbox.reply);
+        let member = keys.binding_member(&oid, "", &reply_queue);
         let mut bind = redis::cmd("SADD");
         bind.arg(&binding).arg(&member);
         let _: i64 = self.query(&bind, "asking the Celery workers").await?;
@@ -132,12 +184,10 @@ impl RedisDispatch {
         // the binding they are dropped by the worker's publish).
         let mut pipe = redis::pipe();
         pipe.cmd("SREM").arg(&binding).arg(&member).ignore();
-        pipe.cmd("DEL")
-            .arg(envelope::queue_keys(&self.prefix, &reply_queue))
-            .ignore();
+        pipe.cmd("DEL").arg(keys.queues(&reply_queue)).ignore();
         let _: Result<()> = self.query_all(&pipe, "cleaning up the reply list").await;
-        let answers =
-            answers.context("asking the Celery workers over the celery.pidbox mailbox")?;
+        let answers = answers
+            .with_context(|| format!("asking the Celery workers over {}", self.mailbox.request))?;
         Ok(answers.into_values().map(tidy).collect())
     }
 
@@ -149,17 +199,19 @@ impl RedisDispatch {
         timeout: Duration,
     ) -> Result<BTreeMap<String, Worker>> {
         let deadline = tokio::time::Instant::now() + timeout;
-        let channel = envelope::fanout_channel(&self.prefix, self.redis.db, REQUEST_EXCHANGE);
+        let channel = self
+            .keys()
+            .fanout_channel(self.redis.db, &self.mailbox.request);
         let expires = (unix_now() + timeout).as_secs_f64();
         let mut tickets = Vec::new();
         let mut listeners = 0;
         for method in METHODS {
             let ticket = uuid::Uuid::new_v4().to_string();
-            let body = request_body(method, &ticket, oid);
+            let body = request_body(&self.mailbox, method, &ticket, oid);
             let mut publish = redis::cmd("PUBLISH");
             publish
                 .arg(&channel)
-                .arg(envelope::request(&body, REQUEST_EXCHANGE, expires));
+                .arg(envelope::request(&body, &self.mailbox.request, expires));
             listeners += self.query::<i64>(&publish, "publishing").await?;
             tickets.push((ticket, method));
         }
@@ -167,7 +219,7 @@ impl RedisDispatch {
         if listeners == 0 {
             return Ok(BTreeMap::new());
         }
-        let key = envelope::queue_key(&self.prefix, reply_queue, 0);
+        let key = self.keys().queue(reply_queue, 0);
         let mut workers = BTreeMap::new();
         while let Some(raw) = self.next_reply(&key, deadline).await? {
             if let Some((method, name, names)) = answer(&raw, &tickets) {
@@ -205,7 +257,7 @@ impl RedisDispatch {
         tokio::spawn(drive(self.redis.conn.clone(), rx, window, rate, wait));
         Ok(RedisSender {
             tx,
-            prefix: self.prefix.clone(),
+            keys: self.keys(),
         })
     }
 
@@ -239,7 +291,7 @@ impl RedisSender {
             ));
         };
         let (priority, element) = envelope::task(&msg, queue);
-        let key = envelope::queue_key(&self.prefix, queue, priority);
+        let key = self.keys.queue(queue, priority);
         let (reply, rx) = oneshot::channel();
         let stopped = || anyhow!("the Redis sender stopped (connection lost?)");
         self.tx

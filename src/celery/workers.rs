@@ -22,10 +22,24 @@ use serde_json::{Value, json};
 use crate::rabbit::CLOSE_LIMIT;
 use crate::rabbit::publish::{exchange_exists, scrubbed};
 
-/// kombu's `'%s.pidbox' % control_exchange`, Celery's default `control_exchange` being `celery`.
-const REQUEST_EXCHANGE: &str = "celery.pidbox";
-/// kombu's `'reply.%s.pidbox' % control_exchange`.
-const REPLY_EXCHANGE: &str = "reply.celery.pidbox";
+/// Celery's remote-control mailbox for one `control_exchange` (default `celery`; apps sharing
+/// a vhost set their own).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Mailbox {
+    /// kombu's `'%s.pidbox' % control_exchange`: the fanout the requests go to.
+    pub(crate) request: String,
+    /// kombu's `'reply.%s.pidbox' % control_exchange`: the direct exchange of the answers.
+    pub(crate) reply: String,
+}
+
+impl Mailbox {
+    pub(crate) fn new(control_exchange: &str) -> Mailbox {
+        Mailbox {
+            request: format!("{control_exchange}.pidbox"),
+            reply: format!("reply.{control_exchange}.pidbox"),
+        }
+    }
+}
 /// Celery's `control_queue_expires` (10 s), which kombu sets as the reply queue's `x-expires`:
 /// a backstop should the explicit delete below never reach the broker.
 const REPLY_QUEUE_EXPIRES_MS: i32 = 10_000;
@@ -45,16 +59,20 @@ pub(crate) struct Worker {
 /// broadcast (both sent at once, both answered into one reply queue), collecting replies until
 /// `timeout`. Workers sorted by name, queues and tasks sorted. An empty Vec means no worker answered.
 /// Leaves nothing behind on the broker (reply queue auto-deleted / exclusive; channel closed).
-pub(crate) async fn ask_amqp(conn: &Connection, timeout: Duration) -> Result<Vec<Worker>> {
+pub(crate) async fn ask_amqp(
+    conn: &Connection,
+    mailbox: &Mailbox,
+    timeout: Duration,
+) -> Result<Vec<Worker>> {
     // Every worker declares the request exchange when it starts listening: without it no
     // worker ever listened on this vhost, and nothing needs creating to know that.
-    if !exchange_exists(conn, REQUEST_EXCHANGE).await? {
+    if !exchange_exists(conn, &mailbox.request).await? {
         return Ok(Vec::new());
     }
     let ch = conn.create_channel().await.map_err(scrubbed)?;
     let oid = uuid::Uuid::new_v4().to_string();
-    let reply_queue = format!("{oid}.{REPLY_EXCHANGE}");
-    let answers = ask_on(&ch, &oid, &reply_queue, timeout).await;
+    let reply_queue = format!("{oid}.{}", mailbox.reply);
+    let answers = ask_on(&ch, mailbox, &oid, &reply_queue, timeout).await;
     // Deleted now rather than left to auto-delete / x-expires, so that nothing lingers even
     // when the close is slow; after an error the channel is gone and the exclusive queue with
     // the connection.
@@ -62,32 +80,36 @@ pub(crate) async fn ask_amqp(conn: &Connection, timeout: Duration) -> Result<Vec
         .queue_delete(reply_queue.as_str().into(), QueueDeleteOptions::default())
         .await;
     let _ = tokio::time::timeout(CLOSE_LIMIT, ch.close(200, "dlq: workers asked".into())).await;
-    let answers = answers.context("asking the Celery workers over the celery.pidbox mailbox")?;
+    let answers =
+        answers.with_context(|| format!("asking the Celery workers over {}", mailbox.request))?;
     Ok(answers.into_values().map(tidy).collect())
 }
 
 /// Opens the reply queue, sends both requests and collects the answers by worker.
 async fn ask_on(
     ch: &Channel,
+    mailbox: &Mailbox,
     oid: &str,
     reply_queue: &str,
     timeout: Duration,
 ) -> Result<BTreeMap<String, Worker>> {
     // Bound and consumed before the requests go out: a quick worker's answer must find it.
-    let replies = open_reply_queue(ch, oid, reply_queue).await?;
+    let replies = open_reply_queue(ch, &mailbox.reply, oid, reply_queue).await?;
     let deadline = tokio::time::Instant::now() + timeout;
-    let tickets = [
-        (request(ch, REGISTERED, oid, timeout).await?, REGISTERED),
-        (
-            request(ch, ACTIVE_QUEUES, oid, timeout).await?,
-            ACTIVE_QUEUES,
-        ),
-    ];
+    let mut tickets = Vec::new();
+    for method in [REGISTERED, ACTIVE_QUEUES] {
+        tickets.push((request(ch, mailbox, method, oid, timeout).await?, method));
+    }
     collect(replies, &tickets, deadline).await
 }
 
 /// The reply queue, bound to the reply exchange by `oid`, with a consumer on it.
-async fn open_reply_queue(ch: &Channel, oid: &str, reply_queue: &str) -> Result<Consumer> {
+async fn open_reply_queue(
+    ch: &Channel,
+    reply_exchange: &str,
+    oid: &str,
+    reply_queue: &str,
+) -> Result<Consumer> {
     // kombu's own flags (`Mailbox._get_reply_exchange`): once a worker declared it, any other
     // durable/auto_delete is refused with PRECONDITION_FAILED, and a worker would be on ours.
     let kombu = ExchangeDeclareOptions {
@@ -96,7 +118,7 @@ async fn open_reply_queue(ch: &Channel, oid: &str, reply_queue: &str) -> Result<
         ..Default::default()
     };
     let none = FieldTable::default;
-    ch.exchange_declare(REPLY_EXCHANGE.into(), ExchangeKind::Direct, kombu, none())
+    ch.exchange_declare(reply_exchange.into(), ExchangeKind::Direct, kombu, none())
         .await
         .map_err(scrubbed)?;
     // kombu's is auto-delete with x-expires; exclusive as well, so it dies with our connection.
@@ -116,7 +138,7 @@ async fn open_reply_queue(ch: &Channel, oid: &str, reply_queue: &str) -> Result<
     let bind = QueueBindOptions::default();
     ch.queue_bind(
         reply_queue.into(),
-        REPLY_EXCHANGE.into(),
+        reply_exchange.into(),
         oid.into(),
         bind,
         none(),
@@ -172,9 +194,15 @@ async fn collect(
 }
 
 /// Publishes one broadcast request exactly as kombu's `Mailbox._publish` does; returns its ticket.
-async fn request(ch: &Channel, method: &str, oid: &str, timeout: Duration) -> Result<String> {
+async fn request(
+    ch: &Channel,
+    mailbox: &Mailbox,
+    method: &str,
+    oid: &str,
+    timeout: Duration,
+) -> Result<String> {
     let ticket = uuid::Uuid::new_v4().to_string();
-    let body = request_body(method, &ticket, oid);
+    let body = request_body(mailbox, method, &ticket, oid);
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
@@ -193,7 +221,7 @@ async fn request(ch: &Channel, method: &str, oid: &str, timeout: Duration) -> Re
     let payload = serde_json::to_vec(&body)?;
     // Fanout: the routing key is ignored, kombu sends it empty.
     ch.basic_publish(
-        REQUEST_EXCHANGE.into(),
+        mailbox.request.as_str().into(),
         "".into(),
         BasicPublishOptions::default(),
         &payload,
@@ -244,7 +272,7 @@ pub(crate) fn parse_reply(method: &str, body: &[u8]) -> Option<(String, Vec<Stri
 
 /// Sorted and deduplicated: a worker may list a queue twice (two bindings).
 /// The body kombu's `Mailbox._publish` sends for a broadcast with a reply, on any broker.
-pub(crate) fn request_body(method: &str, ticket: &str, oid: &str) -> Value {
+pub(crate) fn request_body(mailbox: &Mailbox, method: &str, ticket: &str, oid: &str) -> Value {
     let arguments = match method {
         REGISTERED => json!({"taskinfoitems": []}),
         _ => json!({}),
@@ -256,7 +284,7 @@ pub(crate) fn request_body(method: &str, ticket: &str, oid: &str) -> Value {
         "pattern": null,
         "matcher": null,
         "ticket": ticket,
-        "reply_to": {"exchange": REPLY_EXCHANGE, "routing_key": oid},
+        "reply_to": {"exchange": mailbox.reply, "routing_key": oid},
     })
 }
 

@@ -181,11 +181,17 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             named.push(q.clone());
         }
     }
-    // Only the built-in default URL, nothing named: RabbitMQ is optional here.
-    let rabbit_optional = !settings.amqp_url_explicit
-        && named.is_empty()
-        && settings.management_url.is_none()
-        && settings.vhost.is_none();
+    // Only the built-in default URL, nothing named: RabbitMQ is optional here, and not even
+    // tried for a Redis-only team that has a table to list.
+    let rabbit_optional = settings.rabbit_is_default() && named.is_empty();
+    if rabbit_optional && settings.rabbit_unused() && !summaries.is_empty() {
+        printer.debug(
+            1,
+            "RabbitMQ not listed: Celery's broker is Redis and no RabbitMQ is configured (--amqp-url)",
+        );
+        printer.typed(&summaries)?;
+        return Ok(exit);
+    }
     let list_opts = ListOptions {
         named,
         sample: opts.sample,

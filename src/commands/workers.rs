@@ -19,8 +19,9 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     let live = dispatcher.workers(opts.timeout).await?;
     if live.is_empty() {
         printer.warn(format!(
-            "no Celery worker answered on {} within {:?} (stopped, remote control disabled, or another vhost)",
+            "no Celery worker answered on {} ({}.pidbox) within {:?} (stopped, remote control disabled, another vhost, or another control_exchange: --control-exchange)",
             dispatcher.describe(),
+            settings.control_exchange,
             opts.timeout
         ));
     }

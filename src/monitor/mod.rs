@@ -89,10 +89,11 @@ pub(crate) async fn gather(settings: &Settings, req: &Request) -> Result<Figures
             .push(table_figures(db, settings, req).await?);
     }
     let named = named_queues(settings, req);
-    let rabbit_optional = !settings.amqp_url_explicit
-        && named.is_empty()
-        && settings.management_url.is_none()
-        && settings.vhost.is_none();
+    let rabbit_optional = settings.rabbit_is_default() && named.is_empty();
+    // A Redis-only team's RabbitMQ is nobody's: not tried (see `list`).
+    if rabbit_optional && settings.rabbit_unused() && !figures.sources.is_empty() {
+        return Ok(figures);
+    }
     match queue_figures(settings, req, named).await {
         Ok((queues, warnings)) => {
             figures.sources.extend(queues);

@@ -11,60 +11,108 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Value, json};
 
-/// kombu's `sep`: between a queue and its priority step, and the parts of a binding.
-pub(crate) const SEP: &str = "\x06\x16";
+/// kombu's default `sep` transport option: between a queue and its priority step, and the
+/// parts of a binding. Celery's own Redis priority recipe sets `':'`.
+pub(crate) const DEFAULT_SEP: &str = "\x06\x16";
 /// kombu's `PRIORITY_STEPS`; the plain list (step 0) is read first: 0 is the highest priority.
 pub(crate) const PRIORITY_STEPS: [u8; 4] = [0, 3, 6, 9];
 /// kombu's `max_priority`: priorities are clamped to 0..=9 before picking a step.
 const MAX_PRIORITY: u8 = 9;
 
-/// The list holding `queue`'s messages of `priority`: `queue` for step 0, else
-/// `queue<SEP><step>`, the step being the largest one not above the priority (kombu's
-/// `priority()`: `steps[bisect(steps, n) - 1]`).
-pub(crate) fn queue_key(prefix: &str, queue: &str, priority: u8) -> String {
-    let p = priority.min(MAX_PRIORITY);
-    let step = PRIORITY_STEPS
-        .iter()
-        .rev()
-        .find(|s| **s <= p)
-        .copied()
-        .unwrap_or(0);
-    match step {
-        0 => format!("{prefix}{queue}"),
-        s => format!("{prefix}{queue}{SEP}{s}"),
+/// The transport options that change kombu's key names: `global_keyprefix` and `sep`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Keys {
+    pub(crate) prefix: String,
+    pub(crate) sep: String,
+}
+
+impl Keys {
+    /// The list holding `queue`'s messages of `priority`: `queue` for step 0, else
+    /// `queue<sep><step>`, the step being the largest one not above the priority (kombu's
+    /// `priority()`: `steps[bisect(steps, n) - 1]`).
+    pub(crate) fn queue(&self, queue: &str, priority: u8) -> String {
+        let p = priority.min(MAX_PRIORITY);
+        let step = PRIORITY_STEPS
+            .iter()
+            .rev()
+            .find(|s| **s <= p)
+            .copied()
+            .unwrap_or(0);
+        let prefix = &self.prefix;
+        match step {
+            0 => format!("{prefix}{queue}"),
+            s => format!("{prefix}{queue}{}{s}", self.sep),
+        }
+    }
+
+    /// Every list of `queue`, one per priority step (LLEN them to size it, DEL them to drop it).
+    pub(crate) fn queues(&self, queue: &str) -> Vec<String> {
+        PRIORITY_STEPS
+            .iter()
+            .map(|p| self.queue(queue, *p))
+            .collect()
+    }
+
+    /// The set of `exchange`'s bindings: `_kombu.binding.<exchange>`.
+    pub(crate) fn binding(&self, exchange: &str) -> String {
+        format!("{}_kombu.binding.{exchange}", self.prefix)
+    }
+
+    /// One binding as `_queue_bind` stores it: `<routing_key><sep><pattern><sep><queue>`.
+    pub(crate) fn binding_member(&self, routing_key: &str, pattern: &str, queue: &str) -> String {
+        let sep = &self.sep;
+        format!("{routing_key}{sep}{pattern}{sep}{queue}")
+    }
+
+    /// The queue a binding member names (its third part).
+    pub(crate) fn binding_queue(&self, member: &[u8]) -> Option<String> {
+        let text = std::str::from_utf8(member).ok()?;
+        let mut parts = text.split(self.sep.as_str());
+        let (_, _, queue) = (parts.next()?, parts.next()?, parts.next()?);
+        parts.next().is_none().then(|| queue.to_owned())
+    }
+
+    /// The channel a fanout exchange publishes on (`fanout_prefix` and `fanout_patterns` on,
+    /// the default): `/<db>.<exchange>`, with no routing key (kombu appends `/<key>` only for one).
+    pub(crate) fn fanout_channel(&self, db: i64, exchange: &str) -> String {
+        format!("{}/{db}.{exchange}", self.prefix)
     }
 }
 
-/// Every list of `queue`, one per priority step (LLEN them to size it, DEL them to drop it).
-pub(crate) fn queue_keys(prefix: &str, queue: &str) -> Vec<String> {
-    PRIORITY_STEPS
-        .iter()
-        .map(|p| queue_key(prefix, queue, *p))
-        .collect()
-}
-
-/// The set of `exchange`'s bindings: `_kombu.binding.<exchange>`.
-pub(crate) fn binding_key(prefix: &str, exchange: &str) -> String {
-    format!("{prefix}_kombu.binding.{exchange}")
-}
-
-/// One binding as `_queue_bind` stores it: `<routing_key><SEP><pattern><SEP><queue>`.
-pub(crate) fn binding_member(routing_key: &str, pattern: &str, queue: &str) -> String {
-    format!("{routing_key}{SEP}{pattern}{SEP}{queue}")
-}
-
-/// The queue a binding member names (its third part).
-pub(crate) fn binding_queue(member: &[u8]) -> Option<String> {
+/// The `sep` in a worker's binding to its remote-control fanout (`<control>.pidbox`): no routing
+/// key and no pattern, so `<sep><sep><hostname>.<control>.pidbox`. `None` for another shape.
+pub(crate) fn detect_fanout_sep(member: &[u8]) -> Option<String> {
     let text = std::str::from_utf8(member).ok()?;
-    let mut parts = text.split(SEP);
-    let (_, _, queue) = (parts.next()?, parts.next()?, parts.next()?);
-    parts.next().is_none().then(|| queue.to_owned())
+    if text.starts_with(DEFAULT_SEP) {
+        return Some(DEFAULT_SEP.into());
+    }
+    (1..=4).find_map(|k| {
+        let (a, b, rest) = (text.get(..k)?, text.get(k..2 * k)?, text.get(2 * k..)?);
+        let name_first = rest.chars().next().is_some_and(|c| c.is_alphanumeric());
+        (a == b && name_first && rest.ends_with(".pidbox")).then(|| a.to_owned())
+    })
 }
 
-/// The channel a fanout exchange publishes on (`fanout_prefix` and `fanout_patterns` on, the
-/// default): `/<db>.<exchange>`, with no routing key (kombu appends `/<key>` only for one).
-pub(crate) fn fanout_channel(prefix: &str, db: i64, exchange: &str) -> String {
-    format!("{prefix}/{db}.{exchange}")
+/// The `sep` a worker used, read from one of its bindings to Celery's default exchange (or to
+/// the exchange Celery makes for a `-Q` queue): kombu binds a queue there with its own name as
+/// routing key and no pattern, `<q><sep><sep><q>`. `None` when the member has another shape.
+pub(crate) fn detect_sep(member: &[u8]) -> Option<String> {
+    let text = std::str::from_utf8(member).ok()?;
+    if text.contains(DEFAULT_SEP) {
+        return Some(DEFAULT_SEP.into());
+    }
+    let n = text.len();
+    (1..=4).find_map(|k| {
+        let rest = n.checked_sub(2 * k).filter(|r| *r > 0 && r % 2 == 0)?;
+        let q = rest / 2;
+        let (head, sep1, sep2, tail) = (
+            text.get(..q)?,
+            text.get(q..q + k)?,
+            text.get(q + k..q + 2 * k)?,
+            text.get(q + 2 * k..)?,
+        );
+        (head == tail && sep1 == sep2).then(|| sep1.to_owned())
+    })
 }
 
 /// A task message as kombu's Redis transport stores it for a publish through the default
@@ -143,6 +191,13 @@ mod tests {
     use super::*;
     use crate::celery::{ReplayOrigin, build};
 
+    fn keys(prefix: &str) -> Keys {
+        Keys {
+            prefix: prefix.into(),
+            sep: DEFAULT_SEP.into(),
+        }
+    }
+
     #[test]
     fn priorities_pick_kombu_steps() {
         // kombu: steps[bisect([0, 3, 6, 9], n) - 1], after clamping to 0..=9.
@@ -159,11 +214,11 @@ mod tests {
             "q\x06\x169",
         ];
         for (p, key) in expect.iter().enumerate() {
-            assert_eq!(queue_key("", "q", p as u8), *key, "priority {p}");
+            assert_eq!(keys("").queue("q", p as u8), *key, "priority {p}");
         }
-        assert_eq!(queue_key("pre:", "q", 200), "pre:q\x06\x169");
+        assert_eq!(keys("pre:").queue("q", 200), "pre:q\x06\x169");
         assert_eq!(
-            queue_keys("x.", "celery"),
+            keys("x.").queues("celery"),
             [
                 "x.celery",
                 "x.celery\x06\x163",
@@ -175,16 +230,49 @@ mod tests {
 
     #[test]
     fn binding_and_channel_names() {
-        assert_eq!(binding_key("p", "celery"), "p_kombu.binding.celery");
-        let m = binding_member("celery", "", "celery");
+        assert_eq!(keys("p").binding("celery"), "p_kombu.binding.celery");
+        let m = keys("").binding_member("celery", "", "celery");
         assert_eq!(m, "celery\x06\x16\x06\x16celery");
-        assert_eq!(binding_queue(m.as_bytes()).as_deref(), Some("celery"));
-        assert_eq!(binding_queue(b"a\x06\x16b"), None);
-        assert_eq!(fanout_channel("", 0, "celery.pidbox"), "/0.celery.pidbox");
         assert_eq!(
-            fanout_channel("k:", 3, "celery.pidbox"),
+            keys("").binding_queue(m.as_bytes()).as_deref(),
+            Some("celery")
+        );
+        assert_eq!(keys("").binding_queue(b"a\x06\x16b"), None);
+        assert_eq!(
+            keys("").fanout_channel(0, "celery.pidbox"),
+            "/0.celery.pidbox"
+        );
+        assert_eq!(
+            keys("k:").fanout_channel(3, "celery.pidbox"),
             "k:/3.celery.pidbox"
         );
+        // Celery's Redis priority recipe: `sep` ':'.
+        let colon = Keys {
+            prefix: String::new(),
+            sep: ":".into(),
+        };
+        assert_eq!(colon.binding_member("oid", "", "r"), "oid::r");
+        assert_eq!(
+            colon.binding_queue(b"celery::celery").as_deref(),
+            Some("celery")
+        );
+        assert_eq!(colon.queue("celery", 5), "celery:3");
+        assert_eq!(detect_sep(b"celery::celery").as_deref(), Some(":"));
+        assert_eq!(
+            detect_sep(b"celery\x06\x16\x06\x16celery").as_deref(),
+            Some(DEFAULT_SEP)
+        );
+        assert_eq!(detect_sep(b"a||a").as_deref(), Some("|"));
+        assert_eq!(detect_sep(b"hosts::other"), None);
+        assert_eq!(
+            detect_fanout_sep(b"::celery@h.loja.pidbox").as_deref(),
+            Some(":")
+        );
+        assert_eq!(
+            detect_fanout_sep(b"\x06\x16\x06\x16celery@h.celery.pidbox").as_deref(),
+            Some(DEFAULT_SEP)
+        );
+        assert_eq!(detect_fanout_sep(b"::celery@h"), None);
     }
 
     #[test]

@@ -44,8 +44,9 @@ pub(crate) async fn ensure_runnable(
     };
     if live.is_empty() {
         return Err(usage(format!(
-            "no Celery worker answered on {} within {:?}: nothing was sent. The workers may be stopped (a deploy?), started with worker_enable_remote_control=False, or on another vhost; start a worker that consumes {}, or pass --no-worker-check to send anyway (a worker discards any task it does not register)",
+            "no Celery worker answered on {} ({}) within {:?}: nothing was sent. The workers may be stopped (a deploy?), started with worker_enable_remote_control=False, on another vhost, or using another control_exchange (--control-exchange); start a worker that consumes {}, or pass --no-worker-check to send anyway (a worker discards any task it does not register)",
             dispatcher.describe(),
+            check.mailbox.request,
             check.timeout,
             describe_queue(queue),
         )));
@@ -124,7 +125,7 @@ impl<'a> TaskGate<'a> {
             return Ok(());
         }
         if self.live.is_none() {
-            let live = workers::ask_amqp(self.conn, self.check.timeout)
+            let live = workers::ask_amqp(self.conn, &self.check.mailbox, self.check.timeout)
                 .await
                 .map_err(|e| format!("asking the Celery workers: {e:#}; left in the DLQ"))?;
             self.live = Some(live);

@@ -14,6 +14,7 @@ mod queue_archive;
 mod queue_read;
 mod queue_replay;
 mod quorum_limits;
+mod recorder;
 mod redis;
 mod secrets;
 mod table_archive;

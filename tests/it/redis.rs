@@ -654,3 +654,82 @@ fn restart_redis() {
     panic!("Redis did not come back");
 }
 
+/// Celery's Redis priority recipe (`sep: ':'`, ten priority steps) with a prefix and an app
+/// of its own `control_exchange`: dlq reads the separator from the worker's bindings, writes
+/// its reply binding as kombu would (the worker logs no ValueError), sees the worker only
+/// through `--control-exchange`, and the worker runs every replayed task once.
+#[tokio::test]
+async fn sep_recipe_and_control_exchange_on_redis() {
+    let db = TestDb::new(Dialect::Sqlite, "redis_sep").await;
+    db.init();
+    let at = "2026-11-20T10:00:00Z";
+    let rows: Vec<_> = (0..5)
+        .map(|i| {
+            row(
+                "enviar_email",
+                Some(&format!("[{i}]")),
+                "IntegrityError: x",
+                at,
+                false,
+            )
+        })
+        .collect();
+    db.insert(&rows).await;
+    let space = Space::new("redis_sep");
+    let url = redis_url();
+    let env = [
+        ("DLQ_TEST_BROKER", url.as_str()),
+        ("DLQ_TEST_KEYPREFIX", space.prefix.as_str()),
+        ("DLQ_TEST_SEP", ":"),
+        ("DLQ_TEST_CONTROL_EXCHANGE", "loja"),
+    ];
+    let worker = CeleryWorker::start_app("redis_tasks", &space.queue, &env).await;
+    // A `-Q` queue is bound to an exchange of its own name.
+    let binding = format!("{}_kombu.binding.{}", space.prefix, space.queue);
+    let members = conn().await.smembers(&binding).await.unwrap();
+    assert!(
+        members.contains(&format!("{q}::{q}", q = space.queue)),
+        "{members:?}"
+    );
+
+    // Celery's default mailbox: nobody answers there, and the hint names the option.
+    let replay = ["replay", "--to-queue", &space.queue, "--yes"];
+    let run = space.dlq(&db, &replay);
+    let err = run.fails(2, "no Celery worker answered");
+    assert!(
+        err.contains("--control-exchange") && err.contains("celery.pidbox"),
+        "{err}"
+    );
+    assert_eq!(marked(&db).await, 0);
+
+    let mut with = vec!["--control-exchange", "loja"];
+    with.extend(["workers", "-o", "json"]);
+    let listed = space.dlq(&db, &with).json().to_string();
+    assert!(
+        listed.contains("enviar_email") && listed.contains(&space.queue),
+        "{listed}"
+    );
+    let mut with = vec!["--control-exchange", "loja"];
+    with.extend(replay);
+    let run = space.dlq(&db, &with);
+    run.ok();
+    assert!(
+        run.stderr().contains("5 replayed, 0 failed"),
+        "{}",
+        run.stderr()
+    );
+    let runs = worker.wait_runs(5).await;
+    let mut args: Vec<i64> = runs
+        .iter()
+        .map(|r| r["args"][0].as_i64().unwrap())
+        .collect();
+    args.sort();
+    assert_eq!(args, [0, 1, 2, 3, 4]);
+    assert_eq!(marked(&db).await, 5);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(worker.runs().len(), 5, "each task ran once");
+    assert!(!worker.log().contains("ValueError"), "{}", worker.log());
+    drop(worker);
+    space.clean().await;
+    db.drop().await;
+}

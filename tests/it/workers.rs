@@ -406,3 +406,35 @@ async fn a_delayed_then_rejected_message_goes_back_where_it_was_rejected() {
     assert_eq!(b.depth("work.dlq").await, 0);
     b.delete().await;
 }
+
+/// An app with its own `control_exchange` (several apps on one vhost): its workers answer
+/// on `loja.pidbox`, so dlq sees them only with `--control-exchange loja`, and says which
+/// mailbox it asked when nobody answered.
+#[tokio::test]
+async fn a_custom_control_exchange_is_asked_when_named() {
+    let b = Broker::new("wk_ctl").await;
+    let queue = unique("celery_wk_ctl");
+    let env = [
+        ("DLQ_TEST_BROKER", b.amqp_url()),
+        ("DLQ_TEST_CONTROL_EXCHANGE", "loja".to_string()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let worker = CeleryWorker::start_app("tasks", &queue, &env).await;
+    let run = b.run(&["workers", "--worker-timeout", "1s"]).await;
+    let err = run.stderr();
+    assert!(
+        err.contains("no Celery worker answered")
+            && err.contains("celery.pidbox")
+            && err.contains("--control-exchange"),
+        "{err}"
+    );
+    let v = b
+        .run(&["workers", "--control-exchange", "loja", "-o", "json"])
+        .await
+        .json();
+    let list = v.as_array().unwrap();
+    assert_eq!(list.len(), 1, "{v}");
+    assert_eq!(list[0]["queues"], serde_json::json!([queue]));
+    drop(worker);
+    b.delete().await;
+}
