@@ -733,3 +733,66 @@ async fn sep_recipe_and_control_exchange_on_redis() {
     space.clean().await;
     db.drop().await;
 }
+
+/// A Redis-only team (Celery on Redis, a table, no RabbitMQ configured anywhere): `list`,
+/// `check` and `metrics` answer from the table and never try the built-in AMQP default.
+#[tokio::test]
+async fn a_redis_only_team_is_not_told_about_rabbitmq() {
+    let db = TestDb::with_rows(
+        Dialect::Sqlite,
+        "redis_only",
+        &[row(
+            "enviar_email",
+            Some("[1]"),
+            "IntegrityError: x",
+            "2026-11-20T10:00:00Z",
+            false,
+        )],
+    )
+    .await;
+    let run = |args: &[&str]| {
+        Dlq::new()
+            .env_remove("DLQ_AMQP_URL")
+            .env_remove("DLQ_MANAGEMENT_URL")
+            .env_remove("AMQP_URL")
+            .env("DLQ_DATABASE_URL", &db.url)
+            .env("DLQ_TABLE", &db.table)
+            .env("DLQ_BROKER_URL", &redis_url())
+            .args(args)
+            .run()
+    };
+    let list = run(&["-v", "list", "-o", "json"]);
+    let rows = list.json();
+    assert_eq!(rows.as_array().unwrap().len(), 1, "{rows}");
+    assert_eq!(rows[0]["source"], "table");
+    assert!(
+        list.stderr()
+            .contains("RabbitMQ not listed: Celery's broker is Redis"),
+        "{}",
+        list.stderr()
+    );
+    let check = run(&["check"]);
+    assert_eq!(check.code(), 0, "{}", check.stdout());
+    assert!(!check.stderr().contains("RabbitMQ"), "{}", check.stderr());
+    let metrics = run(&["metrics"]);
+    assert!(
+        metrics.ok().contains("dlq_dead_letters{source=\"table\""),
+        "{}",
+        metrics.stdout()
+    );
+    assert!(
+        !metrics.stderr().contains("RabbitMQ"),
+        "{}",
+        metrics.stderr()
+    );
+    // A RabbitMQ that was configured is still checked (and reported when down).
+    let named = Dlq::new()
+        .env("DLQ_DATABASE_URL", &db.url)
+        .env("DLQ_TABLE", &db.table)
+        .env("DLQ_BROKER_URL", &redis_url())
+        .env("DLQ_AMQP_URL", "amqp://guest:guest@127.0.0.1:1/%2f")
+        .args(&["check"])
+        .run();
+    assert_eq!(named.code(), 3, "{}", named.stdout());
+    db.drop().await;
+}
