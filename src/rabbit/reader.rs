@@ -118,6 +118,8 @@ pub struct ReadReport {
     /// Fewer messages than counted at the start were there to read.
     pub ended_short: bool,
     pub max_delivery_count: Option<i64>,
+    /// The delivery tag of the last message held on the read's channel.
+    last_tag: Option<u64>,
     /// Given back at exactly the delivery limit: the next return drops them.
     pub now_at_limit: u64,
     /// Given back past the delivery limit: the broker dropped or re-dead-lettered them.
@@ -258,11 +260,11 @@ async fn read_fifo<T: Send>(
         back = r.unrenewed(report.read);
         report.renewal_notes = r.finish(report.read, result.as_ref().err());
         super::settle_grace().await;
-    } else if spec.give_back == GiveBack::Nack && report.read > 0 {
+    } else if let (GiveBack::Nack, Some(last)) = (spec.give_back, report.last_tag) {
         // 4.3+: a nack is not counted; the close after it returns anything it missed.
         let _ = ch
             .basic_nack(
-                0,
+                last,
                 lapin::options::BasicNackOptions {
                     multiple: true,
                     requeue: true,
@@ -474,6 +476,7 @@ async fn consume_fifo<T: Send>(
             last = tokio::time::Instant::now();
             got += 1;
             report.read += 1;
+            report.last_tag = Some(d.delivery_tag);
             bytes += d.data.len() as u64;
             if spec.counts_returns {
                 report.note_delivery_count(delivery_count(&d.properties), spec.counted_limit);
