@@ -24,6 +24,10 @@ pub struct Report {
     pub skipped: Vec<ItemNote>,
     /// Why the run stopped early (connection lost, interrupted ...), if it did.
     pub stopped: Option<String>,
+    /// Set once an item was counted but not listed: a reader of the JSON must know that
+    /// `failed` / `skipped` are not every item.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lists_cut: Option<String>,
 }
 
 impl Report {
@@ -45,6 +49,8 @@ impl Report {
                 id,
                 reason: reason.into(),
             });
+        } else {
+            self.cut();
         }
     }
 
@@ -55,7 +61,17 @@ impl Report {
                 id,
                 reason: reason.into(),
             });
+        } else {
+            self.cut();
         }
+    }
+
+    fn cut(&mut self) {
+        self.lists_cut.get_or_insert_with(|| {
+            format!(
+                "failed and skipped list at most {LISTED} items each; failed_count and skipped_count count every item"
+            )
+        });
     }
 
     /// Adds a later part of the same run (after a canary).
@@ -73,6 +89,9 @@ impl Report {
         }
         self.failed_count += unlisted_failed;
         self.skipped_count += unlisted_skipped;
+        if unlisted_failed + unlisted_skipped > 0 {
+            self.cut();
+        }
         self.stopped = self.stopped.take().or(later.stopped);
     }
 
@@ -119,5 +138,29 @@ mod tests {
             r.summary("replayed"),
             "replay: 1 replayed, 1 failed, 1 skipped; STOPPED: broker connection lost"
         );
+    }
+
+    #[test]
+    fn a_cut_list_says_so() {
+        let mut r = Report::new("replay");
+        for i in 0..LISTED as i64 {
+            r.fail(RecordId::Int(i), "bad args");
+        }
+        assert!(r.lists_cut.is_none());
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(json.get("lists_cut").is_none());
+        r.fail(RecordId::Int(99), "bad args");
+        assert_eq!(
+            (r.failed.len(), r.failed_count),
+            (LISTED, LISTED as u64 + 1)
+        );
+        let json = serde_json::to_value(&r).unwrap();
+        assert!(
+            json["lists_cut"].as_str().unwrap().contains("at most 50"),
+            "{json}"
+        );
+        let mut total = Report::new("replay");
+        total.absorb(r);
+        assert!(total.lists_cut.is_some());
     }
 }

@@ -56,6 +56,14 @@ impl Dispatcher {
         }
     }
 
+    /// Where the tasks go, for the plan: kombu's Redis transport has no default exchange to name.
+    pub(crate) fn target_text(&self, target: &Target) -> String {
+        match (self, target) {
+            (Dispatcher::Redis(_), Target::Queue(q)) => format!("to queue {q:?}"),
+            _ => target.describe(),
+        }
+    }
+
     /// Refuses a destination no worker could ever read (nothing is sent).
     pub(crate) async fn check_target(&self, target: &Target) -> Result<TargetFacts> {
         match self {

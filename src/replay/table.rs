@@ -124,14 +124,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     let dispatcher = Dispatcher::connect(settings).await?;
     let target_note = super::note_target(printer, dispatcher.check_target(&opts.target).await?);
     let plan = plan_rows(&ctx, printer, &opts).await?;
-    print_plan(
-        printer,
-        &ctx,
-        &opts,
-        &plan,
-        &dispatcher.describe(),
-        target_note,
-    );
+    print_plan(printer, &ctx, &opts, &plan, &dispatcher, target_note);
     let adding = plan.ids.len() as u64;
     if let Some(w) = dispatcher
         .length_warning(settings, &opts.target, adding)
@@ -225,15 +218,16 @@ fn print_plan(
     ctx: &RunContext,
     opts: &Options,
     plan: &Plan,
-    broker: &str,
+    dispatcher: &Dispatcher,
     target_note: Option<String>,
 ) {
     let total = plan.ids.len() as u64 + plan.invalid.len() as u64;
     printer.info(format!(
-        "Plan: replay {total} row(s) of table {} ({}) as Celery tasks {} on {broker}",
+        "Plan: replay {total} row(s) of table {} ({}) as Celery tasks {} on {}",
         ctx.table.location(),
         opts.common.selection.describe(),
-        opts.target.describe(),
+        dispatcher.target_text(&opts.target),
+        dispatcher.describe(),
     ));
     print_plan_groups(printer, &plan.groups);
     if let Some(note) = target_note {

@@ -709,6 +709,26 @@ async fn sep_recipe_and_control_exchange_on_redis() {
         listed.contains("enviar_email") && listed.contains(&space.queue),
         "{listed}"
     );
+    // The plan names the queue without an AMQP default exchange (Redis has none).
+    let dry = space.dlq(
+        &db,
+        &[
+            "--control-exchange",
+            "loja",
+            "replay",
+            "--to-queue",
+            &space.queue,
+            "--dry-run",
+        ],
+    );
+    let plan = dry.stderr();
+    assert!(
+        plan.contains(&format!(
+            "as Celery tasks to queue {:?} on redis://",
+            space.queue
+        )) && !plan.contains("default exchange"),
+        "{plan}"
+    );
     let mut with = vec!["--control-exchange", "loja"];
     with.extend(replay);
     let run = space.dlq(&db, &with);
