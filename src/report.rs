@@ -28,6 +28,9 @@ pub struct Report {
     /// `failed` / `skipped` are not every item.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub lists_cut: Option<String>,
+    /// The run stopped because its canary failed again: running it again repeats the failure.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub canary_failed: bool,
 }
 
 impl Report {
@@ -93,6 +96,7 @@ impl Report {
             self.cut();
         }
         self.stopped = self.stopped.take().or(later.stopped);
+        self.canary_failed |= later.canary_failed;
     }
 
     /// 1 when the run stopped early, 3 when some items failed, else 0.

@@ -166,7 +166,12 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     let sender = dispatcher.sender(shape.window, opts.common.rate).await?;
     let report = replay_rows(printer, ctx, sender, plan, opts, &shape).await;
     super::print_report(printer, &report, "replayed", &mut audit);
-    if report.stopped.is_some() {
+    if report.canary_failed {
+        // Nothing was in flight, and running it again would fail the same way.
+        printer.warn(
+            "the canary's rows failed again: fix the cause (the new rows say why) before replaying the rest; the rows not replayed are left un-marked",
+        );
+    } else if report.stopped.is_some() {
         printer.warn(format!(
             "rows not reported as replayed were left un-marked; run the same command again to finish (at most {} of them may have been published already and will be published again)",
             shape.window
@@ -294,6 +299,7 @@ async fn replay_rows(
             report.absorb(replay_ids(printer, &shared, &sender, rest, shape).await);
         }
         Ok(died) => {
+            report.canary_failed = true;
             report.stopped = Some(format!(
                 "canary failed: {died} of {} replayed row(s) failed again (the app stored them again); the rest were not replayed",
                 report.succeeded

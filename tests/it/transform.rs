@@ -263,6 +263,12 @@ async fn the_table_canary_stops_while_the_task_still_fails() {
         "{}",
         run.stderr()
     );
+    // Not "run the same command again": that would fail the same way.
+    assert!(
+        run.stderr().contains("fix the cause") && !run.stderr().contains("same command again"),
+        "{}",
+        run.stderr()
+    );
     assert_eq!(worker.runs().len(), 2);
     let pending = "SELECT COUNT(*) FROM {t} WHERE reprocessada = 0";
     assert_eq!(
