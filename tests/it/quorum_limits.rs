@@ -38,6 +38,23 @@ async fn quorum_dlq(prefix: &str, limit_args: Vec<(&str, AMQPValue)>, n: usize) 
     b
 }
 
+/// A quorum DLQ without a delivery limit. 4.x: `delivery-limit: -1` by policy (as `dlq check`
+/// advises). 3.x has none by default, and there -1 would drop every message at its first
+/// return (dlq takes it as a limit of 0 and renews).
+async fn unlimited_quorum_dlq(b: &Broker, name: &str) {
+    if crate::target::rabbitmq_major().await >= 4 {
+        let pattern = format!("^{}$", regex::escape(name));
+        b.policy(
+            "dlq-no-delivery-limit",
+            &pattern,
+            json!({"delivery-limit": -1}),
+        )
+        .await;
+    }
+    b.queue(name, table(vec![("x-queue-type", ls("quorum"))]))
+        .await;
+}
+
 fn limit(n: i64) -> Vec<(&'static str, AMQPValue)> {
     vec![("x-delivery-limit", AMQPValue::LongLongInt(n))]
 }
@@ -207,18 +224,7 @@ async fn renewal_killed_mid_read_loses_nothing() {
 #[tokio::test]
 async fn no_limit_classic_and_refused_quorum_dlqs() {
     let b = Broker::new("qnolimit").await;
-    // 4.x: -1 removes the limit. 3.x has none by default, and there -1 would drop every
-    // message at its first return (dlq takes it as a limit of 0 and renews).
-    if crate::target::rabbitmq_major().await >= 4 {
-        b.policy(
-            "dlq-no-delivery-limit",
-            "^free\\.",
-            json!({"delivery-limit": -1}),
-        )
-        .await;
-    }
-    b.queue("free.dlq", table(vec![("x-queue-type", ls("quorum"))]))
-        .await;
+    unlimited_quorum_dlq(&b, "free.dlq").await;
     b.queue("classic.dlq", FieldTable::default()).await;
     b.queue(
         "ttl.dlq",
@@ -288,16 +294,7 @@ async fn no_limit_classic_and_refused_quorum_dlqs() {
 async fn check_warns_about_a_dlq_delivery_limit() {
     let v4 = crate::target::rabbitmq_major().await >= 4;
     let b = Broker::new("qcheck").await;
-    if v4 {
-        b.policy(
-            "dlq-no-delivery-limit",
-            "^free\\.",
-            json!({"delivery-limit": -1}),
-        )
-        .await;
-    }
-    b.queue("free.dlq", table(vec![("x-queue-type", ls("quorum"))]))
-        .await;
+    unlimited_quorum_dlq(&b, "free.dlq").await;
     b.queue(
         "lim.dlq",
         table(vec![
