@@ -33,10 +33,11 @@ const POLL_SLICE: Duration = Duration::from_secs(1);
 
 pub(crate) struct RedisDispatch {
     redis: Redis,
-    /// The prefix, and the separator as known so far (see `detect_sep`).
-    keys: std::sync::Mutex<Keys>,
-    /// The separator was given (`--redis-sep`) or read from a binding.
-    sep_known: std::sync::atomic::AtomicBool,
+    /// kombu's `global_keyprefix`.
+    prefix: String,
+    /// kombu's `sep` once given (`--redis-sep`) or read from a binding (see `detect_sep`);
+    /// kombu's default until then.
+    sep: std::sync::Mutex<Option<String>>,
     mailbox: Mailbox,
     wait_replicas: Option<u32>,
     shown: String,
@@ -61,34 +62,36 @@ impl RedisDispatch {
         let endpoint = Endpoint::parse(url)?;
         let d = RedisDispatch {
             redis: endpoint.connect(settings).await?,
-            keys: std::sync::Mutex::new(Keys {
-                prefix: settings.redis_key_prefix.clone(),
-                sep: envelope::DEFAULT_SEP.into(),
-            }),
-            sep_known: std::sync::atomic::AtomicBool::new(false),
+            prefix: settings.redis_key_prefix.clone(),
+            sep: std::sync::Mutex::new(settings.redis_sep.clone()),
             mailbox: Mailbox::new(&settings.control_exchange),
             wait_replicas: settings.redis_wait_replicas,
             shown: crate::redact::url(url),
         };
-        let sep = match &settings.redis_sep {
-            Some(sep) => Some(sep.clone()),
-            None => d.detect_sep().await?,
-        };
-        if let Some(sep) = sep {
+        if d.sep_known().is_none()
+            && let Some(sep) = d.detect_sep().await?
+        {
             d.set_sep(sep);
         }
         Ok(d)
     }
 
-    /// kombu's key names with the separator known so far.
-    fn keys(&self) -> Keys {
-        self.keys.lock().expect("not poisoned").clone()
+    fn sep_known(&self) -> Option<String> {
+        self.sep.lock().expect("not poisoned").clone()
     }
 
     fn set_sep(&self, sep: String) {
-        self.keys.lock().expect("not poisoned").sep = sep;
-        self.sep_known
-            .store(true, std::sync::atomic::Ordering::Relaxed);
+        *self.sep.lock().expect("not poisoned") = Some(sep);
+    }
+
+    /// kombu's key names with the separator known so far.
+    fn keys(&self) -> Keys {
+        Keys {
+            prefix: self.prefix.clone(),
+            sep: self
+                .sep_known()
+                .unwrap_or_else(|| envelope::DEFAULT_SEP.into()),
+        }
     }
 
     /// kombu's `sep` transport option as the workers used it (Celery's Redis priority recipe
@@ -145,6 +148,7 @@ impl RedisDispatch {
 
     /// Whether a worker bound `q` to Celery's default exchange (or, for a queue Celery made
     /// up from `-Q`, to the exchange of the same name).
+    ///
     /// Reads the separator from these bindings when nothing said it yet (a `-Q` queue of an app
     /// whose remote control uses another `control_exchange`).
     async fn declared(&self, q: &str) -> Result<bool> {
@@ -152,7 +156,7 @@ impl RedisDispatch {
             let mut cmd = redis::cmd("SMEMBERS");
             cmd.arg(self.keys().binding(exchange));
             let members: Vec<Vec<u8>> = self.query(&cmd, "reading kombu's bindings").await?;
-            if !self.sep_known.load(std::sync::atomic::Ordering::Relaxed)
+            if self.sep_known().is_none()
                 && let Some(sep) = members.iter().find_map(|m| envelope::detect_sep(m))
             {
                 self.set_sep(sep);

@@ -184,7 +184,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     // Only the built-in default URL, nothing named: RabbitMQ is optional here, and not even
     // tried for a Redis-only team that has a table to list.
     let rabbit_optional = settings.rabbit_is_default() && named.is_empty();
-    if rabbit_optional && settings.rabbit_unused() && !summaries.is_empty() {
+    if named.is_empty() && settings.rabbit_unused() && !summaries.is_empty() {
         printer.debug(
             1,
             "RabbitMQ not listed: Celery's broker is Redis and no RabbitMQ is configured (--amqp-url)",

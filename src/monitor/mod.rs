@@ -91,7 +91,7 @@ pub(crate) async fn gather(settings: &Settings, req: &Request) -> Result<Figures
     let named = named_queues(settings, req);
     let rabbit_optional = settings.rabbit_is_default() && named.is_empty();
     // A Redis-only team's RabbitMQ is nobody's: not tried (see `list`).
-    if rabbit_optional && settings.rabbit_unused() && !figures.sources.is_empty() {
+    if named.is_empty() && settings.rabbit_unused() && !figures.sources.is_empty() {
         return Ok(figures);
     }
     match queue_figures(settings, req, named).await {

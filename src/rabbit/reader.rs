@@ -254,12 +254,17 @@ async fn read_fifo<T: Send>(
     .await;
     let mut back = report.read;
     if let Some(mut r) = renewal {
+        // After an error too: what was copied and confirmed is acknowledged rather than
+        // given back beside its copy, as far as the channel still allows.
+        let finished = finish_renewal(&ch, &mut r, open_consumer).await;
         if result.is_ok() {
-            result = finish_renewal(&ch, &mut r, open_consumer).await;
+            result = finished;
         }
         back = r.unrenewed(report.read);
+        if r.renewed() > 0 {
+            super::settle_grace().await;
+        }
         report.renewal_notes = r.finish(report.read, result.as_ref().err());
-        super::settle_grace().await;
     } else if let (GiveBack::Nack, Some(last)) = (spec.give_back, report.last_tag) {
         // 4.3+: a nack is not counted; the close after it returns anything it missed.
         let _ = ch

@@ -11,7 +11,8 @@
 //!
 //! What can go wrong, and what is left:
 //! - A copy not confirmed (nacked, returned, channel lost): its original and every later one
-//!   are given back by closing the channel, counted once; nothing is lost or doubled.
+//!   are given back by closing the channel, counted once; nothing is lost. A confirmed copy
+//!   whose original cannot be acknowledged (the channel gone) is there twice, and said so.
 //! - dlq killed mid-read: the broker gives back the originals not yet acknowledged, and the
 //!   copies confirmed since the last acknowledgement stay too: at most one window and the
 //!   publishes in flight are duplicated, nothing is lost.
@@ -42,7 +43,10 @@ pub(crate) struct Renewal {
     /// that are not acknowledged yet.
     to_ack: Vec<Held>,
     pub(crate) copied: u64,
-    pub(crate) confirmed: u64,
+    confirmed: u64,
+    /// Originals acknowledged: the messages renewed (a confirmed copy whose original could not
+    /// be acknowledged is in the queue twice).
+    acked: u64,
     /// Why a copy was not confirmed; from then on nothing more is confirmed or acknowledged.
     failed: Option<String>,
     audit: crate::audit::Audit,
@@ -61,6 +65,7 @@ impl Renewal {
             to_ack: Vec::new(),
             copied: 0,
             confirmed: 0,
+            acked: 0,
             failed: None,
             audit,
         })
@@ -128,6 +133,7 @@ impl Renewal {
         };
         ch.basic_ack(upto, BasicAckOptions { multiple: true })
             .await?;
+        self.acked += self.to_ack.len() as u64;
         self.to_ack.clear();
         Ok(())
     }
@@ -141,13 +147,19 @@ impl Renewal {
                 .ok_or_else(|| anyhow::anyhow!("no take channel {i}"))?;
             ch.basic_ack(tag, BasicAckOptions { multiple: false })
                 .await?;
+            self.acked += 1;
         }
         Ok(())
     }
 
-    /// Messages held whose copy is not confirmed: given back by the channel's close.
+    /// Messages renewed (copy confirmed, original acknowledged): none of them goes back.
+    pub(crate) fn renewed(&self) -> u64 {
+        self.acked
+    }
+
+    /// Messages held and not renewed: given back by the channel's close.
     pub(crate) fn unrenewed(&self, held: u64) -> u64 {
-        held.saturating_sub(self.confirmed)
+        held.saturating_sub(self.acked)
     }
 
     /// The audit end record and what the user must hear.
@@ -157,12 +169,18 @@ impl Renewal {
             .failed
             .clone()
             .or_else(|| error.map(|e| format!("{e:#}")));
-        self.audit.finish(self.confirmed, left, why.clone());
+        self.audit.finish(self.acked, left, why.clone());
         let q = &self.queue;
         let mut notes = vec![format!(
             "{q:?}: renewed {} message(s) so that reading does not bring them closer to the delivery limit: each was put back at the tail as a confirmed copy with every property and header (delivery count reset to 0) and the original acknowledged",
-            self.confirmed
+            self.acked
         )];
+        let doubled = self.confirmed.saturating_sub(self.acked);
+        if doubled > 0 {
+            notes.push(format!(
+                "{q:?}: {doubled} message(s) are there twice: their copies were confirmed but the originals could not be acknowledged"
+            ));
+        }
         if left > 0 {
             notes.push(format!(
                 "{q:?}: {left} message(s) were given back instead of renewed (their delivery count went up by 1): {}",

@@ -92,7 +92,7 @@ impl Taker {
         let r = self.renewal.as_mut().expect("opened above");
         r.copy(chan, d).await;
         // Only originals of cancelled consumers: an ack gives a live one credit (see `renew`).
-        if self.current.as_ref().is_some_and(|c| c.cancelled) || self.current.is_none() {
+        if self.current.as_ref().is_none_or(|c| c.cancelled) {
             r.ack_each(&self.channels).await?;
         }
         Ok(())
@@ -259,8 +259,7 @@ impl Taker {
             }
             r.settle().await;
             let acked = r.ack_each(&self.channels).await;
-            let renewed = if acked.is_ok() { r.confirmed } else { 0 };
-            held = held.saturating_sub(renewed);
+            held = held.saturating_sub(r.renewed());
             let copied = r.copied;
             notes = r.finish(copied, acked.err().as_ref());
         }
