@@ -4,10 +4,10 @@
 //! fsynced, so a run killed with kill -9 leaves its start record. A start record that cannot
 //! be written refuses the run: nothing is changed without a trace.
 
+use crate::endpoints::Endpoints;
 use crate::error::Exit;
 use crate::output::{Printer, Tabled};
 use crate::report::Report;
-use crate::settings::Settings;
 use anyhow::{Context, Result, anyhow};
 use serde::{Deserialize, Serialize};
 use std::fs::{File, OpenOptions};
@@ -69,9 +69,9 @@ pub(crate) struct Audit {
 }
 
 impl Audit {
-    pub(crate) fn new(settings: &Settings, printer: &Printer, subject: Subject) -> Audit {
+    pub(crate) fn new(endpoints: &Endpoints, printer: &Printer, subject: Subject) -> Audit {
         Audit {
-            path: settings.audit_log.clone(),
+            path: endpoints.audit_log.clone(),
             file: None,
             subject,
             printer: printer.clone(),

@@ -14,12 +14,13 @@
 //!                      (celery/amqp.rs, celery/redis.rs over redis/), workers
 //!   model, select, output, settings, bulk, cli, error, redact, tls, when, jq, fingerprint
 //! ```
-pub mod archive;
+pub(crate) mod archive;
 pub(crate) mod audit;
 pub(crate) mod bulk;
-pub mod celery;
+pub(crate) mod celery;
 pub mod cli;
 pub(crate) mod commands;
+pub(crate) mod endpoints;
 pub mod error;
 pub(crate) mod fingerprint;
 pub mod generated;
@@ -27,6 +28,7 @@ pub(crate) mod jq;
 pub(crate) mod model;
 pub(crate) mod monitor;
 pub(crate) mod output;
+pub(crate) mod pace;
 pub mod rabbit;
 pub mod redact;
 pub(crate) mod redis;

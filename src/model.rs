@@ -278,3 +278,10 @@ mod tests {
         assert_eq!(back, r);
     }
 }
+
+/// What a destination check found, for the plan: no printing here.
+#[derive(Debug, Default)]
+pub(crate) struct TargetFacts {
+    pub(crate) note: Option<String>,
+    pub(crate) warnings: Vec<String>,
+}

@@ -1,14 +1,19 @@
 //! Flags + environment + config file -> validated `Settings`, built once.
 //! Precedence: flag > env > config (profile, then top level) > default.
 
+use crate::celery::redis::RedisBroker;
+use crate::celery::workers::Mailbox;
 use crate::cli::{ColorChoice, GlobalArgs, ReplayArgs, SafetyArgs, SelectionArgs};
+use crate::endpoints::{CeleryBroker, Database, Endpoints};
 use crate::error::usage;
 use crate::jq::JqFilter;
 use crate::model::{RecordId, Target};
 use crate::output::OutputFormat;
+use crate::rabbit::Target as RabbitTarget;
 use crate::redact;
 use crate::select::{ReplayedFilter, Selection};
-use crate::tls;
+use crate::source::{QueueOptions, SourceChoice};
+use crate::tls::{self, TlsFiles};
 use crate::when;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
@@ -180,33 +185,12 @@ impl DatabaseUrl {
 
 #[derive(Debug, Clone)]
 pub struct Settings {
-    pub database: Option<DatabaseUrl>,
-    pub table: TableName,
-    /// Secret: never print; use `redact::url`.
-    pub amqp_url: String,
-    /// False when `amqp_url` is the built-in default (nobody asked for RabbitMQ).
-    pub amqp_url_explicit: bool,
-    pub management_url: Option<String>,
-    /// TLS material for RabbitMQ, AMQP and management API alike.
-    pub amqp_tls: AmqpTls,
-    pub vhost: Option<String>,
-    /// Where Celery tasks go (`--broker-url`); secret like `amqp_url`.
-    pub celery_broker: CeleryBroker,
-    /// Redis only: kombu's `global_keyprefix` (empty: none).
-    pub redis_key_prefix: String,
-    /// Redis only: kombu's `sep` transport option; `None`: read from the workers' bindings.
-    pub redis_sep: Option<String>,
-    /// Celery's `control_exchange` (the remote-control mailbox is `<it>.pidbox`).
-    pub control_exchange: String,
-    /// Redis only: replicas to `WAIT` for before rows are marked.
-    pub redis_wait_replicas: Option<u32>,
+    /// Where dlq connects and writes, built once; the only part handed below `commands/`.
+    pub(crate) endpoints: Endpoints,
     /// Queues named in the config file.
     pub config_queues: Vec<String>,
     /// `task_map` from the config file, as `OLD=NEW` entries (flags add to it).
     pub config_task_map: Vec<String>,
-    /// `--audit-log`; `None` only without XDG_STATE_HOME and HOME (a run that changes
-    /// something is then refused).
-    pub audit_log: Option<PathBuf>,
     pub output: OutputFormat,
     pub quiet: bool,
     pub verbose: u8,
@@ -215,14 +199,6 @@ pub struct Settings {
     pub terminal: Terminal,
     /// Diagnostics found while loading (e.g. a world-readable config file).
     pub warnings: Vec<String>,
-}
-
-/// Extra CA and client certificate for RabbitMQ, read and checked at start-up. Without a CA
-/// file, amqps:// and https:// trust the system's roots only.
-#[derive(Debug, Clone, Default)]
-pub struct AmqpTls {
-    pub ca: Option<tls::CaFile>,
-    pub client: Option<tls::ClientIdentity>,
 }
 
 type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -380,12 +356,12 @@ fn select_profile(config: &ConfigFile, name: Option<&str>) -> Result<ConfigSecti
 }
 
 /// The CA file and client identity for RabbitMQ, read and checked now.
-fn amqp_tls(
+fn tls_files(
     ca_file: Option<PathBuf>,
     client_cert: Option<PathBuf>,
     client_key: Option<PathBuf>,
-) -> Result<AmqpTls> {
-    Ok(AmqpTls {
+) -> Result<TlsFiles> {
+    Ok(TlsFiles {
         ca: ca_file
             .as_deref()
             .map(|p| tls::load_ca_file(p, "--amqp-ca-file"))
@@ -477,14 +453,13 @@ impl Settings {
         let client_key = path(&g.amqp_client_key, "DLQ_AMQP_CLIENT_KEY", |c| {
             &c.amqp_client_key
         });
-        let amqp_tls = amqp_tls(ca_file, client_cert, client_key)?;
+        let tls_files = tls_files(ca_file, client_cert, client_key)?;
         let audit_log = path(&g.audit_log, "DLQ_AUDIT_LOG", |c| &c.audit_log)
             .or_else(|| default_audit_log(env));
         let table_raw =
             pick!(g.table, ["DLQ_TABLE"], table).unwrap_or_else(|| DEFAULT_TABLE.to_string());
         let table = TableName::parse(&table_raw).map_err(usage)?;
         let vhost = pick!(g.vhost, ["DLQ_VHOST"], vhost);
-        let celery_broker = CeleryBroker::parse(broker_raw.as_deref()).map_err(usage)?;
         let (redis_key_prefix, redis_wait_replicas) = redis_options(g, env, &profile, base);
         let redis_sep = pick!(g.redis_sep, ["DLQ_REDIS_SEP"], redis_sep);
         if redis_sep.as_deref() == Some("") {
@@ -503,6 +478,33 @@ impl Settings {
                 "--control-exchange must not be empty (Celery's default is celery)",
             ));
         }
+        let rabbit = RabbitTarget::from_url(
+            &amqp_url,
+            vhost.as_deref(),
+            &tls_files,
+            management_url.as_deref(),
+        )?;
+        let celery = match parse_broker_url(broker_raw.as_deref()).map_err(usage)? {
+            BrokerUrl::Same => CeleryBroker::Amqp(rabbit.clone()),
+            BrokerUrl::Amqp(url) => {
+                CeleryBroker::Amqp(RabbitTarget::from_url(&url, None, &tls_files, None)?)
+            }
+            BrokerUrl::Redis(url) => CeleryBroker::Redis(RedisBroker {
+                url,
+                tls_files,
+                key_prefix: redis_key_prefix,
+                sep: redis_sep,
+                wait_replicas: redis_wait_replicas,
+            }),
+        };
+        let endpoints = Endpoints {
+            rabbit,
+            rabbit_is_default: !amqp_url_explicit && management_url.is_none() && vhost.is_none(),
+            database: database.map(|url| Database { url, table }),
+            celery,
+            mailbox: Mailbox::new(&control_exchange),
+            audit_log,
+        };
         let output = g
             .output
             .map(OutputFormat::from)
@@ -512,21 +514,9 @@ impl Settings {
         let color = colour(g.color.or(profile.color).or(base.color), env, terminal);
         let (config_queues, config_task_map) = config_lists(&profile, base);
         Ok(Settings {
-            database,
-            table,
-            amqp_url,
-            amqp_url_explicit,
-            management_url,
-            amqp_tls,
-            vhost,
-            celery_broker,
-            redis_key_prefix,
-            redis_sep,
-            control_exchange,
-            redis_wait_replicas,
+            endpoints,
             config_queues,
             config_task_map,
-            audit_log,
             output,
             quiet: g.quiet,
             verbose: g.verbose,
@@ -550,61 +540,37 @@ impl Settings {
             interactive: self.terminal.stdin_tty && self.terminal.stderr_tty,
         }
     }
-
-    /// The database, or a usage error telling how to configure one.
-    pub fn require_database(&self) -> Result<&DatabaseUrl> {
-        self.database.as_ref().ok_or_else(|| {
-            usage("no database configured: pass --database-url, set DLQ_DATABASE_URL or DATABASE_URL, or put database_url in the config file")
-        })
-    }
 }
 
-impl Settings {
-    /// RabbitMQ is only the built-in default: no AMQP URL, management API or vhost was given
-    /// (queues named with `-Q` or in the config file are the caller's to check).
-    pub fn rabbit_is_default(&self) -> bool {
-        !self.amqp_url_explicit && self.management_url.is_none() && self.vhost.is_none()
-    }
-
-    /// A Redis-only team: Celery's broker is Redis and RabbitMQ is only the built-in default,
-    /// so overviews do not try it (a source nobody configured).
-    pub fn rabbit_unused(&self) -> bool {
-        self.rabbit_is_default() && matches!(self.celery_broker, CeleryBroker::Redis(_))
-    }
-}
-
-/// Where Celery tasks are dispatched.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CeleryBroker {
-    /// The AMQP URL (`--amqp-url`), today's default.
-    Rabbit,
-    /// Another RabbitMQ (`--broker-url amqp://...`): secret, never print.
-    OtherRabbit(String),
+/// `--broker-url`, checked: which kind of broker Celery uses.
+enum BrokerUrl {
+    /// None given: the AMQP URL.
+    Same,
+    /// Another RabbitMQ: secret, never print.
+    Amqp(String),
     /// Redis (`redis://`, `rediss://`, `redis+socket://`): secret, never print.
     Redis(String),
 }
 
-impl CeleryBroker {
-    /// Accepts the schemes kombu's transports read; anything else names its scheme.
-    pub fn parse(raw: Option<&str>) -> Result<CeleryBroker, String> {
-        let Some(raw) = raw else {
-            return Ok(CeleryBroker::Rabbit);
-        };
-        let shown = redact::url(raw);
-        let scheme = raw.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
-        match scheme.as_deref() {
-            Some("amqp" | "amqps") => {
-                validate_amqp_url(raw)?;
-                Ok(CeleryBroker::OtherRabbit(raw.to_string()))
-            }
-            Some("redis" | "rediss" | "redis+socket") => Ok(CeleryBroker::Redis(raw.to_string())),
-            Some(other) => Err(format!(
-                "invalid --broker-url {shown}: scheme {other}:// is not supported (amqp://, amqps://, redis://, rediss:// or redis+socket://)"
-            )),
-            None => Err(format!(
-                "invalid --broker-url {shown}: expected a URL such as redis://host:6379/0"
-            )),
+/// Accepts the schemes kombu's transports read; anything else names its scheme.
+fn parse_broker_url(raw: Option<&str>) -> Result<BrokerUrl, String> {
+    let Some(raw) = raw else {
+        return Ok(BrokerUrl::Same);
+    };
+    let shown = redact::url(raw);
+    let scheme = raw.split_once("://").map(|(s, _)| s.to_ascii_lowercase());
+    match scheme.as_deref() {
+        Some("amqp" | "amqps") => {
+            validate_amqp_url(raw)?;
+            Ok(BrokerUrl::Amqp(raw.to_string()))
         }
+        Some("redis" | "rediss" | "redis+socket") => Ok(BrokerUrl::Redis(raw.to_string())),
+        Some(other) => Err(format!(
+            "invalid --broker-url {shown}: scheme {other}:// is not supported (amqp://, amqps://, redis://, rediss:// or redis+socket://)"
+        )),
+        None => Err(format!(
+            "invalid --broker-url {shown}: expected a URL such as redis://host:6379/0"
+        )),
     }
 }
 
@@ -737,25 +703,6 @@ pub fn selection(args: &SelectionArgs, now: DateTime<Utc>) -> Result<Selection> 
     })
 }
 
-/// Which source a command acts on.
-#[derive(Debug, Clone, Default)]
-pub enum SourceChoice {
-    /// The failed-task table (default).
-    #[default]
-    Table,
-    /// RabbitMQ dead-letter queues.
-    Queues(QueueOptions),
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct QueueOptions {
-    pub names: Vec<String>,
-    /// Extra headers holding error text for `motivo`.
-    pub motivo_headers: Vec<String>,
-    /// Read a quorum queue even near its delivery limit.
-    pub force: bool,
-}
-
 impl From<crate::cli::OutputArg> for OutputFormat {
     fn from(a: crate::cli::OutputArg) -> Self {
         use crate::output::OutputFormat as F;
@@ -863,7 +810,7 @@ pub fn worker_check(settings: &Settings, a: &crate::cli::WorkerCheckArgs) -> Res
         enabled: !a.no_worker_check,
         timeout: worker_timeout(&a.worker_timeout)?,
         map,
-        mailbox: crate::celery::workers::Mailbox::new(&settings.control_exchange),
+        mailbox: settings.endpoints.mailbox.clone(),
     })
 }
 
@@ -880,7 +827,7 @@ pub fn worker_timeout(raw: &str) -> Result<std::time::Duration> {
 
 /// A replay request, validated: which engine runs it, with what.
 #[derive(Debug)]
-pub enum ReplayRequest {
+pub(crate) enum ReplayRequest {
     /// `--from-file`: an archive goes back.
     Restore {
         file: PathBuf,
@@ -904,7 +851,7 @@ pub enum ReplayRequest {
 
 /// Turns the replay flags into one validated request; every bad value or combination is a
 /// usage error naming the flag, before anything connects.
-pub fn replay_request(
+pub(crate) fn replay_request(
     settings: &Settings,
     a: &ReplayArgs,
     source: SourceChoice,
@@ -1005,6 +952,12 @@ mod tests {
         Settings::build(g, &move |k| map.get(k).cloned(), Terminal::default())
     }
 
+    const DB: (&str, &str) = ("DATABASE_URL", "sqlite://x.db");
+
+    fn table(s: &Settings) -> &str {
+        &s.endpoints.database.as_ref().unwrap().table.name
+    }
+
     #[test]
     fn precedence_flag_env_config_default() {
         let dir = tempfile::tempdir().unwrap();
@@ -1015,33 +968,37 @@ mod tests {
         )
         .unwrap();
         let cfg_s = cfg.to_str().unwrap();
-        let s = build(&GlobalArgs::default(), &[("DLQ_CONFIG", cfg_s)]).unwrap();
-        assert_eq!(s.table.name, "from_config");
-        assert_eq!(s.amqp_url, "amqp://cfg/%2f");
+        let s = build(&GlobalArgs::default(), &[("DLQ_CONFIG", cfg_s), DB]).unwrap();
+        assert_eq!(table(&s), "from_config");
+        assert_eq!(s.endpoints.rabbit.uri.authority.host, "cfg");
         let s = build(
             &GlobalArgs {
                 profile: Some("prod".into()),
                 ..Default::default()
             },
-            &[("DLQ_CONFIG", cfg_s)],
+            &[("DLQ_CONFIG", cfg_s), DB],
         )
         .unwrap();
-        assert_eq!(s.table.name, "from_profile");
+        assert_eq!(table(&s), "from_profile");
         let s = build(
             &GlobalArgs::default(),
-            &[("DLQ_CONFIG", cfg_s), ("DLQ_TABLE", "from_env")],
+            &[("DLQ_CONFIG", cfg_s), ("DLQ_TABLE", "from_env"), DB],
         )
         .unwrap();
-        assert_eq!(s.table.name, "from_env");
+        assert_eq!(table(&s), "from_env");
         let g = GlobalArgs {
             table: Some("from_flag".into()),
             ..Default::default()
         };
-        let s = build(&g, &[("DLQ_CONFIG", cfg_s), ("DLQ_TABLE", "from_env")]).unwrap();
-        assert_eq!(s.table.name, "from_flag");
-        let s = build(&GlobalArgs::default(), &[]).unwrap();
-        assert_eq!(s.table.name, DEFAULT_TABLE);
-        assert_eq!(s.amqp_url, DEFAULT_AMQP_URL);
+        let s = build(&g, &[("DLQ_CONFIG", cfg_s), ("DLQ_TABLE", "from_env"), DB]).unwrap();
+        assert_eq!(table(&s), "from_flag");
+        let s = build(&GlobalArgs::default(), &[DB]).unwrap();
+        assert_eq!(table(&s), DEFAULT_TABLE);
+        assert_eq!(
+            s.endpoints.rabbit.shown,
+            "amqp://guest:***@127.0.0.1:5672/%2f"
+        );
+        assert!(s.endpoints.rabbit_is_default);
     }
 
     #[test]
@@ -1051,7 +1008,7 @@ mod tests {
             &[("DATABASE_URL", "postgres://h/db")],
         )
         .unwrap();
-        assert_eq!(s.database.unwrap().dialect, Dialect::Postgres);
+        assert_eq!(s.endpoints.database.unwrap().url.dialect, Dialect::Postgres);
         let s = build(
             &GlobalArgs::default(),
             &[
@@ -1060,7 +1017,7 @@ mod tests {
             ],
         )
         .unwrap();
-        let db = s.database.unwrap();
+        let db = s.endpoints.database.unwrap().url;
         assert_eq!(db.dialect, Dialect::MySql);
         assert_eq!(db.url, "mysql://h/db");
     }

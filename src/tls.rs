@@ -38,6 +38,14 @@ impl std::fmt::Debug for ClientIdentity {
 /// Three TLS stacks share one rustls here (lapin, reqwest, sqlx), and rustls is built with
 /// two crypto providers, so a library that asks for "the" process default (sqlx's verify-ca
 /// verifier does) would panic. Choosing one at start-up settles it.
+/// Extra CA and client certificate (RabbitMQ's AMQP and management API, and rediss://), read
+/// and checked at start-up. Without a CA file, only the system's roots are trusted.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TlsFiles {
+    pub(crate) ca: Option<CaFile>,
+    pub(crate) client: Option<ClientIdentity>,
+}
+
 pub fn install_crypto_provider() {
     // An error only means one is installed already.
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();

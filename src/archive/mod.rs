@@ -156,10 +156,6 @@ impl ArchiveWriter {
         Ok(())
     }
 
-    pub fn count(&self) -> u64 {
-        self.count
-    }
-
     /// Writes the trailer, flushes, fsyncs the file, renames it into place and fsyncs the
     /// directory. Only after this returns Ok may anything be deleted from the source.
     pub fn finish(mut self) -> Result<Trailer> {
@@ -403,7 +399,8 @@ impl Journal {
         &self.done
     }
 
-    pub fn is_done(&self, n: u64) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_done(&self, n: u64) -> bool {
         self.done.contains(&n)
     }
 
@@ -506,7 +503,7 @@ pub(crate) async fn confirm(
 
 /// The audit trail of an archive run: only `--delete` changes something.
 pub(crate) fn audit(
-    settings: &crate::settings::Settings,
+    endpoints: &crate::endpoints::Endpoints,
     printer: &crate::output::Printer,
     delete: bool,
     source: &'static str,
@@ -520,7 +517,7 @@ pub(crate) fn audit(
         selection,
         run_id: uuid::Uuid::new_v4().to_string(),
     };
-    delete.then(|| crate::audit::Audit::new(settings, printer, subject))
+    delete.then(|| crate::audit::Audit::new(endpoints, printer, subject))
 }
 
 /// The end record of an archive --delete: `deleted` of the archived records removed.

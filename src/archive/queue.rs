@@ -8,6 +8,7 @@
 //! An exclusive lock queue per DLQ keeps two archive runs from overlapping.
 
 use super::ArchiveWriter;
+use crate::endpoints::Endpoints;
 use crate::error::{Exit, usage};
 use crate::output::Printer;
 use crate::rabbit;
@@ -16,7 +17,7 @@ use crate::rabbit::reader::ReadSpec;
 use crate::rabbit::take::Taker;
 use crate::rabbit::topology::QueueKind;
 use crate::select::{Selected, Selection, Selector};
-use crate::settings::{Safety, Settings};
+use crate::settings::Safety;
 use crate::source::queue::{self as record, RecordOptions};
 use anyhow::{Result, anyhow};
 use lapin::options::QueueDeclareOptions;
@@ -92,15 +93,15 @@ impl Session {
 }
 
 /// check -> (count and gate, for a dry run or before --delete) -> write [-> delete].
-pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
+pub async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options) -> Result<Exit> {
     if opts.delete && opts.to.as_os_str() == "-" {
         return Err(usage(
             "--delete needs an archive file: stdout cannot be fsynced before deleting",
         ));
     }
-    let session = open(settings, printer, &opts).await?;
+    let session = open(endpoints, printer, &opts).await?;
     let mut audit = super::audit(
-        settings,
+        endpoints,
         printer,
         opts.delete,
         "queue",
@@ -149,11 +150,10 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
 }
 
 /// Connects, checks every queue once, and takes each queue's archive lock.
-async fn open(settings: &Settings, printer: &Printer, opts: &Options) -> Result<Session> {
-    let target = rabbit::Target::from_settings(settings)?;
+async fn open(endpoints: &Endpoints, printer: &Printer, opts: &Options) -> Result<Session> {
+    let target = endpoints.rabbit.clone();
     let conn = rabbit::connect(&target).await?;
-    let checked =
-        rabbit::check_queues(&conn, &target, settings, printer, &opts.queues, opts.force).await?;
+    let checked = rabbit::check_queues(&conn, &target, printer, &opts.queues, opts.force).await?;
     if opts.delete
         && let Some(s) = checked.iter().find(|q| q.facts.kind == QueueKind::Stream)
     {

@@ -7,11 +7,12 @@
 //! A crash or a full disk before that point deletes nothing.
 
 use super::ArchiveWriter;
+use crate::endpoints::Endpoints;
 use crate::error::{Exit, usage};
 use crate::model::RecordId;
 use crate::output::Printer;
 use crate::select::{Selection, Selector};
-use crate::settings::{Dialect, Safety, Settings};
+use crate::settings::{Dialect, Safety};
 use crate::source::table::{DecodeRecord, FailedTable, SqlBuilder, scrubbed};
 use crate::{bind_all, with_pool};
 use anyhow::{Context, Result};
@@ -28,18 +29,18 @@ pub struct Options {
     pub safety: Safety,
 }
 
-pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
-    let db = settings.require_database()?;
+pub async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options) -> Result<Exit> {
+    let db = endpoints.require_database()?;
     if opts.delete && opts.to.as_os_str() == "-" {
         return Err(usage(
             "--delete needs an archive file: stdout cannot be fsynced before deleting",
         ));
     }
-    let table = FailedTable::open(db, &settings.table).await?;
-    let _lock = table.archive_lock(db).await?;
+    let table = FailedTable::open(&db.url, &db.table).await?;
+    let _lock = table.archive_lock(&db.url).await?;
     let destination = super::destination(&opts.to);
     let mut audit = super::audit(
-        settings,
+        endpoints,
         printer,
         opts.delete,
         "table",

@@ -4,8 +4,9 @@ use super::message::TaskMessage;
 use super::sent::{Pending, Sent};
 use super::workers::{self, Worker};
 use crate::model::Target;
+use crate::model::TargetFacts;
+use crate::rabbit;
 use crate::rabbit::publish::{Outcome, Outgoing, Publisher};
-use crate::rabbit::{self, TargetFacts};
 use anyhow::Result;
 use std::time::Duration;
 
@@ -38,13 +39,8 @@ impl AmqpDispatch {
         self.target.shown.clone()
     }
 
-    pub(crate) async fn length_warning(
-        &self,
-        settings: &crate::settings::Settings,
-        queue: &str,
-        adding: u64,
-    ) -> Option<String> {
-        rabbit::length_limit_warning(settings, &self.target, queue, adding).await
+    pub(crate) async fn length_warning(&self, queue: &str, adding: u64) -> Option<String> {
+        rabbit::length_limit_warning(&self.target, queue, adding).await
     }
 
     pub(crate) async fn check_target(&self, target: &Target) -> Result<TargetFacts> {

@@ -7,10 +7,10 @@
 use super::amqp::AmqpDispatch;
 use super::message::TaskMessage;
 use super::redis::RedisDispatch;
-use super::workers::Worker;
+use super::workers::{Mailbox, Worker};
+use crate::endpoints::CeleryBroker;
 use crate::model::Target;
-use crate::rabbit::TargetFacts;
-use crate::settings::{CeleryBroker, Settings};
+use crate::model::TargetFacts;
 use anyhow::Result;
 use std::time::Duration;
 
@@ -31,19 +31,14 @@ pub(crate) enum TaskSender {
 }
 
 impl Dispatcher {
-    pub(crate) async fn connect(settings: &Settings) -> Result<Dispatcher> {
-        let mailbox = super::workers::Mailbox::new(&settings.control_exchange);
-        Ok(match &settings.celery_broker {
-            CeleryBroker::Rabbit => {
-                let target = crate::rabbit::Target::from_settings(settings)?;
-                Dispatcher::Amqp(AmqpDispatch::connect(&target, mailbox).await?)
+    pub(crate) async fn connect(broker: &CeleryBroker, mailbox: &Mailbox) -> Result<Dispatcher> {
+        let mailbox = mailbox.clone();
+        Ok(match broker {
+            CeleryBroker::Amqp(target) => {
+                Dispatcher::Amqp(AmqpDispatch::connect(target, mailbox).await?)
             }
-            CeleryBroker::OtherRabbit(url) => {
-                let target = crate::rabbit::Target::from_url(settings, url, None)?;
-                Dispatcher::Amqp(AmqpDispatch::connect(&target, mailbox).await?)
-            }
-            CeleryBroker::Redis(url) => {
-                Dispatcher::Redis(RedisDispatch::connect(settings, url).await?)
+            CeleryBroker::Redis(redis) => {
+                Dispatcher::Redis(RedisDispatch::connect(redis, mailbox).await?)
             }
         })
     }
@@ -82,17 +77,12 @@ impl Dispatcher {
 
     /// A warning for the plan when the target queue is at or near its length limit (a
     /// RabbitMQ queue whose overflow would drop what the replay sends). Redis lists have none.
-    pub(crate) async fn length_warning(
-        &self,
-        settings: &Settings,
-        target: &Target,
-        adding: u64,
-    ) -> Option<String> {
+    pub(crate) async fn length_warning(&self, target: &Target, adding: u64) -> Option<String> {
         let Target::Queue(queue) = target else {
             return None;
         };
         match self {
-            Dispatcher::Amqp(d) => d.length_warning(settings, queue, adding).await,
+            Dispatcher::Amqp(d) => d.length_warning(queue, adding).await,
             Dispatcher::Redis(_) => None,
         }
     }

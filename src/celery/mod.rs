@@ -8,7 +8,7 @@ pub mod redis;
 pub mod sent;
 pub mod workers;
 
-pub use message::{ReplayOrigin, TaskMessage, build, validate};
+pub use message::{ReplayOrigin, TaskMessage, build};
 
 /// The Celery default queue: where table rows go unless told otherwise.
 pub const DEFAULT_CELERY_QUEUE: &str = "celery";

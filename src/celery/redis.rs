@@ -7,9 +7,9 @@ use super::sent::{Pending, Sent};
 use super::workers::{Mailbox, Worker, parse_reply, request_body, tidy};
 use crate::error::usage;
 use crate::model::Target;
-use crate::rabbit::TargetFacts;
-use crate::rabbit::publish::Pace;
-use crate::settings::Settings;
+use crate::model::TargetFacts;
+use crate::pace::Pace;
+use crate::tls::TlsFiles;
 use anyhow::{Context, Result, anyhow};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesOrdered;
@@ -30,6 +30,20 @@ const METHODS: [&str; 2] = ["registered", "active_queues"];
 const WAIT_MS: u64 = 1000;
 /// The longest single BRPOP while collecting replies: the deadline is checked in between.
 const POLL_SLICE: Duration = Duration::from_secs(1);
+
+/// Celery's Redis broker as its app configures it: the URL (secret: never print), the TLS
+/// files for rediss://, and kombu's transport options.
+#[derive(Debug, Clone)]
+pub(crate) struct RedisBroker {
+    pub(crate) url: String,
+    pub(crate) tls_files: TlsFiles,
+    /// kombu's `global_keyprefix` (empty: none).
+    pub(crate) key_prefix: String,
+    /// kombu's `sep`; `None`: read from the workers' bindings.
+    pub(crate) sep: Option<String>,
+    /// Replicas to `WAIT` for before rows are marked.
+    pub(crate) wait_replicas: Option<u32>,
+}
 
 pub(crate) struct RedisDispatch {
     redis: Redis,
@@ -58,15 +72,15 @@ struct Push {
 }
 
 impl RedisDispatch {
-    pub(crate) async fn connect(settings: &Settings, url: &str) -> Result<RedisDispatch> {
-        let endpoint = Endpoint::parse(url)?;
+    pub(crate) async fn connect(broker: &RedisBroker, mailbox: Mailbox) -> Result<RedisDispatch> {
+        let endpoint = Endpoint::parse(&broker.url)?;
         let d = RedisDispatch {
-            redis: endpoint.connect(settings).await?,
-            prefix: settings.redis_key_prefix.clone(),
-            sep: std::sync::Mutex::new(settings.redis_sep.clone()),
-            mailbox: Mailbox::new(&settings.control_exchange),
-            wait_replicas: settings.redis_wait_replicas,
-            shown: crate::redact::url(url),
+            redis: endpoint.connect(&broker.tls_files).await?,
+            prefix: broker.key_prefix.clone(),
+            sep: std::sync::Mutex::new(broker.sep.clone()),
+            mailbox,
+            wait_replicas: broker.wait_replicas,
+            shown: crate::redact::url(&broker.url),
         };
         if d.sep_known().is_none()
             && let Some(sep) = d.detect_sep().await?

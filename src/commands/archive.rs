@@ -24,7 +24,7 @@ pub async fn run(
                 delete: a.delete,
                 safety: (&a.safety).into(),
             };
-            archive::table::run(settings, printer, opts).await
+            archive::table::run(&settings.endpoints, printer, opts).await
         }
         SourceChoice::Queues(q) => {
             let opts = archive::queue::Options {
@@ -39,7 +39,7 @@ pub async fn run(
                 delete: a.delete,
                 safety: (&a.safety).into(),
             };
-            archive::queue::run(settings, printer, opts).await
+            archive::queue::run(&settings.endpoints, printer, opts).await
         }
     }
 }

@@ -19,7 +19,7 @@ pub fn since(raw: Option<&str>, now: DateTime<Utc>) -> Result<Option<DateTime<Ut
 }
 
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
-    let Some(path) = settings.audit_log.as_deref() else {
+    let Some(path) = settings.endpoints.audit_log.as_deref() else {
         return Err(usage(
             "no audit log path: set --audit-log, DLQ_AUDIT_LOG, XDG_STATE_HOME or HOME",
         ));

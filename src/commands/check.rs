@@ -180,12 +180,13 @@ pub(crate) async fn run(settings: &Settings, printer: &Printer, opts: Options) -
     };
     let req = Request {
         queues: opts.queues,
+        config_queues: settings.config_queues.clone(),
         motivo_headers: opts.motivo_headers,
         force: opts.force,
         sample,
         new_since: Some(now - chrono::Duration::seconds(thresholds.new_within_seconds as i64)),
     };
-    let figures = match monitor::gather(settings, &req).await {
+    let figures = match monitor::gather(&settings.endpoints, &req).await {
         Ok(f) => f,
         Err(e) => return unknown(printer, &format!("{e:#}")),
     };

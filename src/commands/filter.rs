@@ -64,7 +64,14 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         Mode::Export => Parts::ALL,
         Mode::Count | Mode::Group(_) => Parts::for_selection(&opts.selection),
     };
-    let rx = source::open_stream(settings, &opts.source, &opts.selection, parts).await?;
+    let rx = source::open_stream(
+        &settings.endpoints,
+        printer,
+        &opts.source,
+        &opts.selection,
+        parts,
+    )
+    .await?;
     let mut selected = Selected::new(rx, &opts.selection);
     match opts.mode {
         Mode::Count => {
@@ -158,7 +165,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
 }
 
 async fn count_in_sql(settings: &Settings, sel: &Selection) -> Result<Option<u64>> {
-    let db = settings.require_database()?;
-    let table = source::table::FailedTable::open(db, &settings.table).await?;
+    let db = settings.endpoints.require_database()?;
+    let table = source::table::FailedTable::open(&db.url, &db.table).await?;
     table.count_exact(sel).await
 }

@@ -11,8 +11,9 @@ pub struct Options {
 }
 
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
-    let db = settings.require_database()?;
-    let statements = table::init_statements(db.dialect, &settings.table);
+    let db = settings.endpoints.require_database()?;
+    let (table, db) = (&db.table, &db.url);
+    let statements = table::init_statements(db.dialect, table);
     if opts.dry_run {
         for s in statements {
             printer.data_line(&format!("{s};"))?;
@@ -20,9 +21,9 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         return Ok(Exit::Ok);
     }
     let pool = table::connect(db, true).await?;
-    table::init(&pool, db.dialect, &settings.table).await?;
+    table::init(&pool, db.dialect, table).await?;
     // An existing table with the same name must still have what dlq needs.
-    table::FailedTable::check(pool, db.dialect, &settings.table).await?;
-    printer.info(format!("table {} is ready", settings.table));
+    table::FailedTable::check(pool, db.dialect, table).await?;
+    printer.info(format!("table {} is ready", table));
     Ok(Exit::Ok)
 }

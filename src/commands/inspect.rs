@@ -17,7 +17,14 @@ pub struct Options {
 }
 
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
-    let rx = source::open_stream(settings, &opts.source, &opts.selection, Parts::ALL).await?;
+    let rx = source::open_stream(
+        &settings.endpoints,
+        printer,
+        &opts.source,
+        &opts.selection,
+        Parts::ALL,
+    )
+    .await?;
     let mut selected = Selected::new(rx, &opts.selection);
     let mut out = printer.records(opts.full);
     while let Some(rec) = selected.next().await {

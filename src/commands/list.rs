@@ -159,8 +159,8 @@ pub fn top_reasons(
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
     let mut summaries = Vec::new();
     let mut exit = Exit::Ok;
-    if let Some(db) = &settings.database {
-        let table = FailedTable::open(db, &settings.table).await?;
+    if let Some(db) = &settings.endpoints.database {
+        let table = FailedTable::open(&db.url, &db.table).await?;
         let s = table.summary().await?;
         summaries.push(SourceSummary {
             source: "table",
@@ -183,8 +183,8 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     }
     // Only the built-in default URL, nothing named: RabbitMQ is optional here, and not even
     // tried for a Redis-only team that has a table to list.
-    let rabbit_optional = settings.rabbit_is_default() && named.is_empty();
-    if named.is_empty() && settings.rabbit_unused() && !summaries.is_empty() {
+    let rabbit_optional = settings.endpoints.rabbit_is_default && named.is_empty();
+    if named.is_empty() && settings.endpoints.rabbit_unused() && !summaries.is_empty() {
         printer.debug(
             1,
             "RabbitMQ not listed: Celery's broker is Redis and no RabbitMQ is configured (--amqp-url)",
@@ -198,7 +198,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         motivo_headers: opts.motivo_headers.clone(),
         exclude: opts.exclude.clone(),
     };
-    match crate::source::summary::list(settings, &list_opts).await {
+    match crate::source::summary::list(&settings.endpoints.rabbit, &list_opts).await {
         Ok(listing) => {
             for w in &listing.warnings {
                 printer.warn(w);

@@ -28,6 +28,7 @@ pub(crate) async fn run(settings: &Settings, printer: &Printer, opts: Options) -
         .map_err(|_| usage("--interval must not be negative"))?;
     let req = Request {
         queues: opts.queues,
+        config_queues: settings.config_queues.clone(),
         motivo_headers: opts.motivo_headers,
         force: opts.force,
         // By default metrics never read a queue: depth alone is exact and cheap.
@@ -35,7 +36,7 @@ pub(crate) async fn run(settings: &Settings, printer: &Printer, opts: Options) -
         new_since: None,
     };
     let render = || async {
-        let figures = monitor::gather(settings, &req).await?;
+        let figures = monitor::gather(&settings.endpoints, &req).await?;
         for w in &figures.warnings {
             printer.warn(w);
         }

@@ -52,7 +52,7 @@ async fn run_command(cli: Cli) -> Result<Exit> {
         Err(e) => return Err(e),
     };
     let printer = settings.printer();
-    crate::audit::set_read_trail(settings.audit_log.clone(), printer.clone());
+    crate::audit::set_read_trail(settings.endpoints.audit_log.clone(), printer.clone());
     for w in &settings.warnings {
         printer.warn(w);
     }

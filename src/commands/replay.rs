@@ -27,7 +27,7 @@ pub async fn run(
                 common,
                 canary: canary.map(|(n, wait)| (n.get(), wait)),
             };
-            replay::restore::run(settings, printer, opts).await
+            replay::restore::run(&settings.endpoints, printer, opts).await
         }
         ReplayRequest::Table { mut common, canary } => {
             let target = common
@@ -39,7 +39,7 @@ pub async fn run(
                 target,
                 canary: canary.map(|(n, wait)| (n.get(), wait)),
             };
-            replay::table::run(settings, printer, opts).await
+            replay::table::run(&settings.endpoints, printer, opts).await
         }
         ReplayRequest::Queue {
             queues,
@@ -60,7 +60,7 @@ pub async fn run(
                 canary_wait,
                 plan_first,
             };
-            replay::queue::run(settings, printer, opts).await
+            replay::queue::run(&settings.endpoints, printer, opts).await
         }
     }
 }

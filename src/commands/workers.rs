@@ -15,13 +15,14 @@ pub struct Options {
 }
 
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
-    let dispatcher = Dispatcher::connect(settings).await?;
+    let dispatcher =
+        Dispatcher::connect(&settings.endpoints.celery, &settings.endpoints.mailbox).await?;
     let live = dispatcher.workers(opts.timeout).await?;
     if live.is_empty() {
         printer.warn(format!(
-            "no Celery worker answered on {} ({}.pidbox) within {:?} (stopped, remote control disabled, another vhost, or another control_exchange: --control-exchange)",
+            "no Celery worker answered on {} ({}) within {:?} (stopped, remote control disabled, another vhost, or another control_exchange: --control-exchange)",
             dispatcher.describe(),
-            settings.control_exchange,
+            settings.endpoints.mailbox.request,
             opts.timeout
         ));
     }

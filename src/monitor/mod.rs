@@ -9,10 +9,10 @@ pub(crate) mod exposition;
 pub(crate) mod sample;
 pub(crate) mod serve;
 
+use crate::endpoints::{Database, Endpoints};
+use crate::rabbit::connect;
 use crate::rabbit::topology::Version;
-use crate::rabbit::{Target, connect};
 use crate::select::Selection;
-use crate::settings::{DatabaseUrl, Settings};
 use crate::source::summary::{self, ListOptions, QueueSummary};
 use crate::source::table::FailedTable;
 use anyhow::{Result, anyhow};
@@ -24,6 +24,8 @@ use sample::{HeadRead, SampleSpec};
 pub(crate) struct Request {
     /// `-Q`: only these queues (else every discovered DLQ and the config file's `queues`).
     pub queues: Vec<String>,
+    /// The config file's `queues`: they join the discovered DLQs when `queues` is empty.
+    pub config_queues: Vec<String>,
     pub motivo_headers: Vec<String>,
     pub force: bool,
     /// Messages read at the head of each queue; `None`: `list`'s automatic size.
@@ -81,20 +83,22 @@ pub(crate) struct Figures {
 /// read, or a named queue does not exist: a monitor must not report a partial picture as
 /// the whole. RabbitMQ is optional exactly as in `list` (only the built-in default URL,
 /// nothing named): then it is a warning when unreachable.
-pub(crate) async fn gather(settings: &Settings, req: &Request) -> Result<Figures> {
+pub(crate) async fn gather(endpoints: &Endpoints, req: &Request) -> Result<Figures> {
     let mut figures = Figures::default();
-    if let Some(db) = &settings.database {
-        figures
-            .sources
-            .push(table_figures(db, settings, req).await?);
+    if let Some(db) = &endpoints.database {
+        figures.sources.push(table_figures(db, req).await?);
     }
-    let named = named_queues(settings, req);
-    let rabbit_optional = settings.rabbit_is_default() && named.is_empty();
+    let named = distinct(if req.queues.is_empty() {
+        &req.config_queues
+    } else {
+        &req.queues
+    });
+    let rabbit_optional = endpoints.rabbit_is_default && named.is_empty();
     // A Redis-only team's RabbitMQ is nobody's: not tried (see `list`).
-    if named.is_empty() && settings.rabbit_unused() && !figures.sources.is_empty() {
+    if named.is_empty() && endpoints.rabbit_unused() && !figures.sources.is_empty() {
         return Ok(figures);
     }
-    match queue_figures(settings, req, named).await {
+    match queue_figures(endpoints, req, named).await {
         Ok((queues, warnings)) => {
             figures.sources.extend(queues);
             figures.warnings.extend(warnings);
@@ -109,15 +113,10 @@ pub(crate) async fn gather(settings: &Settings, req: &Request) -> Result<Figures
     Ok(figures)
 }
 
-/// `-Q` names only these; without it, the config file's `queues` join the discovered DLQs.
-fn named_queues(settings: &Settings, req: &Request) -> Vec<String> {
+/// The queues named (each once), which join the discovered DLQs.
+fn distinct(queues: &[String]) -> Vec<String> {
     let mut named: Vec<String> = Vec::new();
-    let from = if req.queues.is_empty() {
-        &settings.config_queues
-    } else {
-        &req.queues
-    };
-    for q in from {
+    for q in queues {
         if !named.contains(q) {
             named.push(q.clone());
         }
@@ -125,12 +124,8 @@ fn named_queues(settings: &Settings, req: &Request) -> Vec<String> {
     named
 }
 
-async fn table_figures(
-    db: &DatabaseUrl,
-    settings: &Settings,
-    req: &Request,
-) -> Result<SourceFigures> {
-    let table = FailedTable::open(db, &settings.table).await?;
+async fn table_figures(db: &Database, req: &Request) -> Result<SourceFigures> {
+    let table = FailedTable::open(&db.url, &db.table).await?;
     let s = table.summary().await?;
     let new = match req.new_since {
         Some(since) => Some(pending_since(&table, since).await?),
@@ -175,7 +170,7 @@ async fn pending_since(table: &FailedTable, since: DateTime<Utc>) -> Result<u64>
 /// The queues' figures: depth from `list`'s discovery, which reads nothing; then, when a
 /// sample is wanted, each head read through sample.rs.
 async fn queue_figures(
-    settings: &Settings,
+    endpoints: &Endpoints,
     req: &Request,
     named: Vec<String>,
 ) -> Result<(Vec<SourceFigures>, Vec<String>)> {
@@ -186,7 +181,7 @@ async fn queue_figures(
         motivo_headers: req.motivo_headers.clone(),
         exclude: Vec::new(),
     };
-    let listing = summary::list(settings, &list_opts).await?;
+    let listing = summary::list(&endpoints.rabbit, &list_opts).await?;
     if let Some(m) = listing.missing.first() {
         return Err(anyhow!("queue {m:?} does not exist (nothing was created)"));
     }
@@ -211,7 +206,7 @@ async fn queue_figures(
     let heads = if spec.size == 0 || queues.is_empty() {
         vec![HeadRead::Skipped("head not read (sample size 0)".into()); queues.len()]
     } else {
-        let conn = connect(&Target::from_settings(settings)?).await?;
+        let conn = connect(&endpoints.rabbit.clone()).await?;
         let heads = sample::sample_all(&conn, &queues, &spec).await;
         crate::rabbit::close(&conn, "dlq monitoring done").await;
         heads?

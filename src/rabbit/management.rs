@@ -3,8 +3,8 @@
 
 use super::topology::{ApiBinding, ApiExchange, ApiPolicy, ApiQueue, Version};
 use crate::redact;
-use crate::settings::AmqpTls;
 use crate::tls;
+use crate::tls::TlsFiles;
 use serde::de::DeserializeOwned;
 use std::time::Duration;
 
@@ -26,7 +26,7 @@ pub struct Management {
     /// For messages: the URL with the password masked.
     pub shown: String,
     /// For messages about certificates.
-    tls_files: AmqpTls,
+    tls_files: TlsFiles,
 }
 
 /// Why the API could not answer.
@@ -66,13 +66,13 @@ struct Overview {
 impl Management {
     /// `explicit` is `--management-url`; without it, the AMQP host on port 15672 (15671 and
     /// https for amqps://) with the AMQP credentials.
-    pub fn new(
+    pub(crate) fn new(
         explicit: Option<&str>,
         amqp_host: &str,
         tls: bool,
         amqp_user: &str,
         amqp_password: &str,
-        tls_files: &AmqpTls,
+        tls_files: &TlsFiles,
     ) -> Result<Management, String> {
         let mut base = match explicit {
             Some(u) => url::Url::parse(u)
@@ -294,16 +294,16 @@ mod tests {
             false,
             "app",
             "s3cret",
-            &AmqpTls::default(),
+            &TlsFiles::default(),
         )
         .unwrap();
         assert_eq!(m.shown, "http://mq.internal:15672/");
         assert_eq!(m.user, "app");
         assert_eq!(m.password, "s3cret");
         let m =
-            Management::new(None, "mq.internal", true, "app", "pw", &AmqpTls::default()).unwrap();
+            Management::new(None, "mq.internal", true, "app", "pw", &TlsFiles::default()).unwrap();
         assert_eq!(m.shown, "https://mq.internal:15671/");
-        let m = Management::new(None, "::1", false, "a", "b", &AmqpTls::default()).unwrap();
+        let m = Management::new(None, "::1", false, "a", "b", &TlsFiles::default()).unwrap();
         assert_eq!(m.shown, "http://[::1]:15672/");
     }
 
@@ -315,7 +315,7 @@ mod tests {
             false,
             "app",
             "s3cret",
-            &AmqpTls::default(),
+            &TlsFiles::default(),
         )
         .unwrap();
         assert_eq!(m.user, "ops");
@@ -327,7 +327,7 @@ mod tests {
             false,
             "app",
             "pw",
-            &AmqpTls::default(),
+            &TlsFiles::default(),
         )
         .unwrap();
         assert_eq!(m.user, "app");

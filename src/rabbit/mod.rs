@@ -17,9 +17,10 @@ pub mod take;
 pub mod topology;
 
 use crate::error::usage;
+use crate::model::TargetFacts;
 use crate::output::Printer;
 use crate::redact;
-use crate::settings::{AmqpTls, Settings};
+use crate::tls::TlsFiles;
 use crate::tls::{self, Problem};
 use anyhow::{Result, anyhow};
 use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
@@ -43,20 +44,23 @@ pub struct Target {
     /// The AMQP URL with the password masked, for messages.
     pub shown: String,
     /// Extra CA and client certificate for amqps:// (and an https management API).
-    pub tls_files: AmqpTls,
+    pub(crate) tls_files: TlsFiles,
+    /// `--management-url` (secret like the AMQP URL); `None`: derived from the AMQP URL.
+    management_url: Option<String>,
 }
 
 impl Target {
-    /// Builds the connection URI from the validated AMQP URL and `--vhost`.
+    /// Builds the connection URI from a validated AMQP URL, with `vhost` instead of the URL's
+    /// when given; `management_url` is `--management-url` (`None`: derived from this URL).
     ///
     /// The URI is assembled here rather than by `AMQPUri::from_str`, which takes the host
     /// from `Url::domain()` and so turns an IP address (`amqp://10.0.0.5`) into "localhost".
-    pub fn from_settings(settings: &Settings) -> Result<Target> {
-        Self::from_url(settings, &settings.amqp_url, settings.vhost.as_deref())
-    }
-
-    /// The same for another AMQP URL (`--broker-url`), with its own vhost unless `vhost`.
-    pub fn from_url(settings: &Settings, raw: &str, vhost: Option<&str>) -> Result<Target> {
+    pub(crate) fn from_url(
+        raw: &str,
+        vhost: Option<&str>,
+        tls_files: &TlsFiles,
+        management_url: Option<&str>,
+    ) -> Result<Target> {
         let shown = redact::url(raw);
         let u =
             url::Url::parse(raw).map_err(|e| usage(format!("invalid AMQP URL {shown}: {e}")))?;
@@ -115,7 +119,8 @@ impl Target {
             uri,
             vhost,
             shown,
-            tls_files: settings.amqp_tls.clone(),
+            tls_files: tls_files.clone(),
+            management_url: management_url.map(str::to_owned),
         })
     }
 
@@ -128,9 +133,9 @@ impl Target {
     }
 
     /// The management API client for this broker (`--management-url` or the default).
-    pub fn management(&self, settings: &Settings) -> Result<Management> {
+    pub fn management(&self) -> Result<Management> {
         Management::new(
-            settings.management_url.as_deref(),
+            self.management_url.as_deref(),
             &self.uri.authority.host,
             self.tls(),
             self.user(),
@@ -252,7 +257,7 @@ fn connect_error(e: &lapin::Error, t: &Target) -> anyhow::Error {
 
 /// A certificate problem with RabbitMQ, and what to do about it. `what` names the URL kind
 /// whose host the certificate must name (`amqps://`, `management https://`).
-pub fn explain_tls(problem: &Problem, files: &AmqpTls, what: &str) -> String {
+pub(crate) fn explain_tls(problem: &Problem, files: &TlsFiles, what: &str) -> String {
     match problem {
         Problem::Untrusted => match &files.ca {
             None => "the server's TLS certificate is not trusted: no CA of the system's store signed it. Pass the CA certificate that did (PEM) with --amqp-ca-file PATH (env DLQ_AMQP_CA_FILE, config amqp_ca_file)".to_owned(),
@@ -406,12 +411,11 @@ pub struct Checked {
 pub async fn check_queues(
     conn: &Connection,
     target: &Target,
-    settings: &Settings,
     printer: &Printer,
     names: &[String],
     force: bool,
 ) -> Result<Vec<Checked>> {
-    let mgmt = target.management(settings)?;
+    let mgmt = target.management()?;
     let version = mgmt.version().await;
     if let Err(e) = &version {
         printer.warn(format!("{e}"));
@@ -467,14 +471,6 @@ fn unknown_facts() -> QueueFacts {
     }
 }
 
-/// Options for reading queues as a record source.
-/// What a destination check found, for the plan: no printing here.
-#[derive(Debug, Default)]
-pub(crate) struct TargetFacts {
-    pub(crate) note: Option<String>,
-    pub(crate) warnings: Vec<String>,
-}
-
 /// Refuses a destination that does not exist (nothing is changed); a queue with no consumer
 /// is a warning, since replayed tasks would wait there.
 pub(crate) async fn check_target(
@@ -520,12 +516,11 @@ pub(crate) async fn check_target(
 /// the oldest messages again, so a replay would report success for messages it pushed out.
 /// `None` when there is no limit, room enough, or no management API to ask.
 pub(crate) async fn length_limit_warning(
-    settings: &Settings,
     target: &Target,
     queue: &str,
     adding: u64,
 ) -> Option<String> {
-    let api = target.management(settings).ok()?;
+    let api = target.management().ok()?;
     let q = api.queue(&target.vhost, queue).await.ok()??;
     let policy = q.effective_policy_definition.clone().unwrap_or_default();
     let setting = |arg: &str, key: &str| q.arguments.get(arg).or_else(|| policy.get(key)).cloned();
@@ -555,17 +550,9 @@ pub(crate) async fn length_limit_warning(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::GlobalArgs;
-    use crate::settings::Terminal;
 
     fn target(url: &str, vhost: Option<&str>) -> Target {
-        let g = GlobalArgs {
-            amqp_url: Some(url.into()),
-            vhost: vhost.map(Into::into),
-            ..Default::default()
-        };
-        let s = Settings::build(&g, &|_| None, Terminal::default()).unwrap();
-        Target::from_settings(&s).unwrap()
+        Target::from_url(url, vhost, &TlsFiles::default(), None).unwrap()
     }
 
     #[test]

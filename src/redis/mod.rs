@@ -5,7 +5,7 @@
 pub(crate) mod envelope;
 
 use crate::error::usage;
-use crate::settings::Settings;
+use crate::tls::TlsFiles;
 use anyhow::{Result, anyhow};
 use percent_encoding::percent_decode_str;
 use redis::aio::MultiplexedConnection;
@@ -107,8 +107,8 @@ impl Endpoint {
 
     /// Opens the connection (and, with `rediss://`, trusts `--amqp-ca-file` and presents the
     /// `--amqp-client-cert` if set). Errors name what failed, never the password.
-    pub(crate) async fn connect(&self, settings: &Settings) -> Result<Redis> {
-        let client = self.client(settings)?;
+    pub(crate) async fn connect(&self, tls: &TlsFiles) -> Result<Redis> {
+        let client = self.client(tls)?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(CONNECT_TIMEOUT))
             .set_response_timeout(Some(RESPONSE_TIMEOUT));
@@ -133,9 +133,8 @@ impl Endpoint {
         })
     }
 
-    fn client(&self, settings: &Settings) -> Result<Client> {
+    fn client(&self, tls: &TlsFiles) -> Result<Client> {
         let opened = if self.tls {
-            let tls = &settings.amqp_tls;
             let certs = TlsCertificates {
                 client_tls: tls.client.as_ref().map(|c| ClientTlsConfig {
                     client_cert: c.cert_pem.clone(),

@@ -15,7 +15,7 @@ use crate::report::Report;
 use std::collections::BTreeMap;
 
 /// Prints what a destination check found: warnings first, then the note the plan carries.
-pub(crate) fn note_target(printer: &Printer, facts: crate::rabbit::TargetFacts) -> Option<String> {
+pub(crate) fn note_target(printer: &Printer, facts: crate::model::TargetFacts) -> Option<String> {
     for w in facts.warnings {
         printer.warn(w);
     }

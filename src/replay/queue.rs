@@ -18,6 +18,7 @@ use super::requeue::{self, Refusal, Stamp};
 use super::workers::TaskGate;
 use super::{Target, print_plan_groups, print_report};
 use crate::audit::{Audit, Subject};
+use crate::endpoints::Endpoints;
 use crate::error::{Exit, usage};
 use crate::model::RecordId;
 use crate::output::{Printer, ellipsize};
@@ -28,7 +29,7 @@ use crate::rabbit::topology::QueueKind;
 use crate::rabbit::{self, Checked};
 use crate::report::Report;
 use crate::select::Selector;
-use crate::settings::{ReplayCommon, Settings};
+use crate::settings::ReplayCommon;
 use crate::source::queue::{self as record, RecordOptions};
 use crate::{fingerprint, redact};
 use anyhow::Result;
@@ -175,7 +176,7 @@ fn describe_dest((exchange, rk): &(String, String)) -> String {
     }
 }
 
-pub async fn run(settings: &Settings, printer: &Printer, mut opts: Options) -> Result<Exit> {
+pub async fn run(endpoints: &Endpoints, printer: &Printer, mut opts: Options) -> Result<Exit> {
     // Without a plan to show, a record needs no more than its id, reason and origin, and
     // what --where reads; the plan shows more but never the readable headers, properties
     // and raw copy. --transform may read anything.
@@ -195,17 +196,9 @@ pub async fn run(settings: &Settings, printer: &Printer, mut opts: Options) -> R
             ..record::Parts::ALL
         }
     };
-    let target_conn = rabbit::Target::from_settings(settings)?;
-    let conn = rabbit::connect(&target_conn).await?;
-    let checked = rabbit::check_queues(
-        &conn,
-        &target_conn,
-        settings,
-        printer,
-        &opts.queues,
-        opts.force,
-    )
-    .await?;
+    let conn = rabbit::connect(&endpoints.rabbit).await?;
+    let checked =
+        rabbit::check_queues(&conn, &endpoints.rabbit, printer, &opts.queues, opts.force).await?;
     for q in &checked {
         if q.facts.kind == QueueKind::Stream {
             return Err(usage(format!(
@@ -219,7 +212,7 @@ pub async fn run(settings: &Settings, printer: &Printer, mut opts: Options) -> R
         replay_id: replay_id.clone(),
         at: chrono::Utc::now(),
         from_queue: from.to_string(),
-        user: target_conn.user().to_string(),
+        user: endpoints.rabbit.user().to_string(),
         max_replays: opts.common.max_replays,
     };
     let names: Vec<&str> = checked.iter().map(|q| q.name.as_str()).collect();
@@ -230,10 +223,10 @@ pub async fn run(settings: &Settings, printer: &Printer, mut opts: Options) -> R
         selection: opts.common.selection.describe(),
         run_id: replay_id.clone(),
     };
-    let mut audit = Audit::new(settings, printer, subject);
+    let mut audit = Audit::new(endpoints, printer, subject);
     if streams(&opts) {
         return stream(
-            settings, printer, &opts, &conn, &checked, &stamp_for, &mut audit,
+            endpoints, printer, &opts, &conn, &checked, &stamp_for, &mut audit,
         )
         .await;
     }
@@ -244,7 +237,7 @@ pub async fn run(settings: &Settings, printer: &Printer, mut opts: Options) -> R
     // budget the plan keeps only which messages were selected, and the move reads again.
     let mut taken = take_plan(printer, &opts, &conn, &checked, &stamp_for, &replay_id).await?;
     let gated = plan_gate(
-        settings, printer, &opts, &conn, &checked, &mut taken, &mut audit,
+        endpoints, printer, &opts, &conn, &checked, &mut taken, &mut audit,
     )
     .await;
     if !matches!(gated, Ok(None)) {
@@ -424,7 +417,7 @@ async fn take_plan(
 
 /// Destinations checked, the plan printed, then the gate: `Some(exit)` stops here.
 async fn plan_gate(
-    settings: &Settings,
+    endpoints: &Endpoints,
     printer: &Printer,
     opts: &Options,
     conn: &lapin::Connection,
@@ -459,7 +452,7 @@ async fn plan_gate(
         plan.count,
         names.join(", "),
         opts.common.selection.describe(),
-        redact::url(&settings.amqp_url)
+        endpoints.rabbit.shown.clone()
     ));
     print_plan_groups(printer, &plan.groups);
     if let Some(n) = target_note {
@@ -479,13 +472,13 @@ async fn plan_gate(
             printer.info(format!("  {d}"));
         }
     }
-    let amqp = rabbit::Target::from_settings(settings)?;
+    let amqp = endpoints.rabbit.clone();
     let full_check: Vec<&String> = match &opts.common.target {
         Some(Target::Queue(q)) => vec![q],
         _ => plan.destinations.iter().collect(),
     };
     for d in full_check {
-        if let Some(w) = rabbit::length_limit_warning(settings, &amqp, d, plan.count).await {
+        if let Some(w) = rabbit::length_limit_warning(&amqp, d, plan.count).await {
             printer.warn(w);
         }
     }
@@ -697,7 +690,7 @@ impl Picks<'_> {
 /// first message comes, so its messages stay in the DLQ and are reported (exit 3) while
 /// the others move; without `--yes` (or with `--dry-run`) the plan refuses the whole run.
 async fn stream(
-    settings: &Settings,
+    endpoints: &Endpoints,
     printer: &Printer,
     opts: &Options,
     conn: &lapin::Connection,
@@ -715,7 +708,7 @@ async fn stream(
         "Moving the messages in {} that match ({}) {to} on {}, as they are read (--yes)",
         names.join(", "),
         opts.common.selection.describe(),
-        redact::url(&settings.amqp_url)
+        endpoints.rabbit.shown.clone()
     ));
     if let Some(n) = target_note {
         printer.info(n);

@@ -13,6 +13,7 @@ use super::{Target, print_plan_groups, print_report};
 use crate::archive::{self, Journal};
 use crate::celery::dispatch::{Dispatcher, Pending, Sent, TaskSender};
 use crate::celery::{self, ReplayOrigin, TaskMessage};
+use crate::endpoints::Endpoints;
 use crate::error::{Exit, usage};
 use crate::fingerprint;
 use crate::model::{DeadLetter, RecordId, SourceKind};
@@ -20,7 +21,7 @@ use crate::output::Printer;
 use crate::rabbit::publish::{Outgoing, Publisher};
 use crate::report::Report;
 use crate::select::Selector;
-use crate::settings::{ReplayCommon, Settings};
+use crate::settings::ReplayCommon;
 use anyhow::Result;
 use base64::Engine as _;
 use futures_util::StreamExt;
@@ -253,11 +254,13 @@ enum Broker {
 }
 
 impl Broker {
-    async fn open(settings: &Settings, kind: SourceKind) -> Result<Broker> {
+    async fn open(endpoints: &Endpoints, kind: SourceKind) -> Result<Broker> {
         Ok(match kind {
-            SourceKind::Table => Broker::Celery(Dispatcher::connect(settings).await?),
+            SourceKind::Table => {
+                Broker::Celery(Dispatcher::connect(&endpoints.celery, &endpoints.mailbox).await?)
+            }
             SourceKind::Queue => {
-                let target = crate::rabbit::Target::from_settings(settings)?;
+                let target = endpoints.rabbit.clone();
                 let conn = crate::rabbit::connect(&target).await?;
                 Broker::Rabbit(conn, target.shown.clone())
             }
@@ -334,7 +337,7 @@ struct RestorePlan {
 }
 
 /// verify -> plan -> destination and worker checks -> gate -> run -> report.
-pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> Result<Exit> {
+pub async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options<'_>) -> Result<Exit> {
     let (kind, mut journal) = open_archive(printer, opts.file)?;
     // Where a failure coming back would show: checked before anything is sent.
     let canary_table = match (opts.canary, kind) {
@@ -345,16 +348,16 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
             ));
         }
         (Some(_), SourceKind::Table) => {
-            let db = settings.require_database().map_err(|e| {
+            let db = endpoints.require_database().map_err(|e| {
                 usage(format!(
                     "--canary on a restore watches the failed-task table: {e:#}"
                 ))
             })?;
-            Some(crate::source::table::FailedTable::open(db, &settings.table).await?)
+            Some(crate::source::table::FailedTable::open(&db.url, &db.table).await?)
         }
     };
-    let amqp_target = crate::rabbit::Target::from_settings(settings)?;
-    let broker = Broker::open(settings, kind).await?;
+    let amqp_target = endpoints.rabbit.clone();
+    let broker = Broker::open(endpoints, kind).await?;
     let ctx = Context {
         kind,
         target: &opts.common.target,
@@ -381,7 +384,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options<'_>) -> R
     }
     print_plan(printer, &opts, &plan, &broker.describe(), note);
     let mut audit = crate::audit::Audit::new(
-        settings,
+        endpoints,
         printer,
         crate::audit::Subject {
             action: "restore",

@@ -13,12 +13,13 @@ use super::{Target, print_plan_groups};
 use crate::celery::dispatch::{Dispatcher, Sent, TaskSender};
 use crate::celery::workers::TaskMap;
 use crate::celery::{self, ReplayOrigin};
+use crate::endpoints::Endpoints;
 use crate::error::Exit;
 use crate::model::{DeadLetter, RecordId};
 use crate::output::{Printer, Tabled, ellipsize};
 use crate::report::Report;
 use crate::select::{Selected, Selection};
-use crate::settings::{Dialect, ReplayCommon, Settings};
+use crate::settings::{Dialect, ReplayCommon};
 use crate::source::table::{DecodeRecord, FailedTable, SqlBuilder, scrubbed};
 use crate::transform::Transform;
 use crate::{bind_all, with_pool};
@@ -109,11 +110,11 @@ impl RunContext {
 }
 
 /// plan -> worker check -> gate -> run -> report.
-pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
-    let db = settings.require_database()?;
-    let shape = Shape::new(db.dialect, opts.common.window.get());
+pub async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options) -> Result<Exit> {
+    let db = endpoints.require_database()?;
+    let shape = Shape::new(db.url.dialect, opts.common.window.get());
     // One connection per group in flight, plus one for reading.
-    let table = FailedTable::open_sized(db, &settings.table, shape.workers as u32 + 2).await?;
+    let table = FailedTable::open_sized(&db.url, &db.table, shape.workers as u32 + 2).await?;
     let ctx = RunContext {
         table,
         replay_id: uuid::Uuid::new_v4().to_string(),
@@ -121,15 +122,12 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         map: Arc::new(opts.common.workers.map.clone()),
     };
     // The broker comes first: an unknown target refuses the replay before any planning output.
-    let dispatcher = Dispatcher::connect(settings).await?;
+    let dispatcher = Dispatcher::connect(&endpoints.celery, &endpoints.mailbox).await?;
     let target_note = super::note_target(printer, dispatcher.check_target(&opts.target).await?);
     let plan = plan_rows(&ctx, printer, &opts).await?;
     print_plan(printer, &ctx, &opts, &plan, &dispatcher, target_note);
     let adding = plan.ids.len() as u64;
-    if let Some(w) = dispatcher
-        .length_warning(settings, &opts.target, adding)
-        .await
-    {
+    if let Some(w) = dispatcher.length_warning(&opts.target, adding).await {
         printer.warn(w);
     }
     super::workers::ensure_runnable(
@@ -141,7 +139,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     )
     .await?;
     let mut audit = crate::audit::Audit::new(
-        settings,
+        endpoints,
         printer,
         crate::audit::Subject {
             action: "replay",

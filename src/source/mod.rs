@@ -3,27 +3,46 @@ pub mod queue;
 pub mod summary;
 pub mod table;
 
+use crate::endpoints::Endpoints;
 use crate::model::DeadLetter;
+use crate::output::Printer;
 use crate::select::Selection;
-use crate::settings::Settings;
 use anyhow::Result;
 use tokio::sync::mpsc;
 
-pub use crate::settings::{QueueOptions, SourceChoice};
+/// Which source a command acts on.
+#[derive(Debug, Clone, Default)]
+pub(crate) enum SourceChoice {
+    /// The failed-task table (default).
+    #[default]
+    Table,
+    /// RabbitMQ dead-letter queues.
+    Queues(QueueOptions),
+}
+
+#[derive(Debug, Clone, Default)]
+pub(crate) struct QueueOptions {
+    pub(crate) names: Vec<String>,
+    /// Extra headers holding error text for `motivo`.
+    pub(crate) motivo_headers: Vec<String>,
+    /// Read a quorum queue even near its delivery limit.
+    pub(crate) force: bool,
+}
 
 /// Candidate records for a selection, streamed with bounded memory. The caller wraps
 /// the receiver in `select::Selected` for the final decision. Queue records carry only
 /// `parts` beyond what every record has.
-pub async fn open_stream(
-    settings: &Settings,
+pub(crate) async fn open_stream(
+    endpoints: &Endpoints,
+    printer: &Printer,
     source: &SourceChoice,
     sel: &Selection,
     parts: queue::Parts,
 ) -> Result<mpsc::Receiver<Result<DeadLetter>>> {
     match source {
         SourceChoice::Table => {
-            let db = settings.require_database()?;
-            let table = table::FailedTable::open(db, &settings.table).await?;
+            let db = endpoints.require_database()?;
+            let table = table::FailedTable::open(&db.url, &db.table).await?;
             table.stream(sel)
         }
         SourceChoice::Queues(q) => {
@@ -35,7 +54,7 @@ pub async fn open_stream(
                 },
                 force: q.force,
             };
-            queue::open_stream(settings, &opts, sel).await
+            queue::open_stream(&endpoints.rabbit, printer, &opts, sel).await
         }
     }
 }

@@ -17,7 +17,6 @@ use crate::output::Printer;
 use crate::rabbit::codec::{properties_to_json, properties_to_typed_json, table_to_json};
 use crate::rabbit::death::{DeathInfo, celery_task_name, parse_deaths, reason_text, string_header};
 use crate::select::Selection;
-use crate::settings::Settings;
 use anyhow::Result;
 use base64::Engine as _;
 use chrono::{DateTime, Utc};
@@ -276,18 +275,16 @@ pub struct StreamOptions {
 /// Records of every message in the named queues, queue by queue, in queue order. Every
 /// queue is checked before the first message is read.
 pub async fn open_stream(
-    settings: &Settings,
+    target: &crate::rabbit::Target,
+    printer: &Printer,
     opts: &StreamOptions,
     _sel: &Selection,
 ) -> Result<mpsc::Receiver<Result<DeadLetter>>> {
-    let printer = settings.printer();
-    let target = crate::rabbit::Target::from_settings(settings)?;
-    let conn = crate::rabbit::connect(&target).await?;
+    let conn = crate::rabbit::connect(target).await?;
     let checked =
-        crate::rabbit::check_queues(&conn, &target, settings, &printer, &opts.names, opts.force)
-            .await?;
+        crate::rabbit::check_queues(&conn, target, printer, &opts.names, opts.force).await?;
     Ok(stream_checked(
-        printer,
+        printer.clone(),
         std::sync::Arc::new(conn),
         checked,
         opts.record.clone(),

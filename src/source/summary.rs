@@ -8,7 +8,6 @@ use crate::rabbit::management::{ApiError, Management};
 use crate::rabbit::reader::{self, ReadSpec};
 use crate::rabbit::topology::{self, ApiQueue, QueueFacts, QueueKind, ReadVerdict, Version};
 use crate::rabbit::{Checked, Target, connect, passive_declare_keep};
-use crate::settings::Settings;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use lapin::Connection;
@@ -152,11 +151,10 @@ fn about_a_delay_hop(warning: &str) -> bool {
 
 /// Lists every DLQ (and every named queue). Fails only when RabbitMQ itself cannot be
 /// reached; a missing management API is a note.
-pub async fn list(settings: &Settings, opts: &ListOptions) -> Result<Listing> {
-    let target = Target::from_settings(settings)?;
-    let mgmt = target.management(settings)?;
+pub async fn list(target: &Target, opts: &ListOptions) -> Result<Listing> {
+    let mgmt = target.management()?;
     // The API and the AMQP connection are independent: ask both at once.
-    let (conn, api) = tokio::join!(connect(&target), api_view(&mgmt, &target.vhost));
+    let (conn, api) = tokio::join!(connect(target), api_view(&mgmt, &target.vhost));
     let conn = Arc::new(conn?);
     let mut listing = Listing::default();
     let mut wanted: BTreeMap<String, Place> = BTreeMap::new();
