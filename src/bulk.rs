@@ -6,7 +6,6 @@
 use crate::audit::Audit;
 use crate::error::Exit;
 use crate::output::Printer;
-use crate::settings::Safety;
 use anyhow::Result;
 
 /// What a plan found, and how to word the gate's outcome.
@@ -67,4 +66,11 @@ pub(crate) async fn gate(printer: &Printer, mut g: Gate<'_>) -> Result<Option<Ex
         a.start(Some(g.planned))?;
     }
     Ok(None)
+}
+
+/// `--dry-run` and `--yes`, shared by every mutating command.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Safety {
+    pub(crate) dry_run: bool,
+    pub(crate) yes: bool,
 }

@@ -43,6 +43,35 @@ pub(crate) mod when;
 
 use error::Exit;
 
+/// Parses the command line; on a bad one, prints clap's message and returns the exit code:
+/// 0 for `--help` / `--version`, 2 for a usage error, but 3 (UNKNOWN) under `dlq check`,
+/// whose exit codes are Nagios states (a plugin's usage error is never CRITICAL).
+pub fn parse<I, T>(args: I) -> Result<cli::Cli, Exit>
+where
+    I: IntoIterator<Item = T> + Clone,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::Parser as _;
+    let e = match cli::Cli::try_parse_from(args.clone()) {
+        Ok(c) => return Ok(c),
+        Err(e) => e,
+    };
+    let _ = e.print();
+    if !e.use_stderr() {
+        return Err(Exit::Ok);
+    }
+    let under_check = cli::command()
+        .ignore_errors(true)
+        .try_get_matches_from(args)
+        .is_ok_and(|m| m.subcommand_name() == Some("check"));
+    if under_check {
+        let first = e.to_string();
+        let first = first.lines().next().unwrap_or("usage error");
+        return Err(commands::check::unknown_usage(first));
+    }
+    Err(Exit::Usage)
+}
+
 /// Runs a parsed command line; the only place outcomes become exit codes.
 pub async fn run(cli: cli::Cli) -> Exit {
     match commands::dispatch(cli).await {

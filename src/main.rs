@@ -1,4 +1,3 @@
-use clap::Parser;
 use std::process::ExitCode;
 
 // lapin parses every delivery on its own I/O thread and dlq frees it on another: glibc's
@@ -15,7 +14,11 @@ fn main() -> ExitCode {
             dlq::redact::scrub(&info.to_string())
         );
     }));
-    let cli = dlq::cli::Cli::parse();
+    let args: Vec<_> = std::env::args_os().collect();
+    let cli = match dlq::parse(args) {
+        Ok(cli) => cli,
+        Err(exit) => return exit.into(),
+    };
     dlq::tls::install_crypto_provider();
     // One thread: dlq's own work per message is small next to lapin's I/O thread, and a
     // second runtime thread only added a wake-up and a cross-thread hand-off per message

@@ -285,3 +285,15 @@ pub(crate) struct TargetFacts {
     pub(crate) note: Option<String>,
     pub(crate) warnings: Vec<String>,
 }
+
+/// The JSON type of a value, for messages naming what was found instead.
+pub(crate) fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}

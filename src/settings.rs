@@ -3,23 +3,16 @@
 
 use crate::celery::redis::RedisBroker;
 use crate::celery::workers::Mailbox;
-use crate::cli::{ColorChoice, GlobalArgs, ReplayArgs, SafetyArgs, SelectionArgs};
+use crate::cli::{ColorChoice, GlobalArgs};
 use crate::endpoints::{CeleryBroker, Database, Endpoints};
 use crate::error::usage;
-use crate::jq::JqFilter;
-use crate::model::{RecordId, Target};
 use crate::output::OutputFormat;
 use crate::rabbit::Target as RabbitTarget;
 use crate::redact;
-use crate::select::{ReplayedFilter, Selection};
-use crate::source::{QueueOptions, SourceChoice};
 use crate::tls::{self, TlsFiles};
-use crate::when;
 use anyhow::Result;
-use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use std::collections::BTreeMap;
-use std::num::{NonZeroU64, NonZeroUsize};
 use std::path::{Path, PathBuf};
 
 pub const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
@@ -197,8 +190,6 @@ pub struct Settings {
     pub color: bool,
     pub progress: bool,
     pub terminal: Terminal,
-    /// Diagnostics found while loading (e.g. a world-readable config file).
-    pub warnings: Vec<String>,
 }
 
 type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -223,11 +214,7 @@ fn default_audit_log(env: Env) -> Option<PathBuf> {
 }
 
 /// Reads the config file: an explicit path must exist; the default path may not.
-fn load_config(
-    explicit: Option<PathBuf>,
-    env: Env,
-    warnings: &mut Vec<String>,
-) -> Result<ConfigFile> {
+fn load_config(explicit: Option<PathBuf>, env: Env) -> Result<ConfigFile> {
     let (path, required) =
         match explicit.or_else(|| non_empty(env("DLQ_CONFIG")).map(PathBuf::from)) {
             Some(p) => (p, true),
@@ -248,7 +235,7 @@ fn load_config(
             )));
         }
     };
-    warn_if_readable_by_others(&path, warnings);
+    warn_if_readable_by_others(&path);
     let config: ConfigFile = toml::from_str(&text).map_err(|e| {
         // toml errors quote the offending line, which may hold a password: scrub it.
         for url in text
@@ -266,24 +253,23 @@ fn load_config(
 }
 
 #[cfg(unix)]
-fn warn_if_readable_by_others(path: &Path, warnings: &mut Vec<String>) {
+fn warn_if_readable_by_others(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
     if let Ok(meta) = std::fs::metadata(path)
         && meta.permissions().mode() & 0o044 != 0
     {
-        // Printed at once: it matters even when the rest of the settings are invalid.
-        let msg = format!(
-            "config file {} is readable by other users and may hold credentials; run: chmod 600 {}",
+        // Printed at once (and only here): it matters even when the rest of the settings
+        // are invalid.
+        eprintln!(
+            "warning: config file {} is readable by other users and may hold credentials; run: chmod 600 {}",
             path.display(),
             path.display()
         );
-        eprintln!("warning: {msg}");
-        warnings.push(msg);
     }
 }
 
 #[cfg(not(unix))]
-fn warn_if_readable_by_others(_: &Path, _: &mut Vec<String>) {}
+fn warn_if_readable_by_others(_: &Path) {}
 
 /// `--redis-key-prefix` (env DLQ_REDIS_KEY_PREFIX) and `--redis-wait-replicas`, each
 /// falling back to the profile, then the top level.
@@ -390,8 +376,7 @@ impl Settings {
     }
 
     pub fn build(g: &GlobalArgs, env: Env, terminal: Terminal) -> Result<Settings> {
-        let mut warnings = Vec::new();
-        let config = load_config(g.config.clone(), env, &mut warnings)?;
+        let config = load_config(g.config.clone(), env)?;
         let profile_name = g.profile.clone().or_else(|| non_empty(env("DLQ_PROFILE")));
         let profile = select_profile(&config, profile_name.as_deref())?;
         let base = &config.base;
@@ -523,7 +508,6 @@ impl Settings {
             color,
             progress: terminal.stderr_tty && !g.no_progress && !g.quiet,
             terminal,
-            warnings,
         })
     }
 
@@ -611,98 +595,6 @@ fn validate_http_url(raw: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Turns the selection flags into a validated `Selection`; every bad value is a usage error
-/// naming the flag.
-pub fn selection(args: &SelectionArgs, now: DateTime<Utc>) -> Result<Selection> {
-    let pattern = args
-        .pattern
-        .as_deref()
-        .map(|p| regex::Regex::new(p).map_err(|e| usage(format!("invalid --pattern regex: {e}"))))
-        .transpose()?;
-    let jq = args
-        .where_
-        .as_deref()
-        .map(|j| {
-            JqFilter::compile(j)
-                .map_err(|e| usage(format!("invalid --where jq expression {j:?}: {e}")))
-        })
-        .transpose()?;
-    let since = args
-        .since
-        .as_deref()
-        .map(|s| when::parse_when(s, now).map_err(|e| usage(format!("--since: {e}"))))
-        .transpose()?;
-    let until = args
-        .until
-        .as_deref()
-        .map(|s| when::parse_when(s, now).map_err(|e| usage(format!("--until: {e}"))))
-        .transpose()?;
-    let older = args
-        .older_than
-        .as_deref()
-        .map(|s| when::parse_cutoff(s, now).map_err(|e| usage(format!("--older-than: {e}"))))
-        .transpose()?;
-    let until = match (until, older) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    if let (Some(s), Some(u)) = (since, until)
-        && s >= u
-    {
-        return Err(usage(format!(
-            "empty time window: --since {} is not before the upper bound {}",
-            crate::model::rfc3339(&s),
-            crate::model::rfc3339(&u)
-        )));
-    }
-    if args.limit == Some(0) {
-        return Err(usage("--limit must be at least 1"));
-    }
-    if args.motivo.as_deref() == Some("") {
-        return Err(usage("--motivo must not be empty"));
-    }
-    if args.ignore_case && args.motivo.is_none() {
-        return Err(usage(
-            "-i/--ignore-case applies to --motivo, which is missing",
-        ));
-    }
-    for t in &args.task {
-        if t.trim().is_empty() {
-            return Err(usage("--task must not be empty"));
-        }
-    }
-    let ids = args
-        .id
-        .iter()
-        .map(|s| {
-            if s.trim().is_empty() {
-                Err(usage("--id must not be empty"))
-            } else {
-                Ok(RecordId::parse(s.trim()))
-            }
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let replayed = if args.include_replayed {
-        ReplayedFilter::All
-    } else if args.only_replayed {
-        ReplayedFilter::Only
-    } else {
-        ReplayedFilter::Pending
-    };
-    Ok(Selection {
-        motivo: args.motivo.clone(),
-        ignore_case: args.ignore_case,
-        pattern,
-        tasks: args.task.clone(),
-        since,
-        until,
-        jq,
-        ids,
-        replayed,
-        limit: args.limit,
-    })
-}
-
 impl From<crate::cli::OutputArg> for OutputFormat {
     fn from(a: crate::cli::OutputArg) -> Self {
         use crate::output::OutputFormat as F;
@@ -713,230 +605,6 @@ impl From<crate::cli::OutputArg> for OutputFormat {
             crate::cli::OutputArg::Csv => F::Csv,
         }
     }
-}
-
-/// Names to send instead of the stored ones: `--task-map OLD=NEW` (repeatable).
-#[derive(Debug, Clone, Default)]
-pub struct TaskMap(BTreeMap<String, String>);
-
-impl TaskMap {
-    /// Errors (a message naming the bad entry): no `=`, an empty side (after trimming), one OLD
-    /// mapped to two different NEWs. Same OLD=NEW twice is fine. Names may contain dots, colons,
-    /// unicode. Split at the first `=`: task names never contain one, NEW might in theory.
-    pub(crate) fn parse(entries: &[String]) -> Result<TaskMap, String> {
-        let mut map = BTreeMap::new();
-        for entry in entries {
-            let Some((old, new)) = entry.split_once('=') else {
-                return Err(format!("--task-map {entry:?}: expected OLD=NEW"));
-            };
-            let (old, new) = (old.trim(), new.trim());
-            if old.is_empty() || new.is_empty() {
-                let side = if old.is_empty() { "OLD" } else { "NEW" };
-                return Err(format!(
-                    "--task-map {entry:?}: {side} is empty, expected OLD=NEW"
-                ));
-            }
-            match map.get(old) {
-                Some(prev) if prev != new => {
-                    return Err(format!(
-                        "--task-map {entry:?}: {old} is already mapped to {prev}"
-                    ));
-                }
-                _ => map.insert(old.to_owned(), new.to_owned()),
-            };
-        }
-        Ok(TaskMap(map))
-    }
-
-    #[cfg(test)]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    pub(crate) fn sent_name<'a>(&'a self, stored: &'a str) -> &'a str {
-        self.0.get(stored).map_or(stored, String::as_str)
-    }
-}
-
-/// `--dry-run` and `--yes`, shared by every mutating command.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Safety {
-    pub dry_run: bool,
-    pub yes: bool,
-}
-
-impl From<&SafetyArgs> for Safety {
-    fn from(a: &SafetyArgs) -> Safety {
-        Safety {
-            dry_run: a.dry_run,
-            yes: a.yes,
-        }
-    }
-}
-
-/// What every replay shares, validated once.
-#[derive(Debug)]
-pub struct ReplayCommon {
-    pub selection: Selection,
-    /// `--to-queue` / `--to-exchange`; `None` leaves the default to the engine.
-    pub target: Option<Target>,
-    pub rate: Option<f64>,
-    /// Published but not yet settled, at most (the duplicate window).
-    pub window: NonZeroUsize,
-    pub max_replays: u32,
-    pub safety: Safety,
-    pub workers: WorkerCheck,
-    /// `--transform`: compiled once, before anything connects.
-    pub transform: Option<std::sync::Arc<crate::transform::Transform>>,
-}
-
-/// Asking the live Celery workers before any task is sent.
-#[derive(Debug, Clone)]
-pub struct WorkerCheck {
-    /// False only with `--no-worker-check`.
-    pub enabled: bool,
-    pub timeout: std::time::Duration,
-    pub(crate) map: TaskMap,
-    /// Where the workers answer (`--control-exchange`).
-    pub(crate) mailbox: crate::celery::workers::Mailbox,
-}
-
-/// `--task-map` (after the config's `task_map`), `--worker-timeout`, `--no-worker-check`.
-pub fn worker_check(settings: &Settings, a: &crate::cli::WorkerCheckArgs) -> Result<WorkerCheck> {
-    let mut entries = settings.config_task_map.clone();
-    entries.extend(a.task_map.iter().cloned());
-    let map = TaskMap::parse(&entries).map_err(|e| usage(format!("--task-map: {e}")))?;
-    Ok(WorkerCheck {
-        enabled: !a.no_worker_check,
-        timeout: worker_timeout(&a.worker_timeout)?,
-        map,
-        mailbox: settings.endpoints.mailbox.clone(),
-    })
-}
-
-/// `--worker-timeout`: a positive duration.
-pub fn worker_timeout(raw: &str) -> Result<std::time::Duration> {
-    let d = when::parse_duration(raw).map_err(|e| usage(format!("--worker-timeout: {e}")))?;
-    match d.to_std() {
-        Ok(d) if !d.is_zero() => Ok(d),
-        _ => Err(usage(format!(
-            "--worker-timeout must be a positive duration, got {raw:?}"
-        ))),
-    }
-}
-
-/// A replay request, validated: which engine runs it, with what.
-#[derive(Debug)]
-pub(crate) enum ReplayRequest {
-    /// `--from-file`: an archive goes back.
-    Restore {
-        file: PathBuf,
-        common: ReplayCommon,
-        canary: Option<(NonZeroU64, std::time::Duration)>,
-    },
-    /// Failed-task table rows become Celery tasks again (a canary first when asked).
-    Table {
-        common: ReplayCommon,
-        canary: Option<(NonZeroU64, std::time::Duration)>,
-    },
-    /// Dead letters move back out of their queues.
-    Queue {
-        queues: QueueOptions,
-        common: ReplayCommon,
-        canary: Option<NonZeroU64>,
-        canary_wait: std::time::Duration,
-        plan_first: bool,
-    },
-}
-
-/// Turns the replay flags into one validated request; every bad value or combination is a
-/// usage error naming the flag, before anything connects.
-pub(crate) fn replay_request(
-    settings: &Settings,
-    a: &ReplayArgs,
-    source: SourceChoice,
-    selection: Selection,
-) -> Result<ReplayRequest> {
-    if let Some(r) = a.rate
-        && !(r.is_finite() && r > 0.0)
-    {
-        return Err(usage(format!(
-            "--rate must be a positive number of messages per second, got {r}"
-        )));
-    }
-    let window = NonZeroUsize::new(a.window).ok_or_else(|| usage("--window must be at least 1"))?;
-    let target = match (&a.to_queue, &a.to_exchange) {
-        (Some(q), _) if q.trim().is_empty() => return Err(usage("--to-queue must not be empty")),
-        (Some(q), _) => Some(Target::Queue(q.clone())),
-        (None, Some(ex)) => Some(Target::Exchange {
-            exchange: ex.clone(),
-            // Checked now, not at publish time: a forgotten key would route nothing.
-            routing_key: a.routing_key.clone().ok_or_else(|| {
-                usage("--to-exchange needs --routing-key (pass --routing-key '' for a fanout or headers exchange)")
-            })?,
-        }),
-        (None, None) => None,
-    };
-    let queues = match source {
-        SourceChoice::Queues(q) => Some(q),
-        SourceChoice::Table => None,
-    };
-    if queues.is_some() && a.from_file.is_some() {
-        return Err(usage(
-            "--from-file replays an archive; it cannot be combined with -Q",
-        ));
-    }
-    if queues.is_none() && a.plan_first {
-        return Err(usage("--plan-first applies to queue replays (-Q)"));
-    }
-    let canary_wait =
-        when::parse_duration(&a.canary_wait).map_err(|e| usage(format!("--canary-wait: {e}")))?;
-    let canary_wait = canary_wait.to_std().unwrap_or_default();
-    let canary = match a.canary {
-        Some(n) => Some(NonZeroU64::new(n).ok_or_else(|| usage("--canary must be at least 1"))?),
-        None => None,
-    };
-    if a.max_replays == 0 && queues.is_some() {
-        return Err(usage("--max-replays must be at least 1"));
-    }
-    let common = ReplayCommon {
-        selection,
-        target,
-        rate: a.rate,
-        window,
-        max_replays: a.max_replays,
-        safety: Safety::from(&a.safety),
-        workers: worker_check(settings, &a.workers)?,
-        transform: a
-            .transform
-            .as_deref()
-            .map(|code| {
-                crate::transform::Transform::compile(code)
-                    .map(std::sync::Arc::new)
-                    .map_err(|e| usage(format!("invalid --transform jq program {code:?}: {e}")))
-            })
-            .transpose()?,
-    };
-    if let Some(file) = &a.from_file {
-        return Ok(ReplayRequest::Restore {
-            file: file.clone(),
-            common,
-            canary: canary.map(|n| (n, canary_wait)),
-        });
-    }
-    let Some(queues) = queues else {
-        return Ok(ReplayRequest::Table {
-            common,
-            canary: canary.map(|n| (n, canary_wait)),
-        });
-    };
-    Ok(ReplayRequest::Queue {
-        queues,
-        common,
-        canary,
-        canary_wait,
-        plan_first: a.plan_first,
-    })
 }
 
 #[cfg(test)]
@@ -1071,47 +739,5 @@ mod tests {
         for bad in ["", "a.b.c", "1abc", "a-b", "a\"b", "tasks; drop", "a."] {
             assert!(TableName::parse(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn selection_validation() {
-        let now = Utc::now();
-        let bad = |a: SelectionArgs| selection(&a, now).map(|_| ()).unwrap_err().to_string();
-        assert!(
-            bad(SelectionArgs {
-                pattern: Some("(".into()),
-                ..Default::default()
-            })
-            .contains("--pattern")
-        );
-        assert!(
-            bad(SelectionArgs {
-                where_: Some(".a |".into()),
-                ..Default::default()
-            })
-            .contains("--where")
-        );
-        assert!(
-            bad(SelectionArgs {
-                older_than: Some("7x".into()),
-                ..Default::default()
-            })
-            .contains("--older-than")
-        );
-        assert!(
-            bad(SelectionArgs {
-                limit: Some(0),
-                ..Default::default()
-            })
-            .contains("--limit")
-        );
-        assert!(
-            bad(SelectionArgs {
-                since: Some("1d".into()),
-                until: Some("2d".into()),
-                ..Default::default()
-            })
-            .contains("empty time window")
-        );
     }
 }

@@ -458,7 +458,7 @@ pub struct Intent<'a> {
     pub selection: &'a str,
     pub to: &'a Path,
     pub delete: bool,
-    pub safety: crate::settings::Safety,
+    pub safety: crate::bulk::Safety,
 }
 
 /// Where an archive goes, for messages.

@@ -8,6 +8,7 @@
 //! An exclusive lock queue per DLQ keeps two archive runs from overlapping.
 
 use super::ArchiveWriter;
+use crate::bulk::Safety;
 use crate::endpoints::Endpoints;
 use crate::error::{Exit, usage};
 use crate::output::Printer;
@@ -17,7 +18,6 @@ use crate::rabbit::reader::ReadSpec;
 use crate::rabbit::take::Taker;
 use crate::rabbit::topology::QueueKind;
 use crate::select::{Selected, Selection, Selector};
-use crate::settings::Safety;
 use crate::source::queue::{self as record, RecordOptions};
 use anyhow::{Result, anyhow};
 use lapin::options::QueueDeclareOptions;
@@ -58,14 +58,9 @@ async fn lock(conn: &lapin::Connection, queue: &str) -> Result<lapin::Channel> {
         .await
     {
         Ok(_) => Ok(ch),
-        Err(e)
-            if e.to_string().contains("RESOURCE_LOCKED")
-                || e.to_string().contains("resource_locked") =>
-        {
-            Err(anyhow!(
-                "another dlq archive run holds the lock on queue {queue:?} (try again when it is done)"
-            ))
-        }
+        Err(e) if rabbit::is_resource_locked(&e) => Err(anyhow!(
+            "another dlq archive run holds the lock on queue {queue:?} (try again when it is done)"
+        )),
         Err(e) => Err(anyhow!("cannot take the archive lock for {queue:?}: {e}")),
     }
 }

@@ -7,12 +7,13 @@
 //! A crash or a full disk before that point deletes nothing.
 
 use super::ArchiveWriter;
+use crate::bulk::Safety;
 use crate::endpoints::Endpoints;
 use crate::error::{Exit, usage};
 use crate::model::RecordId;
 use crate::output::Printer;
 use crate::select::{Selection, Selector};
-use crate::settings::{Dialect, Safety};
+use crate::settings::Dialect;
 use crate::source::table::{DecodeRecord, FailedTable, SqlBuilder, scrubbed};
 use crate::{bind_all, with_pool};
 use anyhow::{Context, Result};

@@ -8,6 +8,7 @@
 //! message then kills the next worker too), others are acked and silently lost. A refused row
 //! simply stays un-replayed.
 
+use crate::model::json_kind;
 use chrono::{DateTime, NaiveDate, SecondsFormat, Utc};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
@@ -833,17 +834,6 @@ fn amqp_kind(v: &AMQPValue) -> &'static str {
         AMQPValue::FieldTable(_) => "table",
         AMQPValue::ByteArray(_) => "byte array",
         _ => "null",
-    }
-}
-
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
     }
 }
 

@@ -297,7 +297,48 @@ pub(crate) fn tidy(mut w: Worker) -> Worker {
     w
 }
 
-pub(crate) use crate::settings::TaskMap;
+/// Names to send instead of the stored ones: `--task-map OLD=NEW` (repeatable).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TaskMap(std::collections::BTreeMap<String, String>);
+
+impl TaskMap {
+    /// Errors (a message naming the bad entry): no `=`, an empty side (after trimming), one OLD
+    /// mapped to two different NEWs. Same OLD=NEW twice is fine. Names may contain dots, colons,
+    /// unicode. Split at the first `=`: task names never contain one, NEW might in theory.
+    pub(crate) fn parse(entries: &[String]) -> Result<TaskMap, String> {
+        let mut map = std::collections::BTreeMap::new();
+        for entry in entries {
+            let Some((old, new)) = entry.split_once('=') else {
+                return Err(format!("--task-map {entry:?}: expected OLD=NEW"));
+            };
+            let (old, new) = (old.trim(), new.trim());
+            if old.is_empty() || new.is_empty() {
+                let side = if old.is_empty() { "OLD" } else { "NEW" };
+                return Err(format!(
+                    "--task-map {entry:?}: {side} is empty, expected OLD=NEW"
+                ));
+            }
+            match map.get(old) {
+                Some(prev) if prev != new => {
+                    return Err(format!(
+                        "--task-map {entry:?}: {old} is already mapped to {prev}"
+                    ));
+                }
+                _ => map.insert(old.to_owned(), new.to_owned()),
+            };
+        }
+        Ok(TaskMap(map))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub(crate) fn sent_name<'a>(&'a self, stored: &'a str) -> &'a str {
+        self.0.get(stored).map_or(stored, String::as_str)
+    }
+}
 
 /// What the check decided for one stored task name.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

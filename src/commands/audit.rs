@@ -12,8 +12,16 @@ pub struct Options {
     pub run: Option<String>,
 }
 
+/// `dlq audit`'s flags, as its options.
+pub(crate) fn lower(a: crate::cli::AuditArgs, now: DateTime<Utc>) -> Result<Options> {
+    Ok(Options {
+        since: since(a.since.as_deref(), now)?,
+        run: a.run,
+    })
+}
+
 /// `--since`: the forms the selection's `--since` takes.
-pub fn since(raw: Option<&str>, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>> {
+fn since(raw: Option<&str>, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>> {
     raw.map(|s| crate::when::parse_when(s, now).map_err(|e| usage(format!("--since: {e}"))))
         .transpose()
 }

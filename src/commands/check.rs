@@ -13,6 +13,23 @@ use anyhow::Result;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 
+/// `dlq check`'s flags, as given: they are checked in `run`, where a bad value is UNKNOWN (3).
+pub(crate) fn lower(a: crate::cli::CheckArgs) -> Options {
+    Options {
+        queues: a.source.queues,
+        motivo_headers: a.source.motivo_header,
+        force: a.source.force,
+        sample: a.sample,
+        warn_pending: a.warn_pending,
+        crit_pending: a.crit_pending,
+        warn_age: a.warn_age,
+        crit_age: a.crit_age,
+        warn_new: a.warn_new,
+        crit_new: a.crit_new,
+        new_within: a.new_within,
+    }
+}
+
 /// The flags as given: checked here so that a bad value is UNKNOWN (3), not a usage error.
 pub(crate) struct Options {
     /// `-Q`: only these queues.
@@ -221,6 +238,15 @@ pub(crate) fn unknown_before_settings(e: &anyhow::Error) -> Exit {
     let reason = redact::scrub(&format!("{e:#}"));
     eprintln!("error: {reason}");
     let _ = writeln!(std::io::stdout(), "DLQ UNKNOWN - {reason}");
+    Status::Unknown.exit()
+}
+
+/// UNKNOWN for a command line clap refused (its message is already on stderr): the
+/// plugin's first line on stdout.
+pub(crate) fn unknown_usage(reason: &str) -> Exit {
+    use std::io::Write as _;
+    let reason = reason.strip_prefix("error: ").unwrap_or(reason);
+    let _ = writeln!(std::io::stdout(), "DLQ UNKNOWN - {}", redact::scrub(reason));
     Status::Unknown.exit()
 }
 

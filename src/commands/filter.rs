@@ -51,6 +51,20 @@ struct Group {
     newest: Option<DateTime<Utc>>,
 }
 
+/// `dlq filter`'s flags, as its options.
+pub(crate) fn lower(a: cli::FilterArgs, now: DateTime<Utc>) -> Result<Options> {
+    let mode = match (a.group_by, a.count) {
+        (Some(g), _) => Mode::Group(g.into()),
+        (None, true) => Mode::Count,
+        (None, false) => Mode::Export,
+    };
+    Ok(Options {
+        source: super::lower::source(&a.source),
+        selection: super::lower::selection(&a.selection, now)?,
+        mode,
+    })
+}
+
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
     if matches!(opts.mode, Mode::Count)
         && matches!(opts.source, SourceChoice::Table)

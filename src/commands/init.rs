@@ -10,6 +10,11 @@ pub struct Options {
     pub dry_run: bool,
 }
 
+/// `dlq init`'s flags, as its options.
+pub(crate) fn lower(a: crate::cli::InitArgs) -> Options {
+    Options { dry_run: a.dry_run }
+}
+
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
     let db = settings.endpoints.require_database()?;
     let (table, db) = (&db.table, &db.url);

@@ -7,6 +7,7 @@ use crate::settings::Settings;
 use crate::source::queue::Parts;
 use crate::source::{self, SourceChoice};
 use anyhow::Result;
+use chrono::{DateTime, Utc};
 
 pub const DEFAULT_LIMIT: u64 = 20;
 
@@ -14,6 +15,19 @@ pub struct Options {
     pub source: SourceChoice,
     pub selection: Selection,
     pub full: bool,
+}
+
+/// `dlq inspect`'s flags, as its options (at most `DEFAULT_LIMIT` records unless `--limit`).
+pub(crate) fn lower(a: crate::cli::InspectArgs, now: DateTime<Utc>) -> Result<Options> {
+    let mut selection = super::lower::selection(&a.selection, now)?;
+    if selection.limit.is_none() {
+        selection.limit = Some(DEFAULT_LIMIT);
+    }
+    Ok(Options {
+        source: super::lower::source(&a.source),
+        selection,
+        full: a.full,
+    })
 }
 
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {

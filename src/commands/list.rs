@@ -156,6 +156,17 @@ pub fn top_reasons(
     v
 }
 
+/// `dlq list`'s flags, as its options.
+pub(crate) fn lower(a: crate::cli::ListArgs) -> Options {
+    Options {
+        queues: a.queues,
+        top: a.top,
+        sample: a.sample,
+        motivo_headers: a.motivo_header,
+        exclude: a.exclude,
+    }
+}
+
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
     let mut summaries = Vec::new();
     let mut exit = Exit::Ok;

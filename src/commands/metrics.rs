@@ -8,6 +8,19 @@ use crate::settings::Settings;
 use anyhow::Result;
 use std::path::PathBuf;
 
+/// `dlq metrics`'s flags, as its options (`--interval` is checked in `run`).
+pub(crate) fn lower(a: crate::cli::MetricsArgs) -> Options {
+    Options {
+        queues: a.source.queues,
+        motivo_headers: a.source.motivo_header,
+        force: a.source.force,
+        sample: a.sample,
+        textfile: a.textfile,
+        listen: a.listen,
+        interval: a.interval,
+    }
+}
+
 pub(crate) struct Options {
     /// `-Q`: only these queues.
     pub queues: Vec<String>,

@@ -14,6 +14,14 @@ pub struct Options {
     pub timeout: Duration,
 }
 
+/// `dlq workers`'s flags, as its options.
+pub(crate) fn lower(a: crate::cli::WorkersArgs) -> Result<Options> {
+    Ok(Options {
+        full: a.full,
+        timeout: super::lower::worker_timeout(&a.worker_timeout)?,
+    })
+}
+
 pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
     let dispatcher =
         Dispatcher::connect(&settings.endpoints.celery, &settings.endpoints.mailbox).await?;

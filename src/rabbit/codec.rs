@@ -50,9 +50,10 @@
 //! `cluster_id`; absent properties are omitted, unknown keys are rejected (a restore must not
 //! silently drop something).
 
+use crate::model::{json_kind, rfc3339};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
-use chrono::{DateTime, SecondsFormat, Utc};
+use chrono::{DateTime, Utc};
 use lapin::BasicProperties;
 use lapin::types::{
     AMQPValue, ByteArray, DecimalValue, FieldArray, FieldTable, LongString, ShortString,
@@ -141,17 +142,6 @@ pub(crate) fn with_article(kind: &str) -> String {
     format!("{} {kind}", if an { "an" } else { "a" })
 }
 
-fn json_kind(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "boolean",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Readable view
 // ---------------------------------------------------------------------------------------------
@@ -237,10 +227,6 @@ fn timestamp_to_datetime(secs: u64) -> Option<DateTime<Utc>> {
     i64::try_from(secs)
         .ok()
         .and_then(|s| DateTime::from_timestamp(s, 0))
-}
-
-pub(crate) fn rfc3339(t: &DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(SecondsFormat::Secs, true)
 }
 
 /// RFC 3339 when chrono can represent it; the raw seconds otherwise (still better than nothing).

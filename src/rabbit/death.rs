@@ -2,9 +2,9 @@
 //! and the reason text shown for a dead letter. Pure: no I/O, no broker.
 
 use super::codec::{
-    MAX_ERROR_TEXT_CHARS, amqp_kind_name, rfc3339, table_to_json, value_to_json, with_article,
+    MAX_ERROR_TEXT_CHARS, amqp_kind_name, table_to_json, value_to_json, with_article,
 };
-use crate::model::text_lossy;
+use crate::model::{rfc3339, text_lossy};
 use chrono::{DateTime, Utc};
 use lapin::types::{AMQPValue, FieldTable};
 use serde_json::{Value, json};

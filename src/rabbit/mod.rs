@@ -288,9 +288,18 @@ pub(crate) fn explain_tls(problem: &Problem, files: &TlsFiles, what: &str) -> St
 
 /// True when a lapin error is the broker's 404 for a queue.
 pub fn is_not_found(e: &lapin::Error) -> bool {
+    is_soft(e, AMQPSoftError::NOTFOUND)
+}
+
+/// True when a lapin error is the broker's 405: another connection's exclusive queue.
+pub(crate) fn is_resource_locked(e: &lapin::Error) -> bool {
+    is_soft(e, AMQPSoftError::RESOURCELOCKED)
+}
+
+fn is_soft(e: &lapin::Error, code: AMQPSoftError) -> bool {
     matches!(
         e.kind(),
-        lapin::ErrorKind::ProtocolError(a) if matches!(a.kind(), AMQPErrorKind::Soft(AMQPSoftError::NOTFOUND))
+        lapin::ErrorKind::ProtocolError(a) if *a.kind() == AMQPErrorKind::Soft(code)
     )
 }
 

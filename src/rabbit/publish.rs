@@ -22,10 +22,6 @@ pub fn scrubbed(e: lapin::Error) -> anyhow::Error {
     anyhow!(redact::scrub(&e.to_string()))
 }
 
-fn is_not_found(e: &lapin::Error) -> bool {
-    crate::rabbit::is_not_found(e)
-}
-
 /// Passive exchange declare: false when it does not exist. The default exchange always exists.
 pub async fn exchange_exists(conn: &Connection, name: &str) -> Result<bool> {
     if name.is_empty() {
@@ -49,7 +45,7 @@ pub async fn exchange_exists(conn: &Connection, name: &str) -> Result<bool> {
             let _ = ch.close(200, "done".into()).await;
             Ok(true)
         }
-        Err(e) if is_not_found(&e) => Ok(false),
+        Err(e) if crate::rabbit::is_not_found(&e) => Ok(false),
         Err(e) => Err(scrubbed(e)).with_context(|| format!("checking exchange {name:?}")),
     }
 }

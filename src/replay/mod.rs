@@ -5,7 +5,7 @@ pub mod queue;
 pub mod requeue;
 pub mod restore;
 pub mod table;
-mod workers;
+pub(crate) mod workers;
 
 pub use crate::model::Target;
 pub(crate) use crate::model::hostname;
@@ -100,4 +100,27 @@ pub fn stop_on_signal(
             }
         }
     })
+}
+
+/// `--canary N --canary-wait D`: replay N first, wait, and stop if they failed again.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Canary {
+    pub(crate) count: std::num::NonZeroU64,
+    pub(crate) wait: std::time::Duration,
+}
+
+/// What every replay shares, validated once.
+#[derive(Debug)]
+pub(crate) struct ReplayCommon {
+    pub(crate) selection: crate::select::Selection,
+    /// `--to-queue` / `--to-exchange`; `None` leaves the default to the engine.
+    pub(crate) target: Option<Target>,
+    pub(crate) rate: Option<f64>,
+    /// Published but not yet settled, at most (the duplicate window).
+    pub(crate) window: std::num::NonZeroUsize,
+    pub(crate) max_replays: u32,
+    pub(crate) safety: crate::bulk::Safety,
+    pub(crate) workers: workers::WorkerCheck,
+    /// `--transform`: compiled once, before anything connects.
+    pub(crate) transform: Option<std::sync::Arc<crate::transform::Transform>>,
 }

@@ -13,6 +13,7 @@
 //!    or confirmed and waiting for a batched ack: `acks`): if dlq dies, those may exist
 //!    both in the destination and (given back) in the DLQ: the duplicate window.
 
+use super::ReplayCommon;
 use super::acks::{Acked, Acks};
 use super::requeue::{self, Refusal, Stamp};
 use super::workers::TaskGate;
@@ -29,7 +30,6 @@ use crate::rabbit::topology::QueueKind;
 use crate::rabbit::{self, Checked};
 use crate::report::Report;
 use crate::select::Selector;
-use crate::settings::ReplayCommon;
 use crate::source::queue::{self as record, RecordOptions};
 use crate::{fingerprint, redact};
 use anyhow::Result;
@@ -38,7 +38,6 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 use tokio::sync::mpsc;
 
 pub struct Options {
@@ -47,8 +46,7 @@ pub struct Options {
     pub force: bool,
     /// `common.target` `None`: each message goes back to the queue it died in.
     pub common: ReplayCommon,
-    pub canary: Option<u64>,
-    pub canary_wait: Duration,
+    pub canary: Option<super::Canary>,
     /// Plan (take and select everything) before moving even under `--yes`.
     pub plan_first: bool,
 }
@@ -548,7 +546,8 @@ async fn move_planned(
         release_all(conn, printer, std::mem::take(&mut takers), &[]).await;
     }
     let mut canary_ok = true;
-    if let Some(n) = opts.canary {
+    if let Some(canary) = opts.canary {
+        let n = canary.count.get();
         let moved = if single_pass {
             mover.move_held(&mut held, &routes, Some(n)).await
         } else {
@@ -557,9 +556,9 @@ async fn move_planned(
         if mover.report.stopped.is_none() && moved > 0 {
             printer.info(format!(
                 "canary: {moved} message(s) replayed; watching for {}s whether they die again",
-                opts.canary_wait.as_secs()
+                canary.wait.as_secs()
             ));
-            tokio::time::sleep(opts.canary_wait).await;
+            tokio::time::sleep(canary.wait).await;
             // Only messages that came back after being replayed are ready in the DLQs now
             // (the rest are still held by this run): they carry this run's replay id.
             let died = died_again(conn, checked, audit.run_id()).await?;

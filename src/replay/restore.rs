@@ -8,6 +8,7 @@
 //! `<archive>.journal`: each record number is appended right after its confirm, so a re-run
 //! resumes (duplicates are limited to the publishes in flight when a run dies: `--window`).
 
+use super::ReplayCommon;
 use super::requeue::{self, Stamp};
 use super::{Target, print_plan_groups, print_report};
 use crate::archive::{self, Journal};
@@ -21,7 +22,6 @@ use crate::output::Printer;
 use crate::rabbit::publish::{Outgoing, Publisher};
 use crate::report::Report;
 use crate::select::Selector;
-use crate::settings::ReplayCommon;
 use anyhow::Result;
 use base64::Engine as _;
 use futures_util::StreamExt;
@@ -29,14 +29,14 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;
 
-pub struct Options<'a> {
-    pub file: &'a Path,
+pub struct Options {
+    pub file: std::path::PathBuf,
     /// `common.target`: explicit; table rows default to the Celery queue, queue messages to
     /// their origin.
     pub common: ReplayCommon,
     /// `--canary N --canary-wait D` (archives of table rows): restore N, wait, and stop if
     /// the app stored their failures again.
-    pub canary: Option<(u64, std::time::Duration)>,
+    pub canary: Option<super::Canary>,
 }
 
 /// What every archived record becomes before it is published.
@@ -337,8 +337,8 @@ struct RestorePlan {
 }
 
 /// verify -> plan -> destination and worker checks -> gate -> run -> report.
-pub async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options<'_>) -> Result<Exit> {
-    let (kind, mut journal) = open_archive(printer, opts.file)?;
+pub async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options) -> Result<Exit> {
+    let (kind, mut journal) = open_archive(printer, &opts.file)?;
     // Where a failure coming back would show: checked before anything is sent.
     let canary_table = match (opts.canary, kind) {
         (None, _) => None,
@@ -416,7 +416,7 @@ pub async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options<'_>) ->
     let planned = plan.planned;
     match (opts.canary, &canary_table) {
         (Some(canary), Some(table)) => {
-            let sent = Send {
+            let sent = Sending {
                 printer,
                 ctx: &ctx,
                 opts: &opts,
@@ -440,7 +440,7 @@ pub async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options<'_>) ->
 
 fn print_plan(
     printer: &Printer,
-    opts: &Options<'_>,
+    opts: &Options,
     plan: &RestorePlan,
     broker: &str,
     note: Option<String>,
@@ -460,10 +460,10 @@ fn print_plan(
 }
 
 /// What a restore run sends with, for the canary's two passes.
-struct Send<'a> {
+struct Sending<'a> {
     printer: &'a Printer,
     ctx: &'a Context<'a>,
-    opts: &'a Options<'a>,
+    opts: &'a Options,
     sender: &'a Sender,
     planned: u64,
 }
@@ -471,15 +471,15 @@ struct Send<'a> {
 /// Restores the first `n` records, waits, and restores the rest only if none of them was
 /// stored again by the app (the journal skips what the canary already sent).
 async fn with_canary(
-    s: &Send<'_>,
+    s: &Sending<'_>,
     report: &mut Report,
     journal: &mut Journal,
     table: &crate::source::table::FailedTable,
     first: &[(String, Value)],
-    (n, wait): (u64, std::time::Duration),
+    canary: super::Canary,
 ) -> Result<()> {
     let started = chrono::Utc::now();
-    let n = n as usize;
+    let (n, wait) = (canary.count.get() as usize, canary.wait);
     report.absorb(
         restore_records(
             s.printer,
@@ -559,7 +559,7 @@ fn open_archive(printer: &Printer, file: &Path) -> Result<(SourceKind, Journal)>
 fn plan_archive(
     printer: &Printer,
     ctx: &Context<'_>,
-    opts: &Options<'_>,
+    opts: &Options,
     done: &HashSet<u64>,
 ) -> Result<RestorePlan> {
     let mut plan = RestorePlan::default();
@@ -569,7 +569,7 @@ fn plan_archive(
         .dry_run
         .then(|| printer.stream::<ArchivePreview>());
     let mut selector = Selector::new(&opts.common.selection);
-    for r in selected(opts.file, &mut selector, done)? {
+    for r in selected(&opts.file, &mut selector, done)? {
         let (_, rec) = r?;
         let m = match ctx.prepare(&rec) {
             Ok(m) => m,
@@ -613,7 +613,7 @@ fn plan_archive(
 async fn restore_records(
     printer: &Printer,
     ctx: &Context<'_>,
-    opts: &Options<'_>,
+    opts: &Options,
     sender: &Sender,
     journal: &mut Journal,
     planned: u64,
@@ -626,7 +626,7 @@ async fn restore_records(
     let stop_reading = stop.clone();
     let done = journal.done().clone();
     let mut run_selector = Selector::new(&opts.common.selection);
-    let source = selected(opts.file, &mut run_selector, &done)?
+    let source = selected(&opts.file, &mut run_selector, &done)?
         .take_while(move |_| !stop_reading.load(std::sync::atomic::Ordering::SeqCst))
         .filter_map(|r| match r {
             Err(e) => Some(Err(e)),

@@ -9,6 +9,7 @@
 //! (One transaction per row capped throughput at the database's commit rate; see
 //! docs/BENCHMARKS.md.)
 
+use super::ReplayCommon;
 use super::{Target, print_plan_groups};
 use crate::celery::dispatch::{Dispatcher, Sent, TaskSender};
 use crate::celery::workers::TaskMap;
@@ -19,7 +20,7 @@ use crate::model::{DeadLetter, RecordId};
 use crate::output::{Printer, Tabled, ellipsize};
 use crate::report::Report;
 use crate::select::{Selected, Selection};
-use crate::settings::{Dialect, ReplayCommon};
+use crate::settings::Dialect;
 use crate::source::table::{DecodeRecord, FailedTable, SqlBuilder, scrubbed};
 use crate::transform::Transform;
 use crate::{bind_all, with_pool};
@@ -36,7 +37,7 @@ pub struct Options {
     /// Where the tasks go (the Celery default queue unless told otherwise).
     pub target: Target,
     /// `--canary N --canary-wait D`: replay N rows, wait, and stop if their failure came back.
-    pub canary: Option<(u64, std::time::Duration)>,
+    pub canary: Option<super::Canary>,
 }
 
 /// What the plan pass found.
@@ -273,12 +274,12 @@ async fn replay_rows(
         origin: ctx.origin(&RecordId::Text(String::new())),
     });
     let mut ids = plan.ids;
-    let Some((n, wait)) = opts.canary else {
+    let Some(super::Canary { count, wait }) = opts.canary else {
         report.absorb(replay_ids(printer, &shared, &sender, ids, shape).await);
         return report;
     };
     let started = Utc::now();
-    let rest = ids.split_off((n as usize).min(ids.len()));
+    let rest = ids.split_off((count.get() as usize).min(ids.len()));
     let tried = ids.len();
     report.absorb(replay_ids(printer, &shared, &sender, ids, shape).await);
     if report.stopped.is_some() || report.succeeded == 0 {

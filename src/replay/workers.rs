@@ -8,7 +8,6 @@ use crate::celery::workers::{self, Worker};
 use crate::error::usage;
 use crate::model::Target;
 use crate::output::Printer;
-use crate::settings::WorkerCheck;
 use anyhow::Result;
 use std::collections::BTreeMap;
 
@@ -149,4 +148,15 @@ impl<'a> TaskGate<'a> {
             None => Ok(()),
         }
     }
+}
+
+/// Asking the live Celery workers before any task is sent.
+#[derive(Debug, Clone)]
+pub(crate) struct WorkerCheck {
+    /// False only with `--no-worker-check`.
+    pub(crate) enabled: bool,
+    pub(crate) timeout: std::time::Duration,
+    pub(crate) map: workers::TaskMap,
+    /// Where the workers answer (`--control-exchange`).
+    pub(crate) mailbox: crate::celery::workers::Mailbox,
 }

@@ -226,6 +226,21 @@ async fn check_quorum_queue_with_delivery_limit_is_not_read() {
     b.delete().await;
 }
 
+/// A command line clap refuses is a plugin usage error: UNKNOWN (3), never CRITICAL (2),
+/// under `check` only; other commands keep 2.
+#[test]
+fn check_usage_errors_are_unknown() {
+    let r = Dlq::new().args(&["check", "--warn-pendin", "3"]).run();
+    status(&r, 3, "DLQ UNKNOWN - unexpected argument '--warn-pendin'");
+    let r = Dlq::new()
+        .args(&["--table", "t", "check", "--crit-age"])
+        .run();
+    status(&r, 3, "DLQ UNKNOWN - a value is required for '--crit-age");
+    let r = Dlq::new().args(&["list", "--warn-pendin", "3"]).run();
+    r.fails(2, "unexpected argument '--warn-pendin'");
+    assert_eq!(Dlq::new().args(&["check", "--help"]).run().code(), 0);
+}
+
 #[tokio::test]
 async fn check_unknown_when_a_source_is_unreachable() {
     let r = Dlq::new()
