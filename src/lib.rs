@@ -30,6 +30,7 @@ pub(crate) mod output;
 pub mod rabbit;
 pub mod redact;
 pub(crate) mod redis;
+pub(crate) mod reference;
 pub(crate) mod replay;
 pub(crate) mod report;
 pub(crate) mod select;
