@@ -9,13 +9,13 @@ Exit codes:
   0  success (also when nothing matched)
   1  runtime failure (connection, permission, broker or database error)
   2  bad usage or bad input (nothing was changed)
-  3  partial: some selected items could not be processed while the rest were
+  3  partial: some selected items could not be processed while the rest were";
 
-Environment: DLQ_DATABASE_URL (then DATABASE_URL), DLQ_TABLE, DLQ_AMQP_URL (then AMQP_URL),
-DLQ_MANAGEMENT_URL, DLQ_AMQP_CA_FILE, DLQ_AMQP_CLIENT_CERT, DLQ_AMQP_CLIENT_KEY, DLQ_VHOST,
-DLQ_BROKER_URL (then CELERY_BROKER_URL), DLQ_REDIS_KEY_PREFIX, DLQ_AUDIT_LOG, DLQ_PROFILE,
-DLQ_CONFIG, NO_COLOR.
-Config file: $XDG_CONFIG_HOME/dlq/config.toml (precedence: flag > env > config > default).";
+/// `dlq --help` after the options: the exit codes, then the environment variables, from the
+/// settings reference (`reference::SETTINGS`).
+fn after_help() -> String {
+    format!("{EXIT_CODES}\n\n{}", crate::reference::environment_help())
+}
 
 const LIST_EXAMPLES: &str = "\
 Examples:
@@ -63,7 +63,7 @@ Examples:
     name = "dlq",
     version,
     about = "List, inspect, filter, replay and archive dead letters from RabbitMQ DLQs and Celery failed-task tables",
-    after_help = EXIT_CODES,
+    after_help = after_help(),
     propagate_version = true,
     max_term_width = 100
 )]

@@ -1,5 +1,5 @@
-//! Files generated from the clap definition and committed: shell completions and man
-//! pages. A test regenerates them and fails on drift (`DLQ_BLESS=1` rewrites them).
+//! Files generated from the clap definition and committed: shell completions, man pages,
+//! and the settings reference (`docs/reference.md`, from `reference::SETTINGS`). A test regenerates them and fails on drift (`DLQ_BLESS=1` rewrites them).
 
 use clap_complete::Shell;
 use std::path::PathBuf;
@@ -35,6 +35,10 @@ pub fn files() -> Vec<(PathBuf, Vec<u8>)> {
         let page = sub.clone().name(name.clone());
         out.push((PathBuf::from(format!("man/{name}.1")), render_man(page)));
     }
+    out.push((
+        PathBuf::from("docs/reference.md"),
+        crate::reference::markdown().into_bytes(),
+    ));
     out
 }
 

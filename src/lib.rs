@@ -32,6 +32,7 @@ pub(crate) mod pace;
 pub mod rabbit;
 pub mod redact;
 pub(crate) mod redis;
+pub(crate) mod reference;
 pub(crate) mod replay;
 pub(crate) mod report;
 pub(crate) mod select;

@@ -2,7 +2,7 @@ use std::process::ExitCode;
 
 // lapin parses every delivery on its own I/O thread and dlq frees it on another: glibc's
 // malloc serialises those frees on the arena lock (13% of a scan's samples); mimalloc
-// frees across threads without it (docs/BENCHMARKS.md).
+// frees across threads without it (docs/BENCHMARKS-HISTORY.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -4,7 +4,7 @@
 //! Reading never changes a queue: messages are consumed with manual acknowledgement, held
 //! unacknowledged, and given back with `basic.nack(multiple, requeue)` followed by closing
 //! the channel, which puts them back in their original positions. Streams are read by
-//! offset and never change. See `reader` for the details and the README for what a
+//! offset and never change. See `reader` for the details and docs/QUEUES.md for what a
 //! reader can still observe (`redelivered`, quorum delivery counts).
 
 pub mod codec;

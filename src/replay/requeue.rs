@@ -122,7 +122,7 @@ pub fn prepare(
         }
         // Lossless typed JSON in one string rather than nested tables: RabbitMQ decodes every
         // published message's headers, and a nested x-death table cost it ~20% more CPU per
-        // replayed message (measured: 30k publishes, docs/BENCHMARKS.md).
+        // replayed message (measured: 30k publishes, docs/BENCHMARKS-HISTORY.md).
         let text = serde_json::to_string(&crate::rabbit::codec::TypedTable(&saved))
             .expect("JSON serializes");
         map.insert(SAVED_DEATHS.into(), long(text));

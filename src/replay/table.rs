@@ -7,7 +7,7 @@
 //! groups are in flight at once; together they never hold more than `window` rows, so a crash
 //! can leave at most `window` rows published but not marked: the documented duplicate window.
 //! (One transaction per row capped throughput at the database's commit rate; see
-//! docs/BENCHMARKS.md.)
+//! docs/BENCHMARKS-HISTORY.md.)
 
 use super::ReplayCommon;
 use super::{Target, print_plan_groups};

@@ -1,6 +1,6 @@
 //! A delivered message -> the one `DeadLetter` record shape. Pure.
 //!
-//! Decisions (documented in the README):
+//! Decisions (documented in docs/QUEUES.md):
 //! * `id`: the `message_id` property when set; else the Celery task id (`id` header of a
 //!   message that has a `task` header); else `h:` + 16 hex digits of a SHA-256 over the
 //!   message as stored (typed properties and headers, then the body). The headers the
