@@ -357,13 +357,12 @@ mod tests {
                 p(|i| format!("/nonexistent/{}.pem", word(i)), itself)
             }
             "audit_log" => p(|i| format!("/nonexistent/{}.ndjson", word(i)), itself),
-            "table" | "vhost" | "redis_key_prefix" | "redis_sep" | "control_exchange" => {
-                p(word, quoted)
-            }
+            "table" | "vhost" | "redis_key_prefix" | "redis_sep" => p(word, quoted),
+            "control_exchange" => p(word, |v| format!("\"{v}.pidbox\"")),
             "redis_wait_replicas" => Probe {
                 value: |i| (11 + i).to_string(),
                 toml: itself,
-                shows: |v| format!("redis_wait_replicas: Some({v})"),
+                shows: |v| format!("wait_replicas: Some({v})"),
             },
             "output" => p(
                 |i| ["json", "ndjson"][i].to_string(),
@@ -434,6 +433,14 @@ mod tests {
                 argv.extend(["--amqp-client-cert".into(), cert.to_str().unwrap().into()]);
             }
             _ => {}
+        }
+        // The table is part of the database endpoint, kombu's Redis options of a Redis
+        // broker: give them one.
+        if name(s) == "table" {
+            env.insert("DLQ_DATABASE_URL".into(), "sqlite://probe.db".into());
+        }
+        if name(s).starts_with("redis_") {
+            env.insert("DLQ_BROKER_URL".into(), "redis://probe:6379/0".into());
         }
         argv.push("list".into());
         let cli = crate::cli::Cli::try_parse_from(&argv).unwrap();

@@ -125,11 +125,21 @@ pub enum Dialect {
     Sqlite,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct DatabaseUrl {
     pub dialect: Dialect,
     /// The URL as sqlx wants it (mariadb:// rewritten to mysql://). Secret: never print.
     pub url: String,
+}
+
+/// Never the password (see `rabbit::Target`).
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DatabaseUrl")
+            .field("dialect", &self.dialect)
+            .field("url", &redact::url(&self.url))
+            .finish()
+    }
 }
 
 impl DatabaseUrl {

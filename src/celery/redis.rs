@@ -33,7 +33,7 @@ const POLL_SLICE: Duration = Duration::from_secs(1);
 
 /// Celery's Redis broker as its app configures it: the URL (secret: never print), the TLS
 /// files for rediss://, and kombu's transport options.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct RedisBroker {
     pub(crate) url: String,
     pub(crate) tls_files: TlsFiles,
@@ -43,6 +43,19 @@ pub(crate) struct RedisBroker {
     pub(crate) sep: Option<String>,
     /// Replicas to `WAIT` for before rows are marked.
     pub(crate) wait_replicas: Option<u32>,
+}
+
+/// Never the password (see `rabbit::Target`).
+impl std::fmt::Debug for RedisBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisBroker")
+            .field("url", &crate::redact::url(&self.url))
+            .field("tls_files", &self.tls_files)
+            .field("key_prefix", &self.key_prefix)
+            .field("sep", &self.sep)
+            .field("wait_replicas", &self.wait_replicas)
+            .finish()
+    }
 }
 
 pub(crate) struct RedisDispatch {

@@ -37,7 +37,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 pub(crate) const CHANNEL_DEPTH: usize = 256;
 
 /// Where and as whom to connect, resolved once from the settings.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Target {
     pub uri: AMQPUri,
     pub vhost: String,
@@ -47,6 +47,21 @@ pub struct Target {
     pub(crate) tls_files: TlsFiles,
     /// `--management-url` (secret like the AMQP URL); `None`: derived from the AMQP URL.
     management_url: Option<String>,
+}
+
+/// Never the password: a debug print of the settings must not leak it either.
+impl std::fmt::Debug for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Target")
+            .field("url", &self.shown)
+            .field("vhost", &self.vhost)
+            .field(
+                "management_url",
+                &self.management_url.as_deref().map(redact::url),
+            )
+            .field("tls_files", &self.tls_files)
+            .finish()
+    }
 }
 
 impl Target {
