@@ -389,125 +389,24 @@ impl Settings {
         let config = load_config(g.config.clone(), env)?;
         let profile_name = g.profile.clone().or_else(|| non_empty(env("DLQ_PROFILE")));
         let profile = select_profile(&config, profile_name.as_deref())?;
-        let base = &config.base;
-        // flag > env > profile > top level
-        macro_rules! pick {
-            ($flag:expr, [$($env:literal),*], $field:ident) => {
-                $flag.clone()
-                    $(.or_else(|| non_empty(env($env))))*
-                    .or_else(|| profile.$field.clone())
-                    .or_else(|| base.$field.clone())
-            };
-        }
-
-        let database_raw = pick!(
-            g.database_url,
-            ["DLQ_DATABASE_URL", "DATABASE_URL"],
-            database_url
-        );
-        let amqp_url_picked = pick!(g.amqp_url, ["DLQ_AMQP_URL", "AMQP_URL"], amqp_url);
-        let amqp_url_explicit = amqp_url_picked.is_some();
-        let amqp_url = amqp_url_picked.unwrap_or_else(|| DEFAULT_AMQP_URL.to_string());
-        let management_url = pick!(g.management_url, ["DLQ_MANAGEMENT_URL"], management_url);
-        let broker_raw = pick!(
-            g.broker_url,
-            ["DLQ_BROKER_URL", "CELERY_BROKER_URL"],
-            broker_url
-        );
-        for u in [
-            database_raw.as_deref(),
-            Some(amqp_url.as_str()),
-            management_url.as_deref(),
-            broker_raw.as_deref(),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            redact::register_url(u);
-        }
-        let database = database_raw
-            .as_deref()
-            .map(DatabaseUrl::parse)
-            .transpose()
-            .map_err(usage)?;
-        validate_amqp_url(&amqp_url).map_err(usage)?;
-        if let Some(m) = &management_url {
-            validate_http_url(m).map_err(usage)?;
-        }
-        let path =
-            |flag: &Option<PathBuf>, var: &str, key: fn(&ConfigSection) -> &Option<PathBuf>| {
-                flag.clone()
-                    .or_else(|| non_empty(env(var)).map(PathBuf::from))
-                    .or_else(|| key(&profile).clone())
-                    .or_else(|| key(base).clone())
-            };
-        let ca_file = path(&g.amqp_ca_file, "DLQ_AMQP_CA_FILE", |c| &c.amqp_ca_file);
-        let client_cert = path(&g.amqp_client_cert, "DLQ_AMQP_CLIENT_CERT", |c| {
-            &c.amqp_client_cert
-        });
-        let client_key = path(&g.amqp_client_key, "DLQ_AMQP_CLIENT_KEY", |c| {
-            &c.amqp_client_key
-        });
-        let tls_files = tls_files(ca_file, client_cert, client_key)?;
-        let audit_log = path(&g.audit_log, "DLQ_AUDIT_LOG", |c| &c.audit_log)
-            .or_else(|| default_audit_log(env));
-        let table_raw =
-            pick!(g.table, ["DLQ_TABLE"], table).unwrap_or_else(|| DEFAULT_TABLE.to_string());
-        let table = TableName::parse(&table_raw).map_err(usage)?;
-        let vhost = pick!(g.vhost, ["DLQ_VHOST"], vhost);
-        let (redis_key_prefix, redis_wait_replicas) = redis_options(g, env, &profile, base);
-        let redis_sep = pick!(g.redis_sep, ["DLQ_REDIS_SEP"], redis_sep);
-        if redis_sep.as_deref() == Some("") {
-            return Err(usage(
-                "--redis-sep must not be empty (kombu's default is \\x06\\x16; leave it unset to read it from the workers' bindings)",
-            ));
-        }
-        let control_exchange = pick!(
-            g.control_exchange,
-            ["DLQ_CONTROL_EXCHANGE"],
-            control_exchange
-        )
-        .unwrap_or_else(|| "celery".into());
-        if control_exchange.is_empty() {
-            return Err(usage(
-                "--control-exchange must not be empty (Celery's default is celery)",
-            ));
-        }
-        let rabbit = RabbitTarget::from_url(
-            &amqp_url,
-            vhost.as_deref(),
-            &tls_files,
-            management_url.as_deref(),
-        )?;
-        let celery = match parse_broker_url(broker_raw.as_deref()).map_err(usage)? {
-            BrokerUrl::Same => CeleryBroker::Amqp(rabbit.clone()),
-            BrokerUrl::Amqp(url) => {
-                CeleryBroker::Amqp(RabbitTarget::from_url(&url, None, &tls_files, None)?)
-            }
-            BrokerUrl::Redis(url) => CeleryBroker::Redis(RedisBroker {
-                url,
-                tls_files,
-                key_prefix: redis_key_prefix,
-                sep: redis_sep,
-                wait_replicas: redis_wait_replicas,
-            }),
+        let layers = Layers {
+            env,
+            profile: &profile,
+            base: &config.base,
         };
-        let endpoints = Endpoints {
-            rabbit,
-            rabbit_is_default: !amqp_url_explicit && management_url.is_none() && vhost.is_none(),
-            database: database.map(|url| Database { url, table }),
-            celery,
-            mailbox: Mailbox::new(&control_exchange),
-            audit_log,
-        };
+        let endpoints = layers.endpoints(g)?;
         let output = g
             .output
             .map(OutputFormat::from)
             .or(profile.output)
-            .or(base.output)
+            .or(config.base.output)
             .unwrap_or(OutputFormat::Table);
-        let color = colour(g.color.or(profile.color).or(base.color), env, terminal);
-        let (config_queues, config_task_map) = config_lists(&profile, base);
+        let color = colour(
+            g.color.or(profile.color).or(config.base.color),
+            env,
+            terminal,
+        );
+        let (config_queues, config_task_map) = config_lists(&profile, &config.base);
         Ok(Settings {
             endpoints,
             config_queues,
@@ -533,6 +432,149 @@ impl Settings {
             stdout_tty: self.terminal.stdout_tty,
             interactive: self.terminal.stdin_tty && self.terminal.stderr_tty,
         }
+    }
+}
+
+/// Where a setting may come from, in precedence order: flag > env > profile > top level.
+struct Layers<'a> {
+    env: Env<'a>,
+    profile: &'a ConfigSection,
+    base: &'a ConfigSection,
+}
+
+type Key<T> = fn(&ConfigSection) -> &Option<T>;
+
+impl Layers<'_> {
+    fn pick(&self, flag: &Option<String>, vars: &[&str], key: Key<String>) -> Option<String> {
+        flag.clone()
+            .or_else(|| vars.iter().find_map(|v| non_empty((self.env)(v))))
+            .or_else(|| key(self.profile).clone())
+            .or_else(|| key(self.base).clone())
+    }
+
+    fn path(&self, flag: &Option<PathBuf>, var: &str, key: Key<PathBuf>) -> Option<PathBuf> {
+        flag.clone()
+            .or_else(|| non_empty((self.env)(var)).map(PathBuf::from))
+            .or_else(|| key(self.profile).clone())
+            .or_else(|| key(self.base).clone())
+    }
+
+    /// Every endpoint, validated and built; every URL registered for scrubbing first, so
+    /// that no error about one can show its password.
+    fn endpoints(&self, g: &GlobalArgs) -> Result<Endpoints> {
+        let database_raw = self.pick(
+            &g.database_url,
+            &["DLQ_DATABASE_URL", "DATABASE_URL"],
+            |c| &c.database_url,
+        );
+        let amqp_url = self.pick(&g.amqp_url, &["DLQ_AMQP_URL", "AMQP_URL"], |c| &c.amqp_url);
+        let management_url = self.pick(&g.management_url, &["DLQ_MANAGEMENT_URL"], |c| {
+            &c.management_url
+        });
+        let broker_raw = self.pick(
+            &g.broker_url,
+            &["DLQ_BROKER_URL", "CELERY_BROKER_URL"],
+            |c| &c.broker_url,
+        );
+        for u in [&database_raw, &amqp_url, &management_url, &broker_raw]
+            .into_iter()
+            .flatten()
+        {
+            redact::register_url(u);
+        }
+        let database = self.database(g, database_raw.as_deref())?;
+        let vhost = self.pick(&g.vhost, &["DLQ_VHOST"], |c| &c.vhost);
+        let rabbit_is_default = amqp_url.is_none() && management_url.is_none() && vhost.is_none();
+        let amqp_url = amqp_url.unwrap_or_else(|| DEFAULT_AMQP_URL.to_string());
+        validate_amqp_url(&amqp_url).map_err(usage)?;
+        if let Some(m) = &management_url {
+            validate_http_url(m).map_err(usage)?;
+        }
+        let tls_files = self.tls_files(g)?;
+        let audit_log = self
+            .path(&g.audit_log, "DLQ_AUDIT_LOG", |c| &c.audit_log)
+            .or_else(|| default_audit_log(self.env));
+        let rabbit = RabbitTarget::from_url(
+            &amqp_url,
+            vhost.as_deref(),
+            &tls_files,
+            management_url.as_deref(),
+        )?;
+        let celery = self.celery(g, broker_raw.as_deref(), &rabbit, tls_files)?;
+        Ok(Endpoints {
+            rabbit,
+            rabbit_is_default,
+            database,
+            celery,
+            mailbox: Mailbox::new(&self.control_exchange(g)?),
+            audit_log,
+        })
+    }
+
+    /// The database and its table (the table name is checked even without a database).
+    fn database(&self, g: &GlobalArgs, raw: Option<&str>) -> Result<Option<Database>> {
+        let url = raw.map(DatabaseUrl::parse).transpose().map_err(usage)?;
+        let table_raw = self
+            .pick(&g.table, &["DLQ_TABLE"], |c| &c.table)
+            .unwrap_or_else(|| DEFAULT_TABLE.to_string());
+        let table = TableName::parse(&table_raw).map_err(usage)?;
+        Ok(url.map(|url| Database { url, table }))
+    }
+
+    fn tls_files(&self, g: &GlobalArgs) -> Result<TlsFiles> {
+        let ca_file = self.path(&g.amqp_ca_file, "DLQ_AMQP_CA_FILE", |c| &c.amqp_ca_file);
+        let client_cert = self.path(&g.amqp_client_cert, "DLQ_AMQP_CLIENT_CERT", |c| {
+            &c.amqp_client_cert
+        });
+        let client_key = self.path(&g.amqp_client_key, "DLQ_AMQP_CLIENT_KEY", |c| {
+            &c.amqp_client_key
+        });
+        tls_files(ca_file, client_cert, client_key)
+    }
+
+    /// Celery's broker: the RabbitMQ above unless `--broker-url` names another, or Redis
+    /// (with kombu's transport options).
+    fn celery(
+        &self,
+        g: &GlobalArgs,
+        raw: Option<&str>,
+        rabbit: &RabbitTarget,
+        tls_files: TlsFiles,
+    ) -> Result<CeleryBroker> {
+        let (key_prefix, wait_replicas) = redis_options(g, self.env, self.profile, self.base);
+        let sep = self.pick(&g.redis_sep, &["DLQ_REDIS_SEP"], |c| &c.redis_sep);
+        if sep.as_deref() == Some("") {
+            return Err(usage(
+                "--redis-sep must not be empty (kombu's default is \\x06\\x16; leave it unset to read it from the workers' bindings)",
+            ));
+        }
+        Ok(match parse_broker_url(raw).map_err(usage)? {
+            BrokerUrl::Same => CeleryBroker::Amqp(rabbit.clone()),
+            BrokerUrl::Amqp(url) => {
+                CeleryBroker::Amqp(RabbitTarget::from_url(&url, None, &tls_files, None)?)
+            }
+            BrokerUrl::Redis(url) => CeleryBroker::Redis(RedisBroker {
+                url,
+                tls_files,
+                key_prefix,
+                sep,
+                wait_replicas,
+            }),
+        })
+    }
+
+    fn control_exchange(&self, g: &GlobalArgs) -> Result<String> {
+        let name = self
+            .pick(&g.control_exchange, &["DLQ_CONTROL_EXCHANGE"], |c| {
+                &c.control_exchange
+            })
+            .unwrap_or_else(|| "celery".into());
+        if name.is_empty() {
+            return Err(usage(
+                "--control-exchange must not be empty (Celery's default is celery)",
+            ));
+        }
+        Ok(name)
     }
 }
 

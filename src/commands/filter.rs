@@ -88,17 +88,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     .await?;
     let mut selected = Selected::new(rx, &opts.selection);
     match opts.mode {
-        Mode::Count => {
-            let mut n: u64 = 0;
-            let bar = printer.progress(None, "counting");
-            while let Some(rec) = selected.next().await {
-                rec?;
-                n += 1;
-                bar.inc(1);
-            }
-            bar.finish_and_clear();
-            printer.data_line(&n.to_string())?;
-        }
+        Mode::Count => count(printer, &mut selected).await?,
         Mode::Export => {
             let mut out = printer.records(false);
             while let Some(rec) = selected.next().await {
@@ -107,75 +97,99 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
             out.finish()?;
         }
         Mode::Group(key) => {
-            let mut groups: HashMap<String, Group> = HashMap::new();
-            while let Some(rec) = selected.next().await {
-                let rec = rec?;
-                let motivo = rec.motivo.as_deref().unwrap_or("");
-                let k = match key {
-                    GroupKey::Motivo => fingerprint::fingerprint(motivo),
-                    GroupKey::Task => rec.task.clone().unwrap_or_else(|| "-".into()),
-                    GroupKey::Day => rec
-                        .created_at
-                        .map(|t| t.format("%Y-%m-%d").to_string())
-                        .unwrap_or_else(|| "-".into()),
-                };
-                let g = groups.entry(k).or_default();
-                if g.count == 0 {
-                    g.example = fingerprint::headline(motivo).to_string();
-                }
-                g.count += 1;
-                if let Some(t) = rec.created_at {
-                    g.oldest = Some(g.oldest.map_or(t, |o| o.min(t)));
-                    g.newest = Some(g.newest.map_or(t, |o| o.max(t)));
-                }
-            }
-            let mut sorted: Vec<(String, Group)> = groups.into_iter().collect();
-            match key {
-                GroupKey::Day => sorted.sort_by(|a, b| a.0.cmp(&b.0)),
-                _ => sorted.sort_by(|a, b| b.1.count.cmp(&a.1.count).then_with(|| a.0.cmp(&b.0))),
-            }
-            let key_name = match key {
-                GroupKey::Motivo => "motivo",
-                GroupKey::Task => "task",
-                GroupKey::Day => "day",
-            };
-            let time = |t: Option<DateTime<Utc>>| {
-                t.map(|t| Value::String(rfc3339(&t))).unwrap_or(Value::Null)
-            };
-            let mut columns = vec![key_name, "count", "oldest", "newest"];
-            if key == GroupKey::Motivo {
-                columns.push("example");
-            }
-            let rows: Vec<Vec<Value>> = sorted
-                .into_iter()
-                .map(|(k, g)| {
-                    // Tables stay readable; machine formats get the full text.
-                    let fit = |s: String| {
-                        if printer.format == crate::output::OutputFormat::Table {
-                            ellipsize(&s, 70)
-                        } else {
-                            s
-                        }
-                    };
-                    let mut row = vec![
-                        json!(fit(k)),
-                        json!(g.count),
-                        time(g.oldest),
-                        time(g.newest),
-                    ];
-                    if key == GroupKey::Motivo {
-                        row.push(json!(fit(g.example)));
-                    }
-                    row
-                })
-                .collect();
-            printer.rows(&columns, &rows)?;
+            let groups = group(&mut selected, key).await?;
+            print_groups(printer, key, groups)?;
         }
     }
     if let Some(w) = selected.eval_warning() {
         printer.warn(w);
     }
     Ok(Exit::Ok)
+}
+
+async fn count(printer: &Printer, selected: &mut Selected<'_>) -> Result<()> {
+    let mut n: u64 = 0;
+    let bar = printer.progress(None, "counting");
+    while let Some(rec) = selected.next().await {
+        rec?;
+        n += 1;
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    printer.data_line(&n.to_string())?;
+    Ok(())
+}
+
+/// The selected records by `key`: count, oldest, newest, and the first one's reason.
+async fn group(selected: &mut Selected<'_>, key: GroupKey) -> Result<HashMap<String, Group>> {
+    let mut groups: HashMap<String, Group> = HashMap::new();
+    while let Some(rec) = selected.next().await {
+        let rec = rec?;
+        let motivo = rec.motivo.as_deref().unwrap_or("");
+        let k = match key {
+            GroupKey::Motivo => fingerprint::fingerprint(motivo),
+            GroupKey::Task => rec.task.clone().unwrap_or_else(|| "-".into()),
+            GroupKey::Day => rec
+                .created_at
+                .map(|t| t.format("%Y-%m-%d").to_string())
+                .unwrap_or_else(|| "-".into()),
+        };
+        let g = groups.entry(k).or_default();
+        if g.count == 0 {
+            g.example = fingerprint::headline(motivo).to_string();
+        }
+        g.count += 1;
+        if let Some(t) = rec.created_at {
+            g.oldest = Some(g.oldest.map_or(t, |o| o.min(t)));
+            g.newest = Some(g.newest.map_or(t, |o| o.max(t)));
+        }
+    }
+    Ok(groups)
+}
+
+/// Days in order; otherwise the largest group first.
+fn print_groups(printer: &Printer, key: GroupKey, groups: HashMap<String, Group>) -> Result<()> {
+    let mut sorted: Vec<(String, Group)> = groups.into_iter().collect();
+    match key {
+        GroupKey::Day => sorted.sort_by(|a, b| a.0.cmp(&b.0)),
+        _ => sorted.sort_by(|a, b| b.1.count.cmp(&a.1.count).then_with(|| a.0.cmp(&b.0))),
+    }
+    let key_name = match key {
+        GroupKey::Motivo => "motivo",
+        GroupKey::Task => "task",
+        GroupKey::Day => "day",
+    };
+    let time =
+        |t: Option<DateTime<Utc>>| t.map(|t| Value::String(rfc3339(&t))).unwrap_or(Value::Null);
+    let mut columns = vec![key_name, "count", "oldest", "newest"];
+    if key == GroupKey::Motivo {
+        columns.push("example");
+    }
+    // Tables stay readable; machine formats get the full text.
+    let fit = |s: String| {
+        if printer.format == crate::output::OutputFormat::Table {
+            ellipsize(&s, 70)
+        } else {
+            s
+        }
+    };
+    let rows: Vec<Vec<Value>> = sorted
+        .into_iter()
+        .map(|(k, g)| {
+            let mut row = vec![
+                json!(fit(k)),
+                json!(g.count),
+                time(g.oldest),
+                time(g.newest),
+            ];
+            if key == GroupKey::Motivo {
+                row.push(json!(fit(g.example)));
+            }
+            row
+        })
+        .collect();
+    printer.rows(&columns, &rows)?;
+    Ok(())
 }
 
 async fn count_in_sql(settings: &Settings, sel: &Selection) -> Result<Option<u64>> {

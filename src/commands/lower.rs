@@ -53,61 +53,13 @@ pub(crate) fn selection(args: &SelectionArgs, now: DateTime<Utc>) -> Result<Sele
                 .map_err(|e| usage(format!("invalid --where jq expression {j:?}: {e}")))
         })
         .transpose()?;
-    let since = args
-        .since
-        .as_deref()
-        .map(|s| when::parse_when(s, now).map_err(|e| usage(format!("--since: {e}"))))
-        .transpose()?;
-    let until = args
-        .until
-        .as_deref()
-        .map(|s| when::parse_when(s, now).map_err(|e| usage(format!("--until: {e}"))))
-        .transpose()?;
-    let older = args
-        .older_than
-        .as_deref()
-        .map(|s| when::parse_cutoff(s, now).map_err(|e| usage(format!("--older-than: {e}"))))
-        .transpose()?;
-    let until = match (until, older) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    };
-    if let (Some(s), Some(u)) = (since, until)
-        && s >= u
-    {
-        return Err(usage(format!(
-            "empty time window: --since {} is not before the upper bound {}",
-            crate::model::rfc3339(&s),
-            crate::model::rfc3339(&u)
-        )));
-    }
-    if args.limit == Some(0) {
-        return Err(usage("--limit must be at least 1"));
-    }
-    if args.motivo.as_deref() == Some("") {
-        return Err(usage("--motivo must not be empty"));
-    }
-    if args.ignore_case && args.motivo.is_none() {
-        return Err(usage(
-            "-i/--ignore-case applies to --motivo, which is missing",
-        ));
-    }
-    for t in &args.task {
-        if t.trim().is_empty() {
-            return Err(usage("--task must not be empty"));
-        }
-    }
+    let (since, until) = window(args, now)?;
+    check_values(args)?;
     let ids = args
         .id
         .iter()
-        .map(|s| {
-            if s.trim().is_empty() {
-                Err(usage("--id must not be empty"))
-            } else {
-                Ok(RecordId::parse(s.trim()))
-            }
-        })
-        .collect::<Result<Vec<_>>>()?;
+        .map(|s| RecordId::parse(s.trim()))
+        .collect::<Vec<_>>();
     let replayed = if args.include_replayed {
         ReplayedFilter::All
     } else if args.only_replayed {
@@ -127,6 +79,60 @@ pub(crate) fn selection(args: &SelectionArgs, now: DateTime<Utc>) -> Result<Sele
         replayed,
         limit: args.limit,
     })
+}
+
+type Window = (Option<DateTime<Utc>>, Option<DateTime<Utc>>);
+
+/// `--since`, `--until` and `--older-than` as one time window; an empty one is an error.
+fn window(args: &SelectionArgs, now: DateTime<Utc>) -> Result<Window> {
+    let when = |raw: &Option<String>, flag: &str| {
+        raw.as_deref()
+            .map(|s| when::parse_when(s, now).map_err(|e| usage(format!("--{flag}: {e}"))))
+            .transpose()
+    };
+    let since = when(&args.since, "since")?;
+    let until = when(&args.until, "until")?;
+    let older = args
+        .older_than
+        .as_deref()
+        .map(|s| when::parse_cutoff(s, now).map_err(|e| usage(format!("--older-than: {e}"))))
+        .transpose()?;
+    let until = match (until, older) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    if let (Some(s), Some(u)) = (since, until)
+        && s >= u
+    {
+        return Err(usage(format!(
+            "empty time window: --since {} is not before the upper bound {}",
+            crate::model::rfc3339(&s),
+            crate::model::rfc3339(&u)
+        )));
+    }
+    Ok((since, until))
+}
+
+/// Values clap accepts but a selection cannot use.
+fn check_values(args: &SelectionArgs) -> Result<()> {
+    if args.limit == Some(0) {
+        return Err(usage("--limit must be at least 1"));
+    }
+    if args.motivo.as_deref() == Some("") {
+        return Err(usage("--motivo must not be empty"));
+    }
+    if args.ignore_case && args.motivo.is_none() {
+        return Err(usage(
+            "-i/--ignore-case applies to --motivo, which is missing",
+        ));
+    }
+    if args.task.iter().any(|t| t.trim().is_empty()) {
+        return Err(usage("--task must not be empty"));
+    }
+    if args.id.iter().any(|s| s.trim().is_empty()) {
+        return Err(usage("--id must not be empty"));
+    }
+    Ok(())
 }
 
 /// `--task-map` (after the config's `task_map`), `--worker-timeout`, `--no-worker-check`.

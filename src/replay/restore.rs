@@ -339,23 +339,7 @@ struct RestorePlan {
 /// verify -> plan -> destination and worker checks -> gate -> run -> report.
 pub async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options) -> Result<Exit> {
     let (kind, mut journal) = open_archive(printer, &opts.file)?;
-    // Where a failure coming back would show: checked before anything is sent.
-    let canary_table = match (opts.canary, kind) {
-        (None, _) => None,
-        (Some(_), SourceKind::Queue) => {
-            return Err(usage(
-                "--canary on a restore applies to archives of table rows (queue archives: not yet)",
-            ));
-        }
-        (Some(_), SourceKind::Table) => {
-            let db = endpoints.require_database().map_err(|e| {
-                usage(format!(
-                    "--canary on a restore watches the failed-task table: {e:#}"
-                ))
-            })?;
-            Some(crate::source::table::FailedTable::open(&db.url, &db.table).await?)
-        }
-    };
+    let canary_table = canary_table(endpoints, opts.canary.is_some(), kind).await?;
     let amqp_target = endpoints.rabbit.clone();
     let broker = Broker::open(endpoints, kind).await?;
     let ctx = Context {
@@ -394,16 +378,7 @@ pub async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options) -> Res
             run_id: ctx.replay_id.clone(),
         },
     );
-    let gate = crate::bulk::Gate {
-        safety: opts.common.safety,
-        planned: plan.planned,
-        refused: plan.invalid.len(),
-        nothing: "nothing to replay",
-        dry_run: "dry run: nothing was published",
-        prompt: format!("Replay {} archived record(s)?", plan.planned),
-        audit: Some(&mut audit),
-    };
-    if let Some(exit) = crate::bulk::gate(printer, gate).await? {
+    if let Some(exit) = gate(printer, &opts, &plan, &mut audit).await? {
         return Ok(exit);
     }
     let sender = broker
@@ -436,6 +411,49 @@ pub async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options) -> Res
         );
     }
     Ok(report.exit())
+}
+
+/// Where a failure coming back would show, for `--canary`: checked before anything is sent.
+async fn canary_table(
+    endpoints: &Endpoints,
+    canary: bool,
+    kind: SourceKind,
+) -> Result<Option<crate::source::table::FailedTable>> {
+    match (canary, kind) {
+        (false, _) => Ok(None),
+        (true, SourceKind::Queue) => Err(usage(
+            "--canary on a restore applies to archives of table rows (queue archives: not yet)",
+        )),
+        (true, SourceKind::Table) => {
+            let db = endpoints.require_database().map_err(|e| {
+                usage(format!(
+                    "--canary on a restore watches the failed-task table: {e:#}"
+                ))
+            })?;
+            Ok(Some(
+                crate::source::table::FailedTable::open(&db.url, &db.table).await?,
+            ))
+        }
+    }
+}
+
+/// The plan's confirmation (or its dry run): `Some(exit)` when nothing is to be sent.
+async fn gate(
+    printer: &Printer,
+    opts: &Options,
+    plan: &RestorePlan,
+    audit: &mut crate::audit::Audit,
+) -> Result<Option<Exit>> {
+    let gate = crate::bulk::Gate {
+        safety: opts.common.safety,
+        planned: plan.planned,
+        refused: plan.invalid.len(),
+        nothing: "nothing to replay",
+        dry_run: "dry run: nothing was published",
+        prompt: format!("Replay {} archived record(s)?", plan.planned),
+        audit: Some(audit),
+    };
+    crate::bulk::gate(printer, gate).await
 }
 
 fn print_plan(

@@ -160,53 +160,7 @@ pub async fn list(target: &Target, opts: &ListOptions) -> Result<Listing> {
     let mut wanted: BTreeMap<String, Place> = BTreeMap::new();
     let api = match api {
         Ok(v) => {
-            // Celery's own delayed delivery (5.5+, quorum queues) is a chain of TTL hops that
-            // dead-letter into each other and into the work queues; a TTL wait queue that
-            // dead-letters back into consumed queues is a retry loop. Neither feeds a DLQ.
-            let (delay, retry): (Vec<&String>, Vec<&String>) =
-                v.topology.hops.iter().partition(|h| is_delay_hop(h));
-            if !delay.is_empty() {
-                listing.remarks.push(format!(
-                    "Celery's delayed-delivery queues were recognised ({} celery_delayed_* queue(s)): they are TTL hops of countdown/eta tasks into the work queues, not dead-letter queues; neither they nor the queues they feed are listed as DLQs",
-                    delay.len()
-                ));
-            }
-            if !retry.is_empty() {
-                listing.remarks.push(format!(
-                    "retry queues recognised (a message TTL, no consumer, dead-lettering back into consumed queues): {}; the queues they feed are work queues, not listed as DLQs",
-                    retry.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
-                ));
-            }
-            let mut excluded = 0;
-            for d in &v.topology.dlqs {
-                if is_delay_hop(&d.name) {
-                    continue;
-                }
-                if opts.exclude.iter().any(|p| glob_match(p, &d.name)) {
-                    excluded += 1;
-                    continue;
-                }
-                wanted.insert(
-                    d.name.clone(),
-                    Place {
-                        fed_by: d.fed_by.clone(),
-                        via: d.via.clone(),
-                        discovered: true,
-                    },
-                );
-            }
-            if excluded > 0 {
-                listing
-                    .remarks
-                    .push(format!("{excluded} DLQ(s) left out by --exclude"));
-            }
-            listing.warnings.extend(
-                v.topology
-                    .warnings
-                    .iter()
-                    .filter(|w| !about_a_delay_hop(w))
-                    .cloned(),
-            );
+            discovered(&v, opts, &mut listing, &mut wanted);
             Some(v)
         }
         Err(e) => {
@@ -256,6 +210,56 @@ pub async fn list(target: &Target, opts: &ListOptions) -> Result<Listing> {
         .queues
         .sort_by(|a, b| b.ready.cmp(&a.ready).then_with(|| a.name.cmp(&b.name)));
     Ok(listing)
+}
+
+/// The DLQs the management API's topology shows (less `--exclude`), with remarks on the
+/// queues recognised as not being DLQs.
+fn discovered(
+    v: &ApiView,
+    opts: &ListOptions,
+    listing: &mut Listing,
+    wanted: &mut BTreeMap<String, Place>,
+) {
+    // Celery's own delayed delivery (5.5+, quorum queues) is a chain of TTL hops that
+    // dead-letter into each other and into the work queues; a TTL wait queue that
+    // dead-letters back into consumed queues is a retry loop. Neither feeds a DLQ.
+    let (delay, retry): (Vec<&String>, Vec<&String>) =
+        v.topology.hops.iter().partition(|h| is_delay_hop(h));
+    if !delay.is_empty() {
+        listing.remarks.push(format!(
+            "Celery's delayed-delivery queues were recognised ({} celery_delayed_* queue(s)): they are TTL hops of countdown/eta tasks into the work queues, not dead-letter queues; neither they nor the queues they feed are listed as DLQs",
+            delay.len()
+        ));
+    }
+    if !retry.is_empty() {
+        listing.remarks.push(format!(
+            "retry queues recognised (a message TTL, no consumer, dead-lettering back into consumed queues): {}; the queues they feed are work queues, not listed as DLQs",
+            retry.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+        ));
+    }
+    let mut excluded = 0;
+    for d in &v.topology.dlqs {
+        if is_delay_hop(&d.name) {
+            continue;
+        }
+        if opts.exclude.iter().any(|p| glob_match(p, &d.name)) {
+            excluded += 1;
+            continue;
+        }
+        let place = Place {
+            fed_by: d.fed_by.clone(),
+            via: d.via.clone(),
+            discovered: true,
+        };
+        wanted.insert(d.name.clone(), place);
+    }
+    if excluded > 0 {
+        listing
+            .remarks
+            .push(format!("{excluded} DLQ(s) left out by --exclude"));
+    }
+    let warnings = v.topology.warnings.iter().filter(|w| !about_a_delay_hop(w));
+    listing.warnings.extend(warnings.cloned());
 }
 
 /// Where a queue sits in the dead-letter topology.
@@ -309,37 +313,9 @@ async fn summarize(
         facts: facts.clone(),
         depth,
     };
-    let mut notes = Vec::new();
-    let sample = if sample_size == 0 {
-        Sample::Skipped("sampling disabled (--sample 0)".into())
-    } else if ready == 0 && kind != QueueKind::Stream {
-        Sample::Read {
-            read: 0,
-            reasons: Vec::new(),
-            oldest: None,
-        }
-    } else {
-        match topology::read_verdict(&name, &facts, depth.consumers) {
-            ReadVerdict::Risky(_) if kind == QueueKind::Unknown => {
-                Sample::Skipped("not sampled: queue type unknown without the management API".into())
-            }
-            ReadVerdict::Risky(_) => Sample::Skipped(format!(
-                "not sampled: reading would add to delivery counts (limit {}) and it cannot be renewed: {}",
-                delivery_limit.unwrap_or_default(),
-                topology::why_not_renewed(&facts, depth.consumers).unwrap_or_default()
-            )),
-            // A partial read would reorder a quorum queue (see `read_all_to_keep_order`).
-            ReadVerdict::Safe(_) if kind == QueueKind::Quorum && ready > sample_size => {
-                Sample::Skipped(format!(
-                    "not sampled: a quorum queue is read whole to keep its order, and it holds more than the sample size {sample_size} (--sample)"
-                ))
-            }
-            ReadVerdict::Safe(_) => {
-                let (read, said) = sample(conn, ch.take(), &checked, sample_size, opts).await?;
-                notes = said;
-                read
-            }
-        }
+    let (sample, notes) = match sample_verdict(&checked, ready, sample_size) {
+        Some(skipped) => (skipped, Vec::new()),
+        None => sample(conn, ch.take(), &checked, sample_size, opts).await?,
     };
     if let Some(ch) = ch {
         let _ = ch.close(200, "dlq list done".into()).await;
@@ -359,6 +335,40 @@ async fn summarize(
         discovered: place.discovered,
         sample,
     }))
+}
+
+/// Why a queue's head is not sampled (`None`: read it): sampling is off, the queue is
+/// empty, or reading it could wear its messages out or reorder it.
+fn sample_verdict(checked: &Checked, ready: u64, sample_size: u64) -> Option<Sample> {
+    let (facts, kind) = (&checked.facts, checked.facts.kind);
+    if sample_size == 0 {
+        return Some(Sample::Skipped("sampling disabled (--sample 0)".into()));
+    }
+    if ready == 0 && kind != QueueKind::Stream {
+        return Some(Sample::Read {
+            read: 0,
+            reasons: Vec::new(),
+            oldest: None,
+        });
+    }
+    let consumers = checked.depth.consumers;
+    match topology::read_verdict(&checked.name, facts, consumers) {
+        ReadVerdict::Risky(_) if kind == QueueKind::Unknown => Some(Sample::Skipped(
+            "not sampled: queue type unknown without the management API".into(),
+        )),
+        ReadVerdict::Risky(_) => Some(Sample::Skipped(format!(
+            "not sampled: reading would add to delivery counts (limit {}) and it cannot be renewed: {}",
+            facts.delivery_limit.unwrap_or_default(),
+            topology::why_not_renewed(facts, consumers).unwrap_or_default()
+        ))),
+        // A partial read would reorder a quorum queue (see `read_all_to_keep_order`).
+        ReadVerdict::Safe(_) if kind == QueueKind::Quorum && ready > sample_size => {
+            Some(Sample::Skipped(format!(
+                "not sampled: a quorum queue is read whole to keep its order, and it holds more than the sample size {sample_size} (--sample)"
+            )))
+        }
+        ReadVerdict::Safe(_) => None,
+    }
 }
 
 /// Reads the first `size` messages the same way `inspect` does (and gives them
