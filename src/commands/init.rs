@@ -19,10 +19,8 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         }
         return Ok(Exit::Ok);
     }
-    let pool = table::connect(db, true).await?;
-    table::init(&pool, db.dialect, &settings.table).await?;
-    // An existing table with the same name must still have what dlq needs.
-    table::FailedTable::check(pool, db.dialect, &settings.table).await?;
+    // An existing table with the same name must still have what dlq needs: checked too.
+    table::FailedTable::create(db, &settings.table).await?;
     printer.info(format!("table {} is ready", settings.table));
     Ok(Exit::Ok)
 }

@@ -136,7 +136,7 @@ async fn table_figures(
         Some(since) => Some(pending_since(&table, since).await?),
         None => None,
     };
-    crate::with_pool!(&table.pool, p => p.close().await);
+    table.close().await;
     Ok(SourceFigures {
         source: "table",
         location: table.location(),
