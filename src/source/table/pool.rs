@@ -212,3 +212,17 @@ fn without_server_line(text: &str) -> String {
     let re = AT_LINE.get_or_init(|| regex::Regex::new(r" at line \d+\b").expect("valid regex"));
     re.replace_all(text, "").into_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_servers_source_line_is_dropped() {
+        assert_eq!(
+            without_server_line("relation \"x\" does not exist at line 3665"),
+            "relation \"x\" does not exist"
+        );
+        assert_eq!(without_server_line("at line 12b stays"), "at line 12b stays");
+    }
+}

@@ -419,3 +419,266 @@ fn time_bind(kind: TimeKind, t: DateTime<Utc>) -> Bind {
         TimeKind::Text => Bind::Text(t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::table::schema::TableSchema;
+    use chrono::TimeZone;
+
+    /// What `dlq init` creates, as each database reports it.
+    fn layout(dialect: Dialect) -> Layout {
+        let (flag, created) = match dialect {
+            Dialect::Postgres => (FlagKind::Bool, TimeKind::Tz),
+            Dialect::MySql => (FlagKind::Int, TimeKind::Naive),
+            Dialect::Sqlite => (FlagKind::Int, TimeKind::Text),
+        };
+        let schema = TableSchema {
+            id: IdKind::Int,
+            created,
+            flag,
+            flag_nullable: false,
+            replayed_at: Some(created),
+        };
+        Layout::new(
+            dialect,
+            &TableName::parse("app.tasks_falhadas").unwrap(),
+            schema,
+        )
+    }
+
+    fn at() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2026, 11, 2, 10, 0, 0).unwrap()
+    }
+
+    /// `--motivo IntegrityError --task a --since T --limit 5`, pending rows.
+    fn selection() -> Selection {
+        Selection {
+            motivo: Some("IntegrityError".into()),
+            tasks: vec!["a".into()],
+            since: Some(at()),
+            limit: Some(5),
+            ..Default::default()
+        }
+    }
+
+    const IDS: [RecordId; 2] = [RecordId::Int(7), RecordId::Int(9)];
+
+    #[test]
+    fn like_escaping() {
+        assert_eq!(like_escape("100%_done!"), "100!%!_done!!");
+    }
+
+    #[test]
+    fn identifiers_are_quoted_per_dialect() {
+        let t = TableName::parse("app.tasks_falhadas").unwrap();
+        let pg = quote_ident(Dialect::Postgres, &t);
+        assert_eq!(pg, "\"app\".\"tasks_falhadas\"");
+        assert_eq!(quote_ident(Dialect::MySql, &t), "`app`.`tasks_falhadas`");
+        let plain = TableName::parse("tasks_falhadas").unwrap();
+        assert_eq!(quote_ident(Dialect::Sqlite, &plain), "\"tasks_falhadas\"");
+    }
+
+    #[test]
+    fn select_with_a_selection() {
+        let s = layout(Dialect::Postgres).select_stmt(&selection()).unwrap();
+        assert_eq!(
+            s.sql,
+            "SELECT id::bigint, task_original, args::text, motivo, criada_em, COALESCE(reprocessada, false) \
+             FROM \"app\".\"tasks_falhadas\" WHERE NOT reprocessada AND strpos(motivo, $1) > 0 \
+             AND task_original IN ($2) AND criada_em >= $3 ORDER BY id LIMIT 6"
+        );
+        assert_eq!(
+            s.binds,
+            [
+                Bind::Text("IntegrityError".into()),
+                Bind::Text("a".into()),
+                Bind::Tz(at())
+            ]
+        );
+        // MySQL: task names compare by collation, so no LIMIT is pushed down.
+        let s = layout(Dialect::MySql).select_stmt(&selection()).unwrap();
+        assert_eq!(
+            s.sql,
+            "SELECT CAST(id AS SIGNED), task_original, CAST(args AS CHAR), motivo, criada_em, (COALESCE(reprocessada, 0) <> 0) \
+             FROM `app`.`tasks_falhadas` WHERE reprocessada = 0 AND INSTR(motivo, CAST(? AS BINARY)) > 0 \
+             AND task_original IN (?) AND criada_em >= ? ORDER BY id"
+        );
+        assert_eq!(s.binds[2], Bind::Naive(at().naive_utc()));
+        let s = layout(Dialect::Sqlite).select_stmt(&selection()).unwrap();
+        assert_eq!(
+            s.sql,
+            "SELECT id, task_original, CAST(args AS TEXT), motivo, criada_em, (COALESCE(reprocessada, 0) <> 0) \
+             FROM \"app\".\"tasks_falhadas\" WHERE reprocessada = 0 AND instr(motivo, ?) > 0 \
+             AND task_original IN (?) AND (typeof(criada_em) <> 'text' OR julianday(criada_em) IS NULL \
+             OR julianday(criada_em) >= julianday(?)) ORDER BY id"
+        );
+        assert_eq!(s.binds[2], Bind::Text("2026-11-02T10:00:00.000000Z".into()));
+    }
+
+    #[test]
+    fn ignore_case_and_ids() {
+        let sel = Selection {
+            motivo: Some("Timeout_50%".into()),
+            ignore_case: true,
+            ids: IDS.to_vec(),
+            replayed: ReplayedFilter::All,
+            limit: Some(3),
+            ..Default::default()
+        };
+        let s = layout(Dialect::Postgres).select_stmt(&sel).unwrap();
+        assert_eq!(
+            s.sql,
+            "SELECT id::bigint, task_original, args::text, motivo, criada_em, COALESCE(reprocessada, false) \
+             FROM \"app\".\"tasks_falhadas\" WHERE LOWER(motivo) LIKE $1 ESCAPE '!' AND id IN ($2, $3) ORDER BY id"
+        );
+        assert_eq!(
+            s.binds,
+            [
+                Bind::Text("%timeout!_50!%%".into()),
+                Bind::I64(7),
+                Bind::I64(9)
+            ]
+        );
+        assert!(
+            layout(Dialect::Postgres)
+                .count_stmt(&sel)
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn count_and_summary() {
+        let sel = Selection {
+            replayed: ReplayedFilter::Only,
+            ..Default::default()
+        };
+        let s = layout(Dialect::MySql).count_stmt(&sel).unwrap().unwrap();
+        assert_eq!(
+            s.sql,
+            "SELECT COUNT(*) FROM `app`.`tasks_falhadas` WHERE COALESCE(reprocessada, 0) <> 0"
+        );
+        let sum = layout(Dialect::Postgres).summary_sql();
+        assert_eq!(
+            sum.pending,
+            "SELECT COUNT(*) FROM \"app\".\"tasks_falhadas\" WHERE NOT reprocessada"
+        );
+        assert!(
+            sum.oldest
+                .ends_with("WHERE NOT reprocessada ORDER BY criada_em LIMIT 1")
+        );
+        assert_eq!(
+            sum.reasons,
+            "SELECT motivo, COUNT(*) FROM \"app\".\"tasks_falhadas\" WHERE NOT reprocessada GROUP BY motivo"
+        );
+    }
+
+    #[test]
+    fn claim_locks_what_is_still_pending() {
+        let s = layout(Dialect::Postgres)
+            .claim_stmt(&IDS, ReplayedFilter::Pending)
+            .unwrap();
+        assert_eq!(
+            s.sql,
+            "SELECT id::bigint, task_original, args::text, motivo, criada_em, COALESCE(reprocessada, false) \
+             FROM \"app\".\"tasks_falhadas\" WHERE id IN ($1, $2) AND NOT reprocessada ORDER BY id FOR UPDATE SKIP LOCKED"
+        );
+        assert_eq!(s.binds, [Bind::I64(7), Bind::I64(9)]);
+        let s = layout(Dialect::MySql)
+            .claim_stmt(&IDS, ReplayedFilter::Only)
+            .unwrap();
+        assert!(
+            s.sql.ends_with(
+                "WHERE id IN (?, ?) AND COALESCE(reprocessada, 0) <> 0 ORDER BY id FOR UPDATE SKIP LOCKED"
+            ),
+            "{}",
+            s.sql
+        );
+        // SQLite has no row locks: the claim runs inside BEGIN IMMEDIATE.
+        let s = layout(Dialect::Sqlite)
+            .claim_stmt(&IDS, ReplayedFilter::All)
+            .unwrap();
+        assert!(
+            s.sql.ends_with("WHERE id IN (?, ?) ORDER BY id"),
+            "{}",
+            s.sql
+        );
+    }
+
+    #[test]
+    fn a_text_id_for_an_integer_column_is_refused() {
+        let err = layout(Dialect::Postgres)
+            .claim_stmt(&[RecordId::Text("x".into())], ReplayedFilter::Pending)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "--id \"x\": the id column of app.tasks_falhadas is an integer"
+        );
+    }
+
+    #[test]
+    fn mark_sets_the_flag_and_when() {
+        let s = layout(Dialect::Postgres).mark_stmt(&IDS, at()).unwrap();
+        assert_eq!(
+            s.sql,
+            "UPDATE \"app\".\"tasks_falhadas\" SET reprocessada = $1, reprocessada_em = $2 WHERE id IN ($3, $4)"
+        );
+        assert_eq!(
+            s.binds,
+            [Bind::Bool(true), Bind::Tz(at()), Bind::I64(7), Bind::I64(9)]
+        );
+        let mut lite = layout(Dialect::Sqlite);
+        lite.schema.replayed_at = None;
+        let s = lite.mark_stmt(&IDS, at()).unwrap();
+        assert_eq!(
+            s.sql,
+            "UPDATE \"app\".\"tasks_falhadas\" SET reprocessada = ? WHERE id IN (?, ?)"
+        );
+        assert_eq!(s.binds[0], Bind::I64(1));
+    }
+
+    #[test]
+    fn archive_select_and_delete() {
+        let sel = Selection {
+            tasks: vec!["a".into()],
+            limit: Some(5),
+            ..Default::default()
+        };
+        let pg = layout(Dialect::Postgres);
+        let s = pg.archive_select_stmt(&sel, true).unwrap();
+        assert!(
+            s.sql.ends_with(
+                "WHERE NOT reprocessada AND task_original IN ($1) ORDER BY id LIMIT 5 FOR UPDATE SKIP LOCKED"
+            ),
+            "{}",
+            s.sql
+        );
+        let s = pg.archive_select_stmt(&sel, false).unwrap();
+        assert!(s.sql.ends_with("ORDER BY id LIMIT 5"), "{}", s.sql);
+        let s = layout(Dialect::MySql)
+            .archive_select_stmt(&sel, true)
+            .unwrap();
+        assert!(
+            s.sql.ends_with("ORDER BY id FOR UPDATE SKIP LOCKED"),
+            "{}",
+            s.sql
+        );
+        let s = layout(Dialect::Sqlite)
+            .archive_select_stmt(&sel, true)
+            .unwrap();
+        assert!(s.sql.ends_with("ORDER BY id LIMIT 5"), "{}", s.sql);
+
+        let s = layout(Dialect::MySql).delete_stmt(&IDS).unwrap();
+        assert_eq!(
+            s.sql,
+            "DELETE FROM `app`.`tasks_falhadas` WHERE id IN (?, ?)"
+        );
+        let s = pg.delete_stmt(&IDS).unwrap();
+        assert_eq!(
+            s.sql,
+            "DELETE FROM \"app\".\"tasks_falhadas\" WHERE id IN ($1, $2)"
+        );
+        assert_eq!(s.binds, [Bind::I64(7), Bind::I64(9)]);
+    }
+}
