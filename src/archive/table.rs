@@ -12,7 +12,7 @@ use crate::model::RecordId;
 use crate::output::Printer;
 use crate::select::{Selection, Selector};
 use crate::settings::{Safety, Settings};
-use crate::source::table::FailedTable;
+use crate::source::table::{ArchiveSession, FailedTable};
 use anyhow::Result;
 use futures_util::TryStreamExt;
 use std::path::PathBuf;
@@ -67,28 +67,7 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     let mut session = table.archive_session(&opts.selection, opts.delete).await?;
     let bar = printer.progress(None, "archiving");
     let mut selector = Selector::new(&opts.selection);
-    let mut ids: Vec<RecordId> = Vec::new();
-    {
-        let mut records = session.records();
-        while !selector.full() {
-            let Some(mut rec) = records.try_next().await? else {
-                break;
-            };
-            if !selector.offer(&rec) {
-                continue;
-            }
-            // The stored args text, so that a restore re-dispatches exactly what was stored.
-            rec.raw = rec
-                .payload_text
-                .as_ref()
-                .map(|t| serde_json::json!({ "args": t }));
-            writer.write(&rec)?;
-            if opts.delete {
-                ids.push(rec.id);
-            }
-            bar.inc(1);
-        }
-    }
+    let ids = write_records(&mut session, &mut writer, &mut selector, &bar, opts.delete).await?;
     let archived = writer.finish()?;
     let deleted = if opts.delete {
         session.delete(&ids).await?
@@ -110,6 +89,38 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
     ));
     super::audit_end(audit.as_mut(), archived.count, deleted);
     Ok(Exit::Ok)
+}
+
+/// Streams the selected records into the archive; returns the ids written when they are
+/// to be deleted (else none).
+async fn write_records(
+    session: &mut ArchiveSession<'_>,
+    writer: &mut ArchiveWriter,
+    selector: &mut Selector<'_>,
+    bar: &indicatif::ProgressBar,
+    delete: bool,
+) -> Result<Vec<RecordId>> {
+    let mut ids: Vec<RecordId> = Vec::new();
+    let mut records = session.records();
+    while !selector.full() {
+        let Some(mut rec) = records.try_next().await? else {
+            break;
+        };
+        if !selector.offer(&rec) {
+            continue;
+        }
+        // The stored args text, so that a restore re-dispatches exactly what was stored.
+        rec.raw = rec
+            .payload_text
+            .as_ref()
+            .map(|t| serde_json::json!({ "args": t }));
+        writer.write(&rec)?;
+        if delete {
+            ids.push(rec.id);
+        }
+        bar.inc(1);
+    }
+    Ok(ids)
 }
 
 async fn count(table: &FailedTable, sel: &Selection) -> Result<u64> {

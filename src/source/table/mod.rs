@@ -26,6 +26,7 @@ mod sql;
 #[doc(hidden)]
 pub(crate) mod testing;
 
+pub(crate) use archive::ArchiveSession;
 pub(crate) use claim::ClaimError;
 pub(crate) use ddl::init_statements;
 

@@ -223,6 +223,9 @@ mod tests {
             without_server_line("relation \"x\" does not exist at line 3665"),
             "relation \"x\" does not exist"
         );
-        assert_eq!(without_server_line("at line 12b stays"), "at line 12b stays");
+        assert_eq!(
+            without_server_line("at line 12b stays"),
+            "at line 12b stays"
+        );
     }
 }
