@@ -8,7 +8,7 @@
 //!   commands/          one thin file per command: validated options in, an exit code out
 //!   replay/, archive/  the actions, each a plan and a run, through bulk's gate
 //!                      ("move messages back" is replay/queue.rs)
-//!   source/            the two record sources: table.rs (all SQL) and queue.rs (deliveries -> records)
+//!   source/            the two record sources: table/ (all SQL) and queue.rs (deliveries -> records)
 //!   rabbit/, celery/,  RabbitMQ mechanics ("take a message without removing it" is rabbit/take.rs,
 //!   redis/             publishing with confirms rabbit/publish.rs); Celery's message, dispatch
 //!                      (celery/amqp.rs, celery/redis.rs over redis/), workers
@@ -38,6 +38,8 @@ pub(crate) mod report;
 pub(crate) mod select;
 pub mod settings;
 pub mod source;
+#[doc(hidden)]
+pub mod testing;
 pub mod tls;
 pub(crate) mod transform;
 pub(crate) mod when;

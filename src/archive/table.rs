@@ -13,15 +13,10 @@ use crate::error::{Exit, usage};
 use crate::model::RecordId;
 use crate::output::Printer;
 use crate::select::{Selection, Selector};
-use crate::settings::Dialect;
-use crate::source::table::{DecodeRecord, FailedTable, SqlBuilder, scrubbed};
-use crate::{bind_all, with_pool};
-use anyhow::{Context, Result};
+use crate::source::table::{ArchiveSession, FailedTable};
+use anyhow::Result;
 use futures_util::TryStreamExt;
 use std::path::PathBuf;
-
-/// Rows deleted per DELETE statement.
-const DELETE_CHUNK: usize = 500;
 
 pub struct Options {
     pub selection: Selection,
@@ -70,56 +65,17 @@ pub async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options) -> Res
 
     let header = super::header("table", &table.location(), &opts.selection.describe());
     let mut writer = ArchiveWriter::create(&opts.to, &header)?;
-    let mut b = SqlBuilder::new(table.dialect);
-    let sql = select_sql(&table, &opts, &mut b)?;
+    let mut session = table.archive_session(&opts.selection, opts.delete).await?;
     let bar = printer.progress(None, "archiving");
     let mut selector = Selector::new(&opts.selection);
-
-    let (archived, deleted) = with_pool!(&table.pool, p => {
-        let mut tx = if table.dialect == Dialect::Sqlite && opts.delete {
-            p.begin_with("BEGIN IMMEDIATE").await
-        } else {
-            p.begin().await
-        }
-        .map_err(scrubbed)?;
-        let mut ids: Vec<RecordId> = Vec::new();
-        {
-            let mut rows = bind_all!(sqlx::query(sqlx::AssertSqlSafe(sql)), b.binds).fetch(&mut *tx);
-            while let Some(row) = rows.try_next().await.map_err(scrubbed)? {
-                if selector.full() {
-                    break;
-                }
-                let mut rec = table.decode(&row)?;
-                if !selector.offer(&rec) {
-                    continue;
-                }
-                // The stored args text, so that a restore re-dispatches exactly what was stored.
-                rec.raw = rec.payload_text.as_ref().map(|t| serde_json::json!({ "args": t }));
-                writer.write(&rec)?;
-                if opts.delete {
-                    ids.push(rec.id);
-                }
-                bar.inc(1);
-            }
-        }
-        let trailer = writer.finish()?;
-        let mut deleted: u64 = 0;
-        if opts.delete {
-            for chunk in ids.chunks(DELETE_CHUNK) {
-                let mut db_ = SqlBuilder::new(table.dialect);
-                let ps = table.id_params(&mut db_, chunk)?;
-                let del = format!("DELETE FROM {} WHERE id IN ({ps})", table.quoted);
-                let r = bind_all!(sqlx::query(sqlx::AssertSqlSafe(del)), db_.binds)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(scrubbed)
-                    .context("deleting archived rows (nothing was deleted: the archive stays valid)")?;
-                deleted += r.rows_affected();
-            }
-        }
-        tx.commit().await.map_err(scrubbed).context("committing the deletion (nothing was deleted)")?;
-        Ok::<_, anyhow::Error>((trailer, deleted))
-    })?;
+    let ids = write_records(&mut session, &mut writer, &mut selector, &bar, opts.delete).await?;
+    let archived = writer.finish()?;
+    let deleted = if opts.delete {
+        session.delete(&ids).await?
+    } else {
+        0
+    };
+    session.commit().await?;
     bar.finish_and_clear();
     if let Some(w) = selector.warning() {
         printer.warn(w);
@@ -136,22 +92,36 @@ pub async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options) -> Res
     Ok(Exit::Ok)
 }
 
-/// The rows to archive, in id order; with --delete locked against a concurrent replay.
-fn select_sql(table: &FailedTable, opts: &Options, b: &mut SqlBuilder) -> Result<String> {
-    let (clause, exact) = table.where_clause(&opts.selection, b)?;
-    let limit = match (exact, opts.selection.limit) {
-        (true, Some(n)) => format!(" LIMIT {n}"),
-        _ => String::new(),
-    };
-    let lock = match (opts.delete, table.dialect) {
-        (true, Dialect::Postgres | Dialect::MySql) => " FOR UPDATE SKIP LOCKED",
-        _ => "",
-    };
-    Ok(format!(
-        "SELECT {} FROM {}{clause} ORDER BY id{limit}{lock}",
-        table.record_columns(),
-        table.quoted
-    ))
+/// Streams the selected records into the archive; returns the ids written when they are
+/// to be deleted (else none).
+async fn write_records(
+    session: &mut ArchiveSession<'_>,
+    writer: &mut ArchiveWriter,
+    selector: &mut Selector<'_>,
+    bar: &indicatif::ProgressBar,
+    delete: bool,
+) -> Result<Vec<RecordId>> {
+    let mut ids: Vec<RecordId> = Vec::new();
+    let mut records = session.records();
+    while !selector.full() {
+        let Some(mut rec) = records.try_next().await? else {
+            break;
+        };
+        if !selector.offer(&rec) {
+            continue;
+        }
+        // The stored args text, so that a restore re-dispatches exactly what was stored.
+        rec.raw = rec
+            .payload_text
+            .as_ref()
+            .map(|t| serde_json::json!({ "args": t }));
+        writer.write(&rec)?;
+        if delete {
+            ids.push(rec.id);
+        }
+        bar.inc(1);
+    }
+    Ok(ids)
 }
 
 async fn count(table: &FailedTable, sel: &Selection) -> Result<u64> {

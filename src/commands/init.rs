@@ -25,10 +25,8 @@ pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Resul
         }
         return Ok(Exit::Ok);
     }
-    let pool = table::connect(db, true).await?;
-    table::init(&pool, db.dialect, table).await?;
-    // An existing table with the same name must still have what dlq needs.
-    table::FailedTable::check(pool, db.dialect, table).await?;
-    printer.info(format!("table {} is ready", table));
+    // An existing table with the same name must still have what dlq needs: checked too.
+    table::FailedTable::create(db, table).await?;
+    printer.info(format!("table {table} is ready"));
     Ok(Exit::Ok)
 }

@@ -131,7 +131,7 @@ async fn table_figures(db: &Database, req: &Request) -> Result<SourceFigures> {
         Some(since) => Some(pending_since(&table, since).await?),
         None => None,
     };
-    crate::with_pool!(&table.pool, p => p.close().await);
+    table.close().await;
     Ok(SourceFigures {
         source: "table",
         location: table.location(),

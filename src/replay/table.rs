@@ -11,7 +11,7 @@
 
 use super::ReplayCommon;
 use super::{Target, print_plan_groups};
-use crate::celery::dispatch::{Dispatcher, Sent, TaskSender};
+use crate::celery::dispatch::{Dispatcher, Pending, Sent, TaskSender};
 use crate::celery::workers::TaskMap;
 use crate::celery::{self, ReplayOrigin};
 use crate::endpoints::Endpoints;
@@ -21,9 +21,8 @@ use crate::output::{Printer, Tabled, ellipsize};
 use crate::report::Report;
 use crate::select::{Selected, Selection};
 use crate::settings::Dialect;
-use crate::source::table::{DecodeRecord, FailedTable, SqlBuilder, scrubbed};
+use crate::source::table::{ClaimError, FailedTable};
 use crate::transform::Transform;
-use crate::{bind_all, with_pool};
 use anyhow::Result;
 use chrono::Utc;
 use std::collections::BTreeMap;
@@ -54,6 +53,7 @@ struct Plan {
 }
 
 /// How one row ended.
+#[derive(Clone)]
 enum RowEvent {
     Replayed,
     Failed(String),
@@ -488,113 +488,89 @@ async fn replay_group(
     publisher: &TaskSender,
     ids: &[RecordId],
 ) -> Vec<(RecordId, RowEvent)> {
-    let Shared {
-        table,
-        sel,
-        target,
-        map,
-        transform,
-        origin,
-    } = shared;
     let all =
         |ev: &dyn Fn() -> RowEvent| ids.iter().map(|id| (id.clone(), ev())).collect::<Vec<_>>();
-    let mut b = SqlBuilder::new(table.dialect);
-    let claim = match table.claim_sql(&mut b, ids, sel.replayed) {
-        Ok(s) => s,
-        Err(e) => return all(&|| RowEvent::Failed(e.to_string())),
+    let (claim, records) = match shared.table.claim(ids, shared.sel.replayed).await {
+        Ok(claimed) => claimed,
+        Err(ClaimError::Input(e)) => return all(&|| RowEvent::Failed(e.to_string())),
+        Err(ClaimError::Database(e)) => {
+            let why = format!("database: {e}");
+            return all(&|| RowEvent::Fatal(why.clone()));
+        }
     };
-    with_pool!(&table.pool, p => {
-        let begun = if table.dialect == Dialect::Sqlite {
-            p.begin_with("BEGIN IMMEDIATE").await
-        } else {
-            p.begin().await
-        };
-        let mut tx = match begun {
-            Ok(tx) => tx,
-            Err(e) => {
-                let why = format!("database: {}", scrubbed(e));
-                return all(&|| RowEvent::Fatal(why.clone()));
-            }
-        };
-        let rows = match bind_all!(sqlx::query(sqlx::AssertSqlSafe(claim)), b.binds).fetch_all(&mut *tx).await {
+    let mut events: Vec<(RecordId, RowEvent)> = Vec::with_capacity(ids.len());
+    let mut claimed = std::collections::HashSet::new();
+    let mut pending = Vec::new();
+    for rec in records {
+        let rec = match rec {
             Ok(r) => r,
             Err(e) => {
-                let why = format!("database: {}", scrubbed(e));
-                return all(&|| RowEvent::Fatal(why.clone()));
+                // The id could not be read either: report it against the whole group.
+                let why = format!("cannot read a claimed row: {e}");
+                return all(&|| RowEvent::Failed(why.clone()));
             }
         };
-        let mut events: Vec<(RecordId, RowEvent)> = Vec::with_capacity(ids.len());
-        let mut claimed = std::collections::HashSet::new();
-        let mut pending = Vec::new();
-        for row in &rows {
-            let rec = match table.decode(row) {
-                Ok(r) => r,
-                Err(e) => {
-                    // The id could not be read either: report it against the whole group.
-                    let why = format!("cannot read a claimed row: {e}");
-                    return all(&|| RowEvent::Failed(why.clone()));
-                }
-            };
-            claimed.insert(rec.id.clone());
-            // The row may have changed since the plan: replay only what still matches.
-            if !matches!(sel.matches(&rec), Ok(true)) {
-                events.push((rec.id, RowEvent::Skipped("no longer matches the selection".into())));
-                continue;
-            }
-            let row_origin = ReplayOrigin { row_id: rec.id.to_string(), ..origin.clone() };
-            let msg = match row_message(&rec, map, transform.as_deref(), &row_origin) {
-                Ok((m, _)) => m,
-                Err(why) => {
-                    events.push((rec.id, RowEvent::Failed(why)));
-                    continue;
-                }
-            };
-            // Submitted now (pipelined); outcomes are awaited below.
-            match publisher.submit(msg, target).await {
-                Ok(outcome) => pending.push((rec.id, outcome)),
-                Err(e) => {
-                    let why = format!("broker: {e:#}");
-                    events.push((rec.id, RowEvent::Fatal(why)));
-                }
-            }
+        claimed.insert(rec.id.clone());
+        match submit_row(shared, publisher, &rec).await {
+            Ok(outcome) => pending.push((rec.id, outcome)),
+            Err(ev) => events.push((rec.id, ev)),
         }
-        for id in ids {
-            if !claimed.contains(id) {
-                events.push((id.clone(), RowEvent::Skipped("already replayed, or being replayed by another run".into())));
-            }
+    }
+    for id in ids {
+        if !claimed.contains(id) {
+            events.push((
+                id.clone(),
+                RowEvent::Skipped("already replayed, or being replayed by another run".into()),
+            ));
         }
-        let mut confirmed = Vec::new();
-        for (id, outcome) in pending {
-            match outcome.await {
-                Ok(Sent::Delivered) => confirmed.push(id),
-                Ok(Sent::Refused(why)) => events.push((id, RowEvent::Failed(format!("{why}; not marked")))),
-                Err(e) => events.push((id, RowEvent::Fatal(format!("broker: {e:#}")))),
+    }
+    let mut confirmed = Vec::new();
+    for (id, outcome) in pending {
+        match outcome.await {
+            Ok(Sent::Delivered) => confirmed.push(id),
+            Ok(Sent::Refused(why)) => {
+                events.push((id, RowEvent::Failed(format!("{why}; not marked"))))
             }
+            Err(e) => events.push((id, RowEvent::Fatal(format!("broker: {e:#}")))),
         }
-        // Mark what the broker confirmed, even when the run stops: those are delivered.
-        if !confirmed.is_empty() {
-            let mut mb = SqlBuilder::new(table.dialect);
-            let marked = match table.mark_sql(&mut mb, &confirmed, Utc::now()) {
-                Ok(mark) => async {
-                    bind_all!(sqlx::query(sqlx::AssertSqlSafe(mark)), mb.binds).execute(&mut *tx).await?;
-                    tx.commit().await
-                }
-                .await
-                .map_err(scrubbed),
-                Err(e) => Err(e),
-            };
-            match marked {
-                Ok(()) => events.extend(confirmed.into_iter().map(|id| (id, RowEvent::Replayed))),
-                Err(e) => {
-                    let why = format!(
-                        "database: {e} (published but not marked; the next run publishes it again)"
-                    );
-                    events.extend(confirmed.into_iter().map(|id| (id, RowEvent::Fatal(why.clone()))));
-                }
-            }
-        }
-        events
-    })
+    }
+    // Mark what the broker confirmed, even when the run stops: those are delivered. With
+    // nothing confirmed, the claim rolls back when dropped.
+    if !confirmed.is_empty() {
+        let marked = claim.mark_and_commit(&confirmed, Utc::now()).await;
+        let event = match marked {
+            Ok(()) => RowEvent::Replayed,
+            Err(e) => RowEvent::Fatal(format!(
+                "database: {e} (published but not marked; the next run publishes it again)"
+            )),
+        };
+        events.extend(confirmed.into_iter().map(|id| (id, event.clone())));
+    }
+    events
+}
+
+/// Re-checks one claimed row against the selection, builds its message and submits it
+/// (pipelined: the outcome is awaited by the caller). `Err`: the row's event, nothing sent.
+async fn submit_row(
+    shared: &Shared,
+    publisher: &TaskSender,
+    rec: &DeadLetter,
+) -> Result<Pending, RowEvent> {
+    // The row may have changed since the plan: replay only what still matches.
+    if !matches!(shared.sel.matches(rec), Ok(true)) {
+        return Err(RowEvent::Skipped("no longer matches the selection".into()));
+    }
+    let row_origin = ReplayOrigin {
+        row_id: rec.id.to_string(),
+        ..shared.origin.clone()
+    };
+    let transform = shared.transform.as_deref();
+    let (msg, _) =
+        row_message(rec, &shared.map, transform, &row_origin).map_err(RowEvent::Failed)?;
+    publisher
+        .submit(msg, &shared.target)
+        .await
+        .map_err(|e| RowEvent::Fatal(format!("broker: {e:#}")))
 }
 
 /// The message a dry run shows for one row.

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
 
-pub use dlq::settings::Dialect;
+pub use dlq::testing::Dialect;
 
 pub fn pg_url() -> String {
     std::env::var("DLQ_TEST_PG_URL")
@@ -29,10 +29,10 @@ pub fn unique(prefix: &str) -> String {
 
 /// A scratch database location per dialect; SQLite files live in a temp dir kept alive here.
 pub struct TestDb {
-    pub dialect: Dialect,
     pub url: String,
     pub table: String,
-    pub pool: dlq::source::table::Pool,
+    /// The test's own connection, for setup and for looking at what dlq did.
+    pub db: dlq::testing::Db,
     /// An empty RabbitMQ virtual host: `list` here shows the table and no queue.
     pub amqp_url: String,
     _dir: Option<tempfile::TempDir>,
@@ -49,15 +49,13 @@ impl TestDb {
                 (url, Some(dir))
             }
         };
-        let db = dlq::settings::DatabaseUrl::parse(&url).unwrap();
-        let pool = dlq::source::table::connect(&db, true)
+        let db = dlq::testing::Db::connect(&url, true)
             .await
             .expect("connect to test database");
         TestDb {
-            dialect,
             url,
             table: unique(prefix),
-            pool,
+            db,
             amqp_url: crate::broker::empty_vhost_url().await,
             _dir: dir,
         }
@@ -65,27 +63,26 @@ impl TestDb {
 
     /// A fresh pool, after the database server was restarted under the test.
     pub async fn reconnect(&mut self) {
-        let db = dlq::settings::DatabaseUrl::parse(&self.url).unwrap();
-        self.pool = dlq::source::table::connect(&db, false)
+        self.db = dlq::testing::Db::connect(&self.url, false)
             .await
             .expect("reconnect");
     }
 
     /// Runs SQL with `{t}` replaced by the quoted table name.
     pub async fn exec(&self, sql: &str) {
-        let t = dlq::settings::TableName::parse(&self.table).unwrap();
-        let sql = sql.replace("{t}", &dlq::source::table::quote_ident(self.dialect, &t));
-        dlq::with_pool!(&self.pool, p => {
-            sqlx::raw_sql(sqlx::AssertSqlSafe(sql)).execute(p).await.expect("exec");
-        });
+        self.db.exec(&self.with_table(sql)).await.expect("exec");
     }
 
     pub async fn scalar_i64(&self, sql: &str) -> i64 {
-        let t = dlq::settings::TableName::parse(&self.table).unwrap();
-        let sql = sql.replace("{t}", &dlq::source::table::quote_ident(self.dialect, &t));
-        dlq::with_pool!(&self.pool, p => {
-            sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(sql)).fetch_one(p).await.expect("scalar")
-        })
+        self.db
+            .scalar_i64(&self.with_table(sql))
+            .await
+            .expect("scalar")
+    }
+
+    /// `sql` with `{t}` replaced by the quoted table name.
+    fn with_table(&self, sql: &str) -> String {
+        sql.replace("{t}", &self.db.quote(&self.table).unwrap())
     }
 
     /// A table created with `dlq init` and holding `rows`: the setup most tests start from.
@@ -103,50 +100,19 @@ impl TestDb {
 
     /// Inserts rows: (task, args JSON text or None, motivo, created RFC 3339, replayed).
     pub async fn insert(&self, rows: &[Row]) {
-        let t = dlq::settings::TableName::parse(&self.table).unwrap();
-        let q = dlq::source::table::quote_ident(self.dialect, &t);
-        for chunk in rows.chunks(200) {
-            let mut b = dlq::source::table::SqlBuilder::new(self.dialect);
-            let mut values = Vec::new();
-            for r in chunk {
-                let created = chrono::DateTime::parse_from_rfc3339(&r.created)
+        let rows: Vec<dlq::testing::NewRow> = rows
+            .iter()
+            .map(|r| dlq::testing::NewRow {
+                task: &r.task,
+                args: r.args.as_deref(),
+                motivo: &r.motivo,
+                created: chrono::DateTime::parse_from_rfc3339(&r.created)
                     .unwrap()
-                    .with_timezone(&chrono::Utc);
-                let ph = [
-                    b.param(dlq::source::table::Bind::Text(r.task.clone())),
-                    match &r.args {
-                        Some(a) => {
-                            let p = b.param(dlq::source::table::Bind::Text(a.clone()));
-                            match self.dialect {
-                                Dialect::Postgres => format!("CAST({p} AS jsonb)"),
-                                _ => p,
-                            }
-                        }
-                        None => "NULL".into(),
-                    },
-                    b.param(dlq::source::table::Bind::Text(r.motivo.clone())),
-                    b.param(match self.dialect {
-                        Dialect::Postgres => dlq::source::table::Bind::Tz(created),
-                        Dialect::MySql => dlq::source::table::Bind::Naive(created.naive_utc()),
-                        Dialect::Sqlite => dlq::source::table::Bind::Text(
-                            created.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string(),
-                        ),
-                    }),
-                    b.param(match self.dialect {
-                        Dialect::Postgres => dlq::source::table::Bind::Bool(r.replayed),
-                        _ => dlq::source::table::Bind::I64(r.replayed as i64),
-                    }),
-                ];
-                values.push(format!("({})", ph.join(", ")));
-            }
-            let sql = format!(
-                "INSERT INTO {q} (task_original, args, motivo, criada_em, reprocessada) VALUES {}",
-                values.join(", ")
-            );
-            dlq::with_pool!(&self.pool, p => {
-                dlq::bind_all!(sqlx::query(sqlx::AssertSqlSafe(sql)), b.binds).execute(p).await.expect("insert");
-            });
-        }
+                    .with_timezone(&chrono::Utc),
+                replayed: r.replayed,
+            })
+            .collect();
+        self.db.insert(&self.table, &rows).await.expect("insert");
     }
 
     pub fn dlq(&self, args: &[&str]) -> Run {

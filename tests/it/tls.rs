@@ -617,16 +617,7 @@ async fn sslmode_against_the_local_servers() {
     let pg = TestDb::new(Dialect::Postgres, "tls_local").await;
     pg.init();
     pg.insert(&scenario2()[..3]).await;
-    let pg_tls = {
-        let dlq::source::table::Pool::Postgres(p) = &pg.pool else {
-            unreachable!()
-        };
-        sqlx::query_scalar::<_, String>("SHOW ssl")
-            .fetch_one(p)
-            .await
-            .unwrap()
-            == "on"
-    };
+    let pg_tls = pg.db.row_text("SHOW ssl").await.unwrap() == ["on"];
     let count = |url: String, table: String| {
         run_dlq(
             strings(&[
@@ -670,14 +661,12 @@ async fn sslmode_against_the_local_servers() {
     my.init();
     my.insert(&scenario2()[..3]).await;
     let my_tls = {
-        let dlq::source::table::Pool::MySql(p) = &my.pool else {
-            unreachable!()
-        };
-        let (_, v): (String, String) = sqlx::query_as("SHOW VARIABLES LIKE 'have_ssl'")
-            .fetch_one(p)
+        let row = my
+            .db
+            .row_text("SHOW VARIABLES LIKE 'have_ssl'")
             .await
             .unwrap();
-        v == "YES"
+        row[1] == "YES"
     };
     let my_url = |mode: &str| {
         let base = mysql_url();
