@@ -45,7 +45,7 @@ fn masks() -> &'static Masks {
 
 /// The line of a reason that names the error: for a Python traceback the last line
 /// (the exception), otherwise the first non-empty line.
-pub fn headline(reason: &str) -> &str {
+pub(crate) fn headline(reason: &str) -> &str {
     let mut lines = reason.lines().map(str::trim).filter(|l| !l.is_empty());
     let first = lines.next().unwrap_or("");
     if first.starts_with("Traceback (most recent call last)") {
@@ -61,7 +61,7 @@ pub fn headline(reason: &str) -> &str {
 
 /// The fingerprint of a reason: its headline with ids, numbers, quoted values and
 /// timestamps masked, whitespace collapsed, at most 200 characters.
-pub fn fingerprint(reason: &str) -> String {
+pub(crate) fn fingerprint(reason: &str) -> String {
     let m = masks();
     let mut s = headline(reason).to_string();
     for (re, rep) in &m.rules {

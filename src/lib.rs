@@ -29,15 +29,15 @@ pub(crate) mod model;
 pub(crate) mod monitor;
 pub(crate) mod output;
 pub(crate) mod pace;
-pub mod rabbit;
+pub(crate) mod rabbit;
 pub mod redact;
 pub(crate) mod redis;
 pub(crate) mod reference;
 pub(crate) mod replay;
 pub(crate) mod report;
 pub(crate) mod select;
-pub mod settings;
-pub mod source;
+pub(crate) mod settings;
+pub(crate) mod source;
 #[doc(hidden)]
 pub mod testing;
 pub mod tls;

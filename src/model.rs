@@ -8,13 +8,13 @@ use serde_json::Value;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum SourceKind {
+pub(crate) enum SourceKind {
     Table,
     Queue,
 }
 
 impl SourceKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             SourceKind::Table => "table",
             SourceKind::Queue => "queue",
@@ -25,7 +25,7 @@ impl SourceKind {
 /// A row id is usually an integer; text ids (uuid primary keys) are kept as text.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(untagged)]
-pub enum RecordId {
+pub(crate) enum RecordId {
     Int(i64),
     Text(String),
 }
@@ -41,7 +41,7 @@ impl std::fmt::Display for RecordId {
 
 impl RecordId {
     /// `--id` values arrive as text: integers when they look like integers.
-    pub fn parse(s: &str) -> RecordId {
+    pub(crate) fn parse(s: &str) -> RecordId {
         match s.parse::<i64>() {
             Ok(i) => RecordId::Int(i),
             Err(_) => RecordId::Text(s.to_string()),
@@ -50,42 +50,42 @@ impl RecordId {
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DeadLetter {
-    pub source: SourceKind,
+pub(crate) struct DeadLetter {
+    pub(crate) source: SourceKind,
     /// Table name or queue name.
-    pub location: String,
-    pub id: RecordId,
-    pub task: Option<String>,
-    pub motivo: Option<String>,
+    pub(crate) location: String,
+    pub(crate) id: RecordId,
+    pub(crate) task: Option<String>,
+    pub(crate) motivo: Option<String>,
     #[serde(with = "rfc3339_opt")]
-    pub created_at: Option<DateTime<Utc>>,
-    pub replayed: bool,
+    pub(crate) created_at: Option<DateTime<Utc>>,
+    pub(crate) replayed: bool,
     /// The JSON value; bytes that are not JSON as `{"base64": "..."}`.
-    pub payload: Value,
+    pub(crate) payload: Value,
     /// Queue only: application headers, readable form.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub headers: Option<Value>,
+    pub(crate) headers: Option<Value>,
     /// Queue only: the `x-death` history, newest first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub death: Option<Value>,
+    pub(crate) death: Option<Value>,
     /// Queue only: message properties, readable form.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub properties: Option<Value>,
+    pub(crate) properties: Option<Value>,
     /// Queue only: the exact message (typed headers/properties, body bytes) for a
     /// byte-identical restore from an archive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub raw: Option<Value>,
+    pub(crate) raw: Option<Value>,
     /// The payload as stored, for `--pattern`: never serialized.
     #[serde(skip)]
-    pub payload_text: Option<String>,
+    pub(crate) payload_text: Option<String>,
     /// A stored time dlq cannot read (`created_at` is then empty): reported by the selector
     /// when a time bound cannot select the record. Never serialized.
     #[serde(skip)]
-    pub unreadable_time: Option<String>,
+    pub(crate) unreadable_time: Option<String>,
     /// Queue only: the queue the message goes back to, as `death.origin_queue` says; kept
     /// apart so that a scan or a replay need not build `death`. Never serialized.
     #[serde(skip)]
-    pub origin: Option<String>,
+    pub(crate) origin: Option<String>,
 }
 
 impl DeadLetter {
@@ -113,7 +113,7 @@ impl DeadLetter {
 
     /// The queue a queue message goes back to (none for a table row). A record read back
     /// from an archive has it in its `death` JSON only.
-    pub fn origin_queue(&self) -> Option<&str> {
+    pub(crate) fn origin_queue(&self) -> Option<&str> {
         match self.source {
             SourceKind::Table => None,
             SourceKind::Queue => self.origin.as_deref().or_else(|| {
@@ -130,7 +130,7 @@ impl DeadLetter {
     /// on MariaDB/SQLite store `ação` as `a\u00e7\u00e3o`, PostgreSQL's jsonb does not. So
     /// the stored text is searched (its spacing is what users write patterns against) and,
     /// when it holds escapes, also the decoded JSON.
-    pub fn payload_matches(&self, re: &regex::Regex) -> bool {
+    pub(crate) fn payload_matches(&self, re: &regex::Regex) -> bool {
         match &self.payload_text {
             Some(t) if re.is_match(t) => true,
             Some(t) if !t.contains('\\') => false,
@@ -146,7 +146,7 @@ impl DeadLetter {
 /// The exact bytes that will be sent, for a dry run's preview: JSON as it is written (no
 /// re-serialisation: `1e400` stays `1e400`, duplicate keys stay), anything else decoded as
 /// `payload_from_bytes` shows it.
-pub fn exact_json(bytes: &[u8]) -> Box<serde_json::value::RawValue> {
+pub(crate) fn exact_json(bytes: &[u8]) -> Box<serde_json::value::RawValue> {
     std::str::from_utf8(bytes)
         .ok()
         .and_then(|t| serde_json::value::RawValue::from_string(t.trim().to_string()).ok())
@@ -157,7 +157,7 @@ pub fn exact_json(bytes: &[u8]) -> Box<serde_json::value::RawValue> {
 
 /// Decodes stored bytes into the payload value: JSON when they parse as JSON,
 /// otherwise `{"base64": ...}` so that nothing is lost or mangled.
-pub fn payload_from_bytes(bytes: &[u8]) -> Value {
+pub(crate) fn payload_from_bytes(bytes: &[u8]) -> Value {
     match serde_json::from_slice::<Value>(bytes) {
         Ok(v) => v,
         Err(_) => serde_json::json!({
@@ -175,7 +175,7 @@ pub(crate) fn text_lossy(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
     }
 }
 
-pub fn rfc3339(t: &DateTime<Utc>) -> String {
+pub(crate) fn rfc3339(t: &DateTime<Utc>) -> String {
     t.to_rfc3339_opts(SecondsFormat::AutoSi, true)
 }
 
@@ -183,14 +183,19 @@ mod rfc3339_opt {
     use chrono::{DateTime, Utc};
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(v: &Option<DateTime<Utc>>, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(
+        v: &Option<DateTime<Utc>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
         match v {
             Some(t) => s.serialize_str(&super::rfc3339(t)),
             None => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<DateTime<Utc>>, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<DateTime<Utc>>, D::Error> {
         let s: Option<String> = Option::deserialize(d)?;
         s.map(|s| {
             DateTime::parse_from_rfc3339(&s)
@@ -203,7 +208,7 @@ mod rfc3339_opt {
 
 /// Where replayed messages go.
 #[derive(Debug, Clone)]
-pub enum Target {
+pub(crate) enum Target {
     /// A queue, through the default exchange: reaches exactly that queue.
     Queue(String),
     /// An exchange and routing key.

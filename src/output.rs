@@ -11,7 +11,7 @@ use std::io::{self, Write};
 /// How data is written on stdout (`-o`, or `output` in the config file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum OutputFormat {
+pub(crate) enum OutputFormat {
     Table,
     Json,
     Ndjson,
@@ -24,20 +24,20 @@ const REASON_WIDTH: usize = 70;
 const TABLE_BLOCK: usize = 1000;
 
 #[derive(Debug, Clone)]
-pub struct Printer {
-    pub format: OutputFormat,
-    pub quiet: bool,
-    pub verbose: u8,
-    pub color: bool,
-    pub progress: bool,
-    pub stdout_tty: bool,
+pub(crate) struct Printer {
+    pub(crate) format: OutputFormat,
+    pub(crate) quiet: bool,
+    pub(crate) verbose: u8,
+    pub(crate) color: bool,
+    pub(crate) progress: bool,
+    pub(crate) stdout_tty: bool,
     /// A prompt needs a person at a terminal: stdin and stderr both terminals.
-    pub interactive: bool,
+    pub(crate) interactive: bool,
 }
 
 impl Printer {
     /// Informational line on stderr (suppressed by -q). Always scrubbed of secrets.
-    pub fn info(&self, msg: impl AsRef<str>) {
+    pub(crate) fn info(&self, msg: impl AsRef<str>) {
         if !self.quiet {
             eprintln!("{}", redact::scrub(msg.as_ref()));
         }
@@ -45,7 +45,7 @@ impl Printer {
 
     /// One line of data on stdout (a count, a report, SQL). A closed pipe comes back as an
     /// error that `run` turns into a quiet exit, where `println!` would panic.
-    pub fn data_line(&self, line: &str) -> std::io::Result<()> {
+    pub(crate) fn data_line(&self, line: &str) -> std::io::Result<()> {
         use std::io::Write as _;
         let mut out = std::io::stdout().lock();
         out.write_all(line.as_bytes())?;
@@ -55,7 +55,7 @@ impl Printer {
 
     /// A warning on stderr; `-q` (errors and data only) silences it, so a cron job mails
     /// nobody about a queue without consumers.
-    pub fn warn(&self, msg: impl AsRef<str>) {
+    pub(crate) fn warn(&self, msg: impl AsRef<str>) {
         if !self.quiet {
             self.warn_always(msg);
         }
@@ -63,7 +63,7 @@ impl Printer {
 
     /// What went wrong with some items of a run (failures in a report): shown even with `-q`,
     /// like errors.
-    pub fn warn_always(&self, msg: impl AsRef<str>) {
+    pub(crate) fn warn_always(&self, msg: impl AsRef<str>) {
         let prefix = if self.color {
             "\x1b[33mwarning:\x1b[0m"
         } else {
@@ -73,14 +73,14 @@ impl Printer {
     }
 
     /// Shown with -v (level 1) or -vv (level 2).
-    pub fn debug(&self, level: u8, msg: impl AsRef<str>) {
+    pub(crate) fn debug(&self, level: u8, msg: impl AsRef<str>) {
         if self.verbose >= level {
             eprintln!("{}", redact::scrub(msg.as_ref()));
         }
     }
 
     /// A progress bar on stderr when it is a terminal and progress is not disabled.
-    pub fn progress(&self, len: Option<u64>, what: &str) -> ProgressBar {
+    pub(crate) fn progress(&self, len: Option<u64>, what: &str) -> ProgressBar {
         if !self.progress {
             return ProgressBar::hidden();
         }
@@ -108,7 +108,7 @@ impl Printer {
 
     /// Asks before a mutating action. `--yes` skips the question; without a terminal and
     /// without `--yes` the action is refused (a cron job must say `--yes` explicitly).
-    pub async fn confirm(&self, question: &str, yes: bool) -> anyhow::Result<bool> {
+    pub(crate) async fn confirm(&self, question: &str, yes: bool) -> anyhow::Result<bool> {
         if yes {
             return Ok(true);
         }
@@ -123,7 +123,7 @@ impl Printer {
     }
 
     /// A small table on stderr (plans), so stdout stays data only.
-    pub fn table_to_stderr(&self, columns: &[&str], rows: &[Vec<String>]) {
+    pub(crate) fn table_to_stderr(&self, columns: &[&str], rows: &[Vec<String>]) {
         if self.quiet {
             return;
         }
@@ -198,7 +198,7 @@ impl Printer {
     }
 
     /// Prints key/value rows (summaries, groups) in the chosen format.
-    pub fn rows(&self, columns: &[&str], rows: &[Vec<Value>]) -> io::Result<()> {
+    pub(crate) fn rows(&self, columns: &[&str], rows: &[Vec<Value>]) -> io::Result<()> {
         let stdout = io::stdout();
         let mut out = io::BufWriter::new(stdout.lock());
         match self.format {
@@ -238,7 +238,7 @@ impl Printer {
 
     /// Prints typed rows: the table from their cells, JSON / NDJSON / CSV from their fields
     /// (CSV cells as plain text, nested values as JSON).
-    pub fn typed<T: Tabled>(&self, rows: &[T]) -> io::Result<()> {
+    pub(crate) fn typed<T: Tabled>(&self, rows: &[T]) -> io::Result<()> {
         let stdout = io::stdout();
         let mut out = io::BufWriter::new(stdout.lock());
         let objects = || {
@@ -285,7 +285,7 @@ impl Printer {
     }
 
     /// A streaming writer for dead-letter records.
-    pub fn records(&self, full: bool) -> RecordWriter {
+    pub(crate) fn records(&self, full: bool) -> RecordWriter {
         RecordWriter {
             printer: self.clone(),
             full,
@@ -421,14 +421,14 @@ fn ask(question: &str) -> io::Result<bool> {
 
 /// A typed output row (in the spirit of rabbitmqadmin-ng's `Tabled` rows): its table
 /// columns and cells; JSON, NDJSON and CSV come from its `Serialize` fields.
-pub trait Tabled: serde::Serialize {
+pub(crate) trait Tabled: serde::Serialize {
     fn columns() -> &'static [&'static str];
     fn cells(&self) -> Vec<String>;
 }
 
 /// Streams typed rows (dry-run messages, workers) to stdout in the chosen format: tables
 /// in blocks and CSV from their cells, JSON and NDJSON from their fields.
-pub struct RowWriter<T: Tabled> {
+pub(crate) struct RowWriter<T: Tabled> {
     printer: Printer,
     out: io::BufWriter<io::Stdout>,
     count: u64,
@@ -437,7 +437,7 @@ pub struct RowWriter<T: Tabled> {
 }
 
 impl Printer {
-    pub fn stream<T: Tabled>(&self) -> RowWriter<T> {
+    pub(crate) fn stream<T: Tabled>(&self) -> RowWriter<T> {
         RowWriter {
             printer: self.clone(),
             out: io::BufWriter::new(io::stdout()),
@@ -449,7 +449,7 @@ impl Printer {
 }
 
 impl<T: Tabled> RowWriter<T> {
-    pub fn write(&mut self, row: T) -> io::Result<()> {
+    pub(crate) fn write(&mut self, row: T) -> io::Result<()> {
         match self.printer.format {
             OutputFormat::Json => {
                 self.out
@@ -495,7 +495,7 @@ impl<T: Tabled> RowWriter<T> {
         p.write_table(&mut self.out, t)
     }
 
-    pub fn finish(mut self) -> io::Result<u64> {
+    pub(crate) fn finish(mut self) -> io::Result<u64> {
         match self.printer.format {
             OutputFormat::Table => self.flush_block()?,
             OutputFormat::Json => {
@@ -510,7 +510,7 @@ impl<T: Tabled> RowWriter<T> {
 }
 
 /// Streams records to stdout; tables are rendered in blocks.
-pub struct RecordWriter {
+pub(crate) struct RecordWriter {
     printer: Printer,
     full: bool,
     out: io::BufWriter<io::Stdout>,
@@ -532,7 +532,7 @@ const RECORD_COLUMNS: [&str; 8] = [
 ];
 
 impl RecordWriter {
-    pub fn write(&mut self, r: &DeadLetter) -> io::Result<()> {
+    pub(crate) fn write(&mut self, r: &DeadLetter) -> io::Result<()> {
         match self.printer.format {
             // --full: each record rendered and released as it comes.
             OutputFormat::Table if self.full => self.write_full(r)?,
@@ -673,7 +673,7 @@ impl RecordWriter {
     }
 
     /// Ends the output (closing the JSON array) and returns how many records were written.
-    pub fn finish(mut self) -> io::Result<u64> {
+    pub(crate) fn finish(mut self) -> io::Result<u64> {
         match self.printer.format {
             OutputFormat::Table => self.flush_block()?,
             OutputFormat::Json => {
@@ -792,7 +792,7 @@ fn object(columns: &[&str], row: &[Value]) -> Value {
 }
 
 /// A value as table/CSV text: strings without quotes, null as empty.
-pub fn plain(v: &Value) -> String {
+pub(crate) fn plain(v: &Value) -> String {
     match v {
         Value::Null => String::new(),
         Value::String(s) => s.clone(),
@@ -800,12 +800,12 @@ pub fn plain(v: &Value) -> String {
     }
 }
 
-pub fn short_time(t: &chrono::DateTime<chrono::Utc>) -> String {
+pub(crate) fn short_time(t: &chrono::DateTime<chrono::Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S").to_string()
 }
 
 /// Cuts text to `max` characters with an ellipsis.
-pub fn ellipsize(s: &str, max: usize) -> String {
+pub(crate) fn ellipsize(s: &str, max: usize) -> String {
     if s.chars().count() <= max {
         s.to_string()
     } else {

@@ -8,44 +8,44 @@ use serde::Serialize;
 const LISTED: usize = 50;
 
 #[derive(Debug, Clone, Serialize)]
-pub struct ItemNote {
-    pub id: RecordId,
-    pub reason: String,
+pub(crate) struct ItemNote {
+    pub(crate) id: RecordId,
+    pub(crate) reason: String,
 }
 
 #[derive(Debug, Default, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     /// What was done, e.g. "replay" or "archive".
-    pub action: String,
-    pub succeeded: u64,
-    pub failed_count: u64,
-    pub skipped_count: u64,
-    pub failed: Vec<ItemNote>,
-    pub skipped: Vec<ItemNote>,
+    pub(crate) action: String,
+    pub(crate) succeeded: u64,
+    pub(crate) failed_count: u64,
+    pub(crate) skipped_count: u64,
+    pub(crate) failed: Vec<ItemNote>,
+    pub(crate) skipped: Vec<ItemNote>,
     /// Why the run stopped early (connection lost, interrupted ...), if it did.
-    pub stopped: Option<String>,
+    pub(crate) stopped: Option<String>,
     /// Set once an item was counted but not listed: a reader of the JSON must know that
     /// `failed` / `skipped` are not every item.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub lists_cut: Option<String>,
+    pub(crate) lists_cut: Option<String>,
     /// The run stopped because its canary failed again: running it again repeats the failure.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub canary_failed: bool,
+    pub(crate) canary_failed: bool,
 }
 
 impl Report {
-    pub fn new(action: &str) -> Report {
+    pub(crate) fn new(action: &str) -> Report {
         Report {
             action: action.to_string(),
             ..Default::default()
         }
     }
 
-    pub fn success(&mut self) {
+    pub(crate) fn success(&mut self) {
         self.succeeded += 1;
     }
 
-    pub fn fail(&mut self, id: RecordId, reason: impl Into<String>) {
+    pub(crate) fn fail(&mut self, id: RecordId, reason: impl Into<String>) {
         self.failed_count += 1;
         if self.failed.len() < LISTED {
             self.failed.push(ItemNote {
@@ -57,7 +57,7 @@ impl Report {
         }
     }
 
-    pub fn skip(&mut self, id: RecordId, reason: impl Into<String>) {
+    pub(crate) fn skip(&mut self, id: RecordId, reason: impl Into<String>) {
         self.skipped_count += 1;
         if self.skipped.len() < LISTED {
             self.skipped.push(ItemNote {
@@ -78,7 +78,7 @@ impl Report {
     }
 
     /// Adds a later part of the same run (after a canary).
-    pub fn absorb(&mut self, later: Report) {
+    pub(crate) fn absorb(&mut self, later: Report) {
         self.succeeded += later.succeeded;
         let unlisted_failed = later.failed_count.saturating_sub(later.failed.len() as u64);
         let unlisted_skipped = later
@@ -100,7 +100,7 @@ impl Report {
     }
 
     /// 1 when the run stopped early, 3 when some items failed, else 0.
-    pub fn exit(&self) -> Exit {
+    pub(crate) fn exit(&self) -> Exit {
         if self.stopped.is_some() {
             Exit::Failure
         } else if self.failed_count > 0 {
@@ -111,7 +111,7 @@ impl Report {
     }
 
     /// One line for humans and logs.
-    pub fn summary(&self, verb_past: &str) -> String {
+    pub(crate) fn summary(&self, verb_past: &str) -> String {
         let mut s = format!(
             "{}: {} {verb_past}, {} failed, {} skipped",
             self.action, self.succeeded, self.failed_count, self.skipped_count

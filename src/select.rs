@@ -9,7 +9,7 @@ use regex::Regex;
 
 /// Which rows by their `reprocessada` flag. Queue messages are never "replayed".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum ReplayedFilter {
+pub(crate) enum ReplayedFilter {
     /// Default: only what was not replayed yet.
     #[default]
     Pending,
@@ -18,23 +18,23 @@ pub enum ReplayedFilter {
 }
 
 #[derive(Debug, Default)]
-pub struct Selection {
+pub(crate) struct Selection {
     /// Reason contains this text.
-    pub motivo: Option<String>,
+    pub(crate) motivo: Option<String>,
     /// `--motivo` compares case-insensitively.
-    pub ignore_case: bool,
+    pub(crate) ignore_case: bool,
     /// Regex over reason, task name and payload text.
-    pub pattern: Option<Regex>,
+    pub(crate) pattern: Option<Regex>,
     /// Task name equals one of these.
-    pub tasks: Vec<String>,
+    pub(crate) tasks: Vec<String>,
     /// created_at >= since.
-    pub since: Option<DateTime<Utc>>,
+    pub(crate) since: Option<DateTime<Utc>>,
     /// created_at < until (the earliest of `--until` and `--older-than`).
-    pub until: Option<DateTime<Utc>>,
-    pub jq: Option<JqFilter>,
-    pub ids: Vec<RecordId>,
-    pub replayed: ReplayedFilter,
-    pub limit: Option<u64>,
+    pub(crate) until: Option<DateTime<Utc>>,
+    pub(crate) jq: Option<JqFilter>,
+    pub(crate) ids: Vec<RecordId>,
+    pub(crate) replayed: ReplayedFilter,
+    pub(crate) limit: Option<u64>,
 }
 
 /// `--id 123` parses as an integer, while a queue message's id is text (a message_id may
@@ -45,25 +45,25 @@ fn same_id(wanted: &RecordId, id: &RecordId) -> bool {
 
 /// A jq runtime error on one record: that record is not selected.
 #[derive(Debug, Clone)]
-pub struct EvalError {
-    pub id: RecordId,
-    pub message: String,
+pub(crate) struct EvalError {
+    pub(crate) id: RecordId,
+    pub(crate) message: String,
 }
 
 impl Selection {
     /// True when every predicate can be decided by an exact SQL translation, so a
     /// source may push `LIMIT` down.
-    pub fn exact_in_sql(&self) -> bool {
+    pub(crate) fn exact_in_sql(&self) -> bool {
         self.pattern.is_none() && self.jq.is_none() && !(self.ignore_case && self.motivo.is_some())
     }
 
     /// Whether a time-based bound exists (the record must have a timestamp).
-    pub fn has_time_bounds(&self) -> bool {
+    pub(crate) fn has_time_bounds(&self) -> bool {
         self.since.is_some() || self.until.is_some()
     }
 
     /// The final decision for one record.
-    pub fn matches(&self, r: &DeadLetter) -> Result<bool, EvalError> {
+    pub(crate) fn matches(&self, r: &DeadLetter) -> Result<bool, EvalError> {
         if !self.matches_cheap(r) {
             return Ok(false);
         }
@@ -123,7 +123,7 @@ impl Selection {
     }
 
     /// One line describing the selection, for plans and logs.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let mut parts = Vec::new();
         if let Some(m) = &self.motivo {
             let ci = if self.ignore_case {
@@ -171,7 +171,7 @@ impl Selection {
 /// The one place a selection decides, for every command and source: offer each candidate
 /// record, and it is taken or skipped. Holds the limit, the tally of records `--where` could
 /// not evaluate (they are never selected), and the one warning that reports them.
-pub struct Selector<'a> {
+pub(crate) struct Selector<'a> {
     sel: &'a Selection,
     taken: u64,
     /// The first few records `--where` failed on; all are counted.
@@ -183,7 +183,7 @@ pub struct Selector<'a> {
 }
 
 impl<'a> Selector<'a> {
-    pub fn new(sel: &'a Selection) -> Self {
+    pub(crate) fn new(sel: &'a Selection) -> Self {
         Selector {
             sel,
             taken: 0,
@@ -194,22 +194,22 @@ impl<'a> Selector<'a> {
         }
     }
 
-    pub fn selection(&self) -> &'a Selection {
+    pub(crate) fn selection(&self) -> &'a Selection {
         self.sel
     }
 
     /// How many records were taken.
-    pub fn taken(&self) -> u64 {
+    pub(crate) fn taken(&self) -> u64 {
         self.taken
     }
 
     /// `--limit` reached: nothing more is taken.
-    pub fn full(&self) -> bool {
+    pub(crate) fn full(&self) -> bool {
         self.sel.limit.is_some_and(|l| self.taken >= l)
     }
 
     /// True when `rec` is taken (it counts towards the limit).
-    pub fn offer(&mut self, rec: &DeadLetter) -> bool {
+    pub(crate) fn offer(&mut self, rec: &DeadLetter) -> bool {
         if self.full() {
             return false;
         }
@@ -238,7 +238,7 @@ impl<'a> Selector<'a> {
 
     /// A warning line when `--where` failed on some records, or a time bound met records
     /// whose stored time is unreadable (they are never selected by it), else `None`.
-    pub fn warning(&self) -> Option<String> {
+    pub(crate) fn warning(&self) -> Option<String> {
         let mut parts = Vec::new();
         if let Some(first) = self.eval_errors.first() {
             parts.push(format!(
@@ -257,13 +257,13 @@ impl<'a> Selector<'a> {
 }
 
 /// A [`Selector`] over a stream of candidate records from any source.
-pub struct Selected<'a> {
+pub(crate) struct Selected<'a> {
     rx: tokio::sync::mpsc::Receiver<anyhow::Result<DeadLetter>>,
     selector: Selector<'a>,
 }
 
 impl<'a> Selected<'a> {
-    pub fn new(
+    pub(crate) fn new(
         rx: tokio::sync::mpsc::Receiver<anyhow::Result<DeadLetter>>,
         sel: &'a Selection,
     ) -> Self {
@@ -274,7 +274,7 @@ impl<'a> Selected<'a> {
     }
 
     /// The next selected record; `None` at the end or once the limit is reached.
-    pub async fn next(&mut self) -> Option<anyhow::Result<DeadLetter>> {
+    pub(crate) async fn next(&mut self) -> Option<anyhow::Result<DeadLetter>> {
         while !self.selector.full() {
             match self.rx.recv().await? {
                 Ok(rec) if self.selector.offer(&rec) => return Some(Ok(rec)),
@@ -286,7 +286,7 @@ impl<'a> Selected<'a> {
     }
 
     /// True when the limit stopped the stream and at least one more record matches.
-    pub async fn has_more(&mut self) -> bool {
+    pub(crate) async fn has_more(&mut self) -> bool {
         if !self.selector.full() {
             return false;
         }
@@ -300,7 +300,7 @@ impl<'a> Selected<'a> {
     }
 
     /// A warning line when `--where` failed on some records, else `None`.
-    pub fn eval_warning(&self) -> Option<String> {
+    pub(crate) fn eval_warning(&self) -> Option<String> {
         self.selector.warning()
     }
 }

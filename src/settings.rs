@@ -15,19 +15,19 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-pub const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
-pub const DEFAULT_TABLE: &str = "tasks_falhadas";
+pub(crate) const DEFAULT_AMQP_URL: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+pub(crate) const DEFAULT_TABLE: &str = "tasks_falhadas";
 
 /// What the terminal looks like; passed in so that tests can fake it.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Terminal {
-    pub stdin_tty: bool,
-    pub stdout_tty: bool,
-    pub stderr_tty: bool,
+pub(crate) struct Terminal {
+    pub(crate) stdin_tty: bool,
+    pub(crate) stdout_tty: bool,
+    pub(crate) stderr_tty: bool,
 }
 
 impl Terminal {
-    pub fn detect() -> Terminal {
+    pub(crate) fn detect() -> Terminal {
         use std::io::IsTerminal;
         // DLQ_FORCE_TTY lets tests exercise terminal-only behaviour (colour, prompts' refusal paths).
         let forced = std::env::var_os("DLQ_FORCE_TTY").is_some();
@@ -43,48 +43,48 @@ impl Terminal {
 /// so a typo never silently falls back to a default.
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ConfigSection {
-    pub database_url: Option<String>,
-    pub table: Option<String>,
-    pub amqp_url: Option<String>,
-    pub management_url: Option<String>,
-    pub amqp_ca_file: Option<PathBuf>,
-    pub amqp_client_cert: Option<PathBuf>,
-    pub amqp_client_key: Option<PathBuf>,
-    pub vhost: Option<String>,
-    pub broker_url: Option<String>,
-    pub redis_key_prefix: Option<String>,
-    pub redis_sep: Option<String>,
-    pub redis_wait_replicas: Option<u32>,
-    pub control_exchange: Option<String>,
-    pub output: Option<OutputFormat>,
-    pub color: Option<ColorChoice>,
+pub(crate) struct ConfigSection {
+    pub(crate) database_url: Option<String>,
+    pub(crate) table: Option<String>,
+    pub(crate) amqp_url: Option<String>,
+    pub(crate) management_url: Option<String>,
+    pub(crate) amqp_ca_file: Option<PathBuf>,
+    pub(crate) amqp_client_cert: Option<PathBuf>,
+    pub(crate) amqp_client_key: Option<PathBuf>,
+    pub(crate) vhost: Option<String>,
+    pub(crate) broker_url: Option<String>,
+    pub(crate) redis_key_prefix: Option<String>,
+    pub(crate) redis_sep: Option<String>,
+    pub(crate) redis_wait_replicas: Option<u32>,
+    pub(crate) control_exchange: Option<String>,
+    pub(crate) output: Option<OutputFormat>,
+    pub(crate) color: Option<ColorChoice>,
     /// DLQs to list and read even without the management API.
-    pub queues: Option<Vec<String>>,
+    pub(crate) queues: Option<Vec<String>>,
     /// Stored Celery task name -> the name to send (`--task-map`).
-    pub task_map: Option<BTreeMap<String, String>>,
+    pub(crate) task_map: Option<BTreeMap<String, String>>,
     /// The audit trail of every run that changes something (`--audit-log`).
-    pub audit_log: Option<PathBuf>,
+    pub(crate) audit_log: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ConfigFile {
+pub(crate) struct ConfigFile {
     #[serde(flatten)]
-    pub base: ConfigSection,
+    pub(crate) base: ConfigSection,
     #[serde(default)]
-    pub profiles: BTreeMap<String, ConfigSection>,
+    pub(crate) profiles: BTreeMap<String, ConfigSection>,
 }
 
 /// A validated table name: `name` or `schema.name`, each part an SQL identifier.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TableName {
-    pub schema: Option<String>,
-    pub name: String,
+pub(crate) struct TableName {
+    pub(crate) schema: Option<String>,
+    pub(crate) name: String,
 }
 
 impl TableName {
-    pub fn parse(s: &str) -> Result<TableName, String> {
+    pub(crate) fn parse(s: &str) -> Result<TableName, String> {
         let parts: Vec<&str> = s.split('.').collect();
         let valid = |p: &str| {
             !p.is_empty()
@@ -126,10 +126,10 @@ pub enum Dialect {
 }
 
 #[derive(Clone)]
-pub struct DatabaseUrl {
-    pub dialect: Dialect,
+pub(crate) struct DatabaseUrl {
+    pub(crate) dialect: Dialect,
     /// The URL as sqlx wants it (mariadb:// rewritten to mysql://). Secret: never print.
-    pub url: String,
+    pub(crate) url: String,
 }
 
 /// Never the password (see `rabbit::Target`).
@@ -143,7 +143,7 @@ impl std::fmt::Debug for DatabaseUrl {
 }
 
 impl DatabaseUrl {
-    pub fn parse(raw: &str) -> Result<DatabaseUrl, String> {
+    pub(crate) fn parse(raw: &str) -> Result<DatabaseUrl, String> {
         let shown = redact::url(raw);
         let (scheme, rest) = raw.split_once(':').ok_or_else(|| {
             format!("invalid database URL {shown}: expected postgres://, mysql:// or sqlite://")
@@ -187,19 +187,19 @@ impl DatabaseUrl {
 }
 
 #[derive(Debug, Clone)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Where dlq connects and writes, built once; the only part handed below `commands/`.
     pub(crate) endpoints: Endpoints,
     /// Queues named in the config file.
-    pub config_queues: Vec<String>,
+    pub(crate) config_queues: Vec<String>,
     /// `task_map` from the config file, as `OLD=NEW` entries (flags add to it).
-    pub config_task_map: Vec<String>,
-    pub output: OutputFormat,
-    pub quiet: bool,
-    pub verbose: u8,
-    pub color: bool,
-    pub progress: bool,
-    pub terminal: Terminal,
+    pub(crate) config_task_map: Vec<String>,
+    pub(crate) output: OutputFormat,
+    pub(crate) quiet: bool,
+    pub(crate) verbose: u8,
+    pub(crate) color: bool,
+    pub(crate) progress: bool,
+    pub(crate) terminal: Terminal,
 }
 
 type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
@@ -381,11 +381,11 @@ fn tls_files(
 }
 
 impl Settings {
-    pub fn from_env(global: &GlobalArgs) -> Result<Settings> {
+    pub(crate) fn from_env(global: &GlobalArgs) -> Result<Settings> {
         Settings::build(global, &|k| std::env::var(k).ok(), Terminal::detect())
     }
 
-    pub fn build(g: &GlobalArgs, env: Env, terminal: Terminal) -> Result<Settings> {
+    pub(crate) fn build(g: &GlobalArgs, env: Env, terminal: Terminal) -> Result<Settings> {
         let config = load_config(g.config.clone(), env)?;
         let profile_name = g.profile.clone().or_else(|| non_empty(env("DLQ_PROFILE")));
         let profile = select_profile(&config, profile_name.as_deref())?;
@@ -422,7 +422,7 @@ impl Settings {
 
     /// The one output layer, as these settings shape it (built here, so that output.rs needs
     /// nothing of settings).
-    pub fn printer(&self) -> crate::output::Printer {
+    pub(crate) fn printer(&self) -> crate::output::Printer {
         crate::output::Printer {
             format: self.output,
             quiet: self.quiet,

@@ -9,21 +9,21 @@ use std::path::{Path, PathBuf};
 
 /// CA certificates trusted on top of the system's roots.
 #[derive(Debug, Clone)]
-pub struct CaFile {
-    pub path: PathBuf,
+pub(crate) struct CaFile {
+    pub(crate) path: PathBuf,
     /// The file's text: lapin takes the chain as PEM text.
-    pub pem: String,
-    pub certs: Vec<CertificateDer<'static>>,
+    pub(crate) pem: String,
+    pub(crate) certs: Vec<CertificateDer<'static>>,
 }
 
 /// A client certificate chain and its private key (PEM). The key is a secret: `Debug` shows
 /// only the paths.
 #[derive(Clone)]
-pub struct ClientIdentity {
-    pub cert_path: PathBuf,
-    pub key_path: PathBuf,
-    pub cert_pem: Vec<u8>,
-    pub key_pem: Vec<u8>,
+pub(crate) struct ClientIdentity {
+    pub(crate) cert_path: PathBuf,
+    pub(crate) key_path: PathBuf,
+    pub(crate) cert_pem: Vec<u8>,
+    pub(crate) key_pem: Vec<u8>,
 }
 
 impl std::fmt::Debug for ClientIdentity {
@@ -53,7 +53,7 @@ pub fn install_crypto_provider() {
 
 /// Reads a CA file: PEM text holding at least one certificate usable as a trust anchor.
 /// `option` names the setting in messages (`--amqp-ca-file`).
-pub fn load_ca_file(path: &Path, option: &str) -> Result<CaFile, String> {
+pub(crate) fn load_ca_file(path: &Path, option: &str) -> Result<CaFile, String> {
     let shown = path.display();
     let bytes =
         std::fs::read(path).map_err(|e| format!("cannot read CA file {shown} ({option}): {e}"))?;
@@ -100,7 +100,7 @@ fn read_certs(bytes: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
 
 /// Reads a client certificate (PEM chain, leaf first) and its unencrypted PEM private key, and
 /// checks that they belong together. Messages name the files, never their content.
-pub fn load_client_identity(cert: &Path, key: &Path) -> Result<ClientIdentity, String> {
+pub(crate) fn load_client_identity(cert: &Path, key: &Path) -> Result<ClientIdentity, String> {
     let cert_pem = std::fs::read(cert).map_err(|e| {
         format!(
             "cannot read client certificate {} (--amqp-client-cert): {e}",
@@ -167,7 +167,7 @@ fn contains(haystack: &[u8], needle: &[u8]) -> bool {
 
 /// The rustls error somewhere in an error chain. `io::Error::source` skips the error it
 /// wraps, and TLS libraries wrap rustls errors in io errors, so those are opened too.
-pub fn find_rustls_error<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a rustls::Error> {
+pub(crate) fn find_rustls_error<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a rustls::Error> {
     let mut cur = Some(e);
     while let Some(err) = cur {
         if let Some(r) = err.downcast_ref::<rustls::Error>() {
@@ -187,7 +187,7 @@ pub fn find_rustls_error<'a>(e: &'a (dyn StdError + 'static)) -> Option<&'a rust
 
 /// What went wrong in a TLS handshake, as far as the user can act on it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Problem {
+pub(crate) enum Problem {
     /// No trusted CA signed the server's certificate: the fix is a CA file.
     Untrusted,
     /// A trusted certificate for other names: the fix is the host name in the URL.
@@ -202,7 +202,7 @@ pub enum Problem {
     Other(String),
 }
 
-pub fn classify(e: &rustls::Error) -> Problem {
+pub(crate) fn classify(e: &rustls::Error) -> Problem {
     use rustls::AlertDescription as A;
     use rustls::CertificateError as C;
     match e {

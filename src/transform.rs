@@ -11,20 +11,20 @@ use sha2::Digest as _;
 /// A compiled transform and its identity (SHA-256 of the program text, stamped on every
 /// message it produced).
 #[derive(Debug)]
-pub struct Transform {
+pub(crate) struct Transform {
     jq: JqFilter,
     sha256: String,
 }
 
 /// What the program made of one record.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Edit {
+pub(crate) struct Edit {
     /// The new payload as JSON text (the body / the task's args).
-    pub payload: String,
+    pub(crate) payload: String,
     /// Application headers set (`Some(value)`) or removed (`None`), queue messages only.
-    pub headers: Vec<(String, Option<Value>)>,
+    pub(crate) headers: Vec<(String, Option<Value>)>,
     /// False when the program left payload and headers as they were.
-    pub changed: bool,
+    pub(crate) changed: bool,
 }
 
 /// Headers that belong to the broker and to dlq: a transform may not set or remove them.
@@ -33,20 +33,20 @@ fn reserved(key: &str) -> bool {
 }
 
 impl Transform {
-    pub fn compile(code: &str) -> Result<Transform, String> {
+    pub(crate) fn compile(code: &str) -> Result<Transform, String> {
         let jq = JqFilter::compile(code)?;
         let sha256 = hex::encode(sha2::Sha256::digest(code.as_bytes()));
         Ok(Transform { jq, sha256 })
     }
 
-    pub fn sha256(&self) -> &str {
+    pub(crate) fn sha256(&self) -> &str {
         &self.sha256
     }
 
     /// Runs the program on one record. `Err` (the record stays where it is, reported): the
     /// payload is not JSON, the program fails, yields no object or several, or touches a
     /// reserved header.
-    pub fn apply(&self, rec: &DeadLetter) -> Result<Edit, String> {
+    pub(crate) fn apply(&self, rec: &DeadLetter) -> Result<Edit, String> {
         if let Some(text) = &rec.payload_text
             && serde_json::from_str::<Value>(text).is_err()
         {

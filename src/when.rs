@@ -3,7 +3,7 @@
 use chrono::{DateTime, Duration, NaiveDate, NaiveDateTime, TimeZone, Utc};
 
 /// Parses `90m`, `7d`, `1h30m`, `2w`, `45s`. Units: s, m, h, d, w.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let text = s.trim();
     if text.is_empty() {
         return Err("empty duration".into());
@@ -58,7 +58,7 @@ fn looks_like_duration(t: &str) -> bool {
 
 /// Parses a point in time: RFC 3339, `YYYY-MM-DD`, `YYYY-MM-DD HH:MM[:SS]` (UTC),
 /// `now`, or a duration meaning that long ago (`2h`, `7d`).
-pub fn parse_when(s: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+pub(crate) fn parse_when(s: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
     let t = s.trim();
     if t.eq_ignore_ascii_case("now") {
         return Ok(now);
@@ -91,7 +91,7 @@ pub fn parse_when(s: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> 
 }
 
 /// `--older-than`: a duration (cutoff = now - duration) or an RFC 3339 timestamp / date.
-pub fn parse_cutoff(s: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+pub(crate) fn parse_cutoff(s: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
     let t = s.trim();
     if looks_like_duration(t) {
         let d = parse_duration(t)?;
@@ -106,7 +106,7 @@ pub fn parse_cutoff(s: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>, String
 
 /// Parses a timestamp as databases store it in text: RFC 3339, `YYYY-MM-DD HH:MM:SS[.f]`
 /// with or without an offset, or a bare date. Naive values are UTC.
-pub fn parse_stored_time(s: &str) -> Option<DateTime<Utc>> {
+pub(crate) fn parse_stored_time(s: &str) -> Option<DateTime<Utc>> {
     let t = s.trim();
     if let Ok(dt) = DateTime::parse_from_rfc3339(t) {
         return Some(dt.with_timezone(&Utc));

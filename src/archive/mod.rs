@@ -9,8 +9,8 @@
 //! {"dlq_archive_end":{"count":340,"sha256":"<hex>"}}
 //! ```
 
-pub mod queue;
-pub mod table;
+pub(crate) mod queue;
+pub(crate) mod table;
 
 use crate::error::usage;
 use crate::model::DeadLetter;
@@ -21,22 +21,22 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-pub const FORMAT_VERSION: u32 = 1;
+pub(crate) const FORMAT_VERSION: u32 = 1;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Header {
-    pub dlq_archive: u32,
-    pub created_at: String,
-    pub source: String,
-    pub location: String,
-    pub selection: String,
-    pub host: String,
+pub(crate) struct Header {
+    pub(crate) dlq_archive: u32,
+    pub(crate) created_at: String,
+    pub(crate) source: String,
+    pub(crate) location: String,
+    pub(crate) selection: String,
+    pub(crate) host: String,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Trailer {
-    pub count: u64,
-    pub sha256: String,
+pub(crate) struct Trailer {
+    pub(crate) count: u64,
+    pub(crate) sha256: String,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -56,7 +56,7 @@ enum Sink {
 
 /// Writes an archive. Nothing counts as archived until `finish` returned Ok: then the file is
 /// complete, flushed, fsynced and in place under its final name.
-pub struct ArchiveWriter {
+pub(crate) struct ArchiveWriter {
     sink: Option<Sink>,
     hash: Sha256,
     count: u64,
@@ -65,7 +65,7 @@ pub struct ArchiveWriter {
 
 impl ArchiveWriter {
     /// `-` writes to stdout. An existing file is never overwritten.
-    pub fn create(path: &Path, header: &Header) -> Result<ArchiveWriter> {
+    pub(crate) fn create(path: &Path, header: &Header) -> Result<ArchiveWriter> {
         let gz = path.extension().is_some_and(|e| e == "gz");
         let sink = if path == Path::new("-") {
             let out: Box<dyn Write> = Box::new(BufWriter::new(io::stdout()));
@@ -146,7 +146,7 @@ impl ArchiveWriter {
         Ok(())
     }
 
-    pub fn write(&mut self, rec: &DeadLetter) -> Result<()> {
+    pub(crate) fn write(&mut self, rec: &DeadLetter) -> Result<()> {
         let mut line = std::mem::take(&mut self.line);
         line.clear();
         serde_json::to_writer(&mut line, rec)?;
@@ -158,7 +158,7 @@ impl ArchiveWriter {
 
     /// Writes the trailer, flushes, fsyncs the file, renames it into place and fsyncs the
     /// directory. Only after this returns Ok may anything be deleted from the source.
-    pub fn finish(mut self) -> Result<Trailer> {
+    pub(crate) fn finish(mut self) -> Result<Trailer> {
         let trailer = Trailer {
             count: self.count,
             sha256: hex::encode(self.hash.clone().finalize()),
@@ -207,7 +207,7 @@ impl ArchiveWriter {
     }
 
     /// Abandons the archive: removes the partial file.
-    pub fn abort(mut self) {
+    pub(crate) fn abort(mut self) {
         if let Some(Sink::File { partial, out, .. }) = self.sink.take() {
             drop(out);
             let _ = std::fs::remove_file(partial);
@@ -257,7 +257,7 @@ fn open_reader(path: &Path) -> Result<Box<dyn BufRead>> {
 /// Reads the whole archive once and checks it: header, every record parses, trailer present,
 /// count and SHA-256 match. Any problem is a usage error naming it; nothing is replayed from
 /// an archive that fails this.
-pub fn verify(path: &Path) -> Result<(Header, Trailer)> {
+pub(crate) fn verify(path: &Path) -> Result<(Header, Trailer)> {
     let bad = |what: String| usage(format!("archive {} is not usable: {what}", path.display()));
     let mut reader = open_reader(path)?;
     let mut hash = Sha256::new();
@@ -322,7 +322,7 @@ pub fn verify(path: &Path) -> Result<(Header, Trailer)> {
 }
 
 /// Iterates the records of an archive that `verify` accepted, with their 1-based record number.
-pub fn records(path: &Path) -> Result<impl Iterator<Item = Result<(u64, DeadLetter)>>> {
+pub(crate) fn records(path: &Path) -> Result<impl Iterator<Item = Result<(u64, DeadLetter)>>> {
     let reader = open_reader(path)?;
     let mut n: u64 = 0;
     Ok(reader.lines().skip(1).filter_map(move |line| {
@@ -344,7 +344,7 @@ pub fn records(path: &Path) -> Result<impl Iterator<Item = Result<(u64, DeadLett
 
 /// Which records of an archive were already restored: `<archive>.journal`, one record number
 /// per line, appended (and flushed) right after each confirm, so a re-run resumes.
-pub struct Journal {
+pub(crate) struct Journal {
     done: std::collections::HashSet<u64>,
     path: PathBuf,
     /// The archive's checksum: a journal belongs to exactly one archive.
@@ -352,11 +352,11 @@ pub struct Journal {
     /// Opened on the first record, so that a dry run or a refused run writes nothing.
     file: Option<File>,
     /// Set when the journal on disk belongs to another archive (and is not applied).
-    pub foreign: Option<String>,
+    pub(crate) foreign: Option<String>,
 }
 
 impl Journal {
-    pub fn path_for(archive: &Path) -> PathBuf {
+    pub(crate) fn path_for(archive: &Path) -> PathBuf {
         let mut p = archive.as_os_str().to_owned();
         p.push(".journal");
         PathBuf::from(p)
@@ -365,7 +365,7 @@ impl Journal {
     /// The records already restored from the archive whose checksum is `sha256`. A journal
     /// left by another archive at the same path (deleted and written again) is ignored with a
     /// warning, never applied: its record numbers mean other records.
-    pub fn open(archive: &Path, sha256: &str) -> Result<Journal> {
+    pub(crate) fn open(archive: &Path, sha256: &str) -> Result<Journal> {
         let path = Self::path_for(archive);
         let mut journal = Journal {
             done: Default::default(),
@@ -395,7 +395,7 @@ impl Journal {
         Ok(journal)
     }
 
-    pub fn done(&self) -> &std::collections::HashSet<u64> {
+    pub(crate) fn done(&self) -> &std::collections::HashSet<u64> {
         &self.done
     }
 
@@ -404,11 +404,11 @@ impl Journal {
         self.done.contains(&n)
     }
 
-    pub fn done_count(&self) -> usize {
+    pub(crate) fn done_count(&self) -> usize {
         self.done.len()
     }
 
-    pub fn record(&mut self, n: u64) -> Result<()> {
+    pub(crate) fn record(&mut self, n: u64) -> Result<()> {
         if self.file.is_none() {
             self.file = Some(self.create()?);
         }
@@ -442,7 +442,7 @@ impl Journal {
         Ok(file)
     }
 
-    pub fn sync(&self) -> Result<()> {
+    pub(crate) fn sync(&self) -> Result<()> {
         match &self.file {
             Some(f) => f.sync_data().context("fsync of the restore journal"),
             None => Ok(()),
@@ -451,18 +451,18 @@ impl Journal {
 }
 
 /// What an archive run was asked to do, for its plan line and confirmation.
-pub struct Intent<'a> {
-    pub count: u64,
+pub(crate) struct Intent<'a> {
+    pub(crate) count: u64,
     /// "row(s) of table t" / "message(s) of q1, q2"
-    pub what: String,
-    pub selection: &'a str,
-    pub to: &'a Path,
-    pub delete: bool,
-    pub safety: crate::bulk::Safety,
+    pub(crate) what: String,
+    pub(crate) selection: &'a str,
+    pub(crate) to: &'a Path,
+    pub(crate) delete: bool,
+    pub(crate) safety: crate::bulk::Safety,
 }
 
 /// Where an archive goes, for messages.
-pub fn destination(to: &Path) -> String {
+pub(crate) fn destination(to: &Path) -> String {
     if to.as_os_str() == "-" {
         "stdout".to_string()
     } else {
@@ -530,7 +530,7 @@ pub(crate) fn audit_end(audit: Option<&mut crate::audit::Audit>, archived: u64, 
     }
 }
 
-pub fn header(source: &str, location: &str, selection: &str) -> Header {
+pub(crate) fn header(source: &str, location: &str, selection: &str) -> Header {
     Header {
         dlq_archive: FORMAT_VERSION,
         created_at: crate::model::rfc3339(&chrono::Utc::now()),

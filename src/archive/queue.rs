@@ -25,14 +25,14 @@ use lapin::types::FieldTable;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-pub struct Options {
-    pub queues: Vec<String>,
-    pub record: RecordOptions,
-    pub force: bool,
-    pub selection: Selection,
-    pub to: PathBuf,
-    pub delete: bool,
-    pub safety: Safety,
+pub(crate) struct Options {
+    pub(crate) queues: Vec<String>,
+    pub(crate) record: RecordOptions,
+    pub(crate) force: bool,
+    pub(crate) selection: Selection,
+    pub(crate) to: PathBuf,
+    pub(crate) delete: bool,
+    pub(crate) safety: Safety,
 }
 
 /// The name of the exclusive queue that marks "an archive of `queue` is running".
@@ -88,7 +88,7 @@ impl Session {
 }
 
 /// check -> (count and gate, for a dry run or before --delete) -> write [-> delete].
-pub async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options) -> Result<Exit> {
+pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options) -> Result<Exit> {
     if opts.delete && opts.to.as_os_str() == "-" {
         return Err(usage(
             "--delete needs an archive file: stdout cannot be fsynced before deleting",

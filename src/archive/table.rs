@@ -18,14 +18,14 @@ use anyhow::Result;
 use futures_util::TryStreamExt;
 use std::path::PathBuf;
 
-pub struct Options {
-    pub selection: Selection,
-    pub to: PathBuf,
-    pub delete: bool,
-    pub safety: Safety,
+pub(crate) struct Options {
+    pub(crate) selection: Selection,
+    pub(crate) to: PathBuf,
+    pub(crate) delete: bool,
+    pub(crate) safety: Safety,
 }
 
-pub async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options) -> Result<Exit> {
+pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options) -> Result<Exit> {
     let db = endpoints.require_database()?;
     if opts.delete && opts.to.as_os_str() == "-" {
         return Err(usage(

@@ -16,27 +16,27 @@ use serde_json::{Map, Value};
 use uuid::Uuid;
 
 /// Longest task name accepted, in bytes. Celery sets no limit; a longer name is a data error.
-pub const MAX_TASK_NAME_BYTES: usize = 255;
+pub(crate) const MAX_TASK_NAME_BYTES: usize = 255;
 
 /// Largest body built, in bytes. RabbitMQ 4.x refuses messages over 16 MiB by default (3.x:
 /// 128 MiB); 64 KiB is kept for headers and properties so the message fits every default.
-pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024 - 64 * 1024;
+pub(crate) const MAX_BODY_BYTES: usize = 16 * 1024 * 1024 - 64 * 1024;
 
 /// Deepest nesting accepted inside args or kwargs (a scalar is 0, `[1]` is 1). Python's JSON
 /// decoder recurses per level and a worker drops a body it cannot decode; 100 keeps far from any
 /// recursion limit on the way (serde_json itself stops at 128).
-pub const MAX_NESTING: usize = 100;
+pub(crate) const MAX_NESTING: usize = 100;
 
 /// Most digits in a JSON integer. Python (3.11+, 3.10.7+, 3.9.14+, 3.8.14+) refuses to parse
 /// longer integers by default, so the worker cannot decode the body and drops the message.
-pub const MAX_INT_DIGITS: usize = 4300;
+pub(crate) const MAX_INT_DIGITS: usize = 4300;
 
 /// Longest `argsrepr`/`kwargsrepr`, in characters: Celery's `argsrepr_maxsize` default.
-pub const MAX_REPR_CHARS: usize = 1024;
+pub(crate) const MAX_REPR_CHARS: usize = 1024;
 
 /// The `__type__` names a stock worker's kombu decodes. Any other name in an object whose keys are
 /// exactly `__type__` and `__value__` makes kombu raise "Unsupported type": the message is lost.
-pub const KOMBU_MARKER_TYPES: [&str; 7] = [
+pub(crate) const KOMBU_MARKER_TYPES: [&str; 7] = [
     "bytes", "base64", "datetime", "date", "time", "decimal", "uuid",
 ];
 
@@ -45,37 +45,37 @@ const EMBED: &str = r#"{"callbacks":null,"errbacks":null,"chain":null,"chord":nu
 
 /// A Celery protocol v2 task message, ready to publish.
 #[derive(Debug, Clone, PartialEq)]
-pub struct TaskMessage {
+pub(crate) struct TaskMessage {
     /// Fresh uuid4 of this replay: headers `id` and `root_id`, `correlation_id`, `message_id`.
-    pub task_id: String,
+    pub(crate) task_id: String,
     /// Registered task name, header `task`.
-    pub task: String,
+    pub(crate) task: String,
     /// UTF-8 JSON body `[args, kwargs, embed]`.
-    pub body: Vec<u8>,
+    pub(crate) body: Vec<u8>,
     /// Task headers. `properties.headers` holds the same table: publish `properties` as is.
-    pub headers: FieldTable,
+    pub(crate) headers: FieldTable,
     /// AMQP properties, headers included.
-    pub properties: BasicProperties,
+    pub(crate) properties: BasicProperties,
 }
 
 /// Where a replayed task comes from; written into the provenance headers so that tasks and
 /// consumers can deduplicate replays.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ReplayOrigin {
+pub(crate) struct ReplayOrigin {
     /// Failed-task table the row was read from (a setting: `tasks_falhadas`, `<app>_taskfalhada`).
-    pub table: String,
+    pub(crate) table: String,
     /// Primary key of the row, as text.
-    pub row_id: String,
+    pub(crate) row_id: String,
     /// uuid of this dlq run; every message of one run carries the same value.
-    pub replay_id: String,
+    pub(crate) replay_id: String,
     /// Host dlq runs on, for the `origin` header (`dlq@<host>`). Supplied by the caller: this
     /// module does no I/O.
-    pub host: String,
+    pub(crate) host: String,
 }
 
 /// Why a row cannot be (or a message must not be) sent to a Celery worker.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum InvalidTask {
+pub(crate) enum InvalidTask {
     #[error("task name is empty")]
     EmptyTaskName,
     #[error("task name is {len} bytes long, at most {max} accepted", max = MAX_TASK_NAME_BYTES)]
@@ -175,7 +175,7 @@ pub enum InvalidTask {
 /// so numbers, escapes, key order and kombu markers reach the worker exactly as stored. (The
 /// worker's Python json still reads non-integer numbers as floats: `12345678901234567890.1`
 /// runs as `1.2345678901234567e+19`, `1e400` as `inf`; integers and `decimal` markers stay exact.)
-pub fn build(
+pub(crate) fn build(
     task_name: &str,
     args_text: Option<&str>,
     origin: &ReplayOrigin,
@@ -302,7 +302,7 @@ fn build_with(
 /// anything Python's decoder or kombu would reject (see [`MAX_INT_DIGITS`], [`MAX_NESTING`],
 /// [`KOMBU_MARKER_TYPES`]); `task` and `id` headers present as long strings matching the message;
 /// every header string a UTF-8 long string (never a short string); `timelimit` exactly 2 elements.
-pub fn validate(msg: &TaskMessage) -> Result<(), InvalidTask> {
+pub(crate) fn validate(msg: &TaskMessage) -> Result<(), InvalidTask> {
     let props = &msg.properties;
     let content_type = props.content_type().as_ref().map(|s| s.as_str());
     if content_type != Some("application/json") {

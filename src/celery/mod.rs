@@ -1,14 +1,14 @@
 //! Celery: the protocol v2 task message (`message`) and how a task is dispatched to the
 //! broker its workers read (`dispatch`).
 
-pub mod amqp;
-pub mod dispatch;
-pub mod message;
-pub mod redis;
-pub mod sent;
-pub mod workers;
+pub(crate) mod amqp;
+pub(crate) mod dispatch;
+pub(crate) mod message;
+pub(crate) mod redis;
+pub(crate) mod sent;
+pub(crate) mod workers;
 
-pub use message::{ReplayOrigin, TaskMessage, build};
+pub(crate) use message::{ReplayOrigin, TaskMessage, build};
 
 /// The Celery default queue: where table rows go unless told otherwise.
-pub const DEFAULT_CELERY_QUEUE: &str = "celery";
+pub(crate) const DEFAULT_CELERY_QUEUE: &str = "celery";

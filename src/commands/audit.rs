@@ -7,9 +7,9 @@ use crate::settings::Settings;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 
-pub struct Options {
-    pub since: Option<DateTime<Utc>>,
-    pub run: Option<String>,
+pub(crate) struct Options {
+    pub(crate) since: Option<DateTime<Utc>>,
+    pub(crate) run: Option<String>,
 }
 
 /// `dlq audit`'s flags, as its options.
@@ -26,7 +26,7 @@ fn since(raw: Option<&str>, now: DateTime<Utc>) -> Result<Option<DateTime<Utc>>>
         .transpose()
 }
 
-pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
+pub(crate) async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
     let Some(path) = settings.endpoints.audit_log.as_deref() else {
         return Err(usage(
             "no audit log path: set --audit-log, DLQ_AUDIT_LOG, XDG_STATE_HOME or HOME",

@@ -33,17 +33,17 @@ pub(crate) fn lower(a: crate::cli::CheckArgs) -> Options {
 /// The flags as given: checked here so that a bad value is UNKNOWN (3), not a usage error.
 pub(crate) struct Options {
     /// `-Q`: only these queues.
-    pub queues: Vec<String>,
-    pub motivo_headers: Vec<String>,
-    pub force: bool,
-    pub sample: Option<String>,
-    pub warn_pending: Option<String>,
-    pub crit_pending: Option<String>,
-    pub warn_age: Option<String>,
-    pub crit_age: Option<String>,
-    pub warn_new: Option<String>,
-    pub crit_new: Option<String>,
-    pub new_within: String,
+    pub(crate) queues: Vec<String>,
+    pub(crate) motivo_headers: Vec<String>,
+    pub(crate) force: bool,
+    pub(crate) sample: Option<String>,
+    pub(crate) warn_pending: Option<String>,
+    pub(crate) crit_pending: Option<String>,
+    pub(crate) warn_age: Option<String>,
+    pub(crate) crit_age: Option<String>,
+    pub(crate) warn_new: Option<String>,
+    pub(crate) crit_new: Option<String>,
+    pub(crate) new_within: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]

@@ -1,7 +1,7 @@
 use crate::error::Exit;
 use anyhow::Result;
 
-pub fn run(shell: clap_complete::Shell) -> Result<Exit> {
+pub(crate) fn run(shell: clap_complete::Shell) -> Result<Exit> {
     let mut cmd = crate::cli::command();
     clap_complete::generate(shell, &mut cmd, "dlq", &mut std::io::stdout());
     Ok(Exit::Ok)

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GroupKey {
+pub(crate) enum GroupKey {
     Motivo,
     Task,
     Day,
@@ -31,16 +31,16 @@ impl From<cli::GroupBy> for GroupKey {
     }
 }
 
-pub enum Mode {
+pub(crate) enum Mode {
     Count,
     Group(GroupKey),
     Export,
 }
 
-pub struct Options {
-    pub source: SourceChoice,
-    pub selection: Selection,
-    pub mode: Mode,
+pub(crate) struct Options {
+    pub(crate) source: SourceChoice,
+    pub(crate) selection: Selection,
+    pub(crate) mode: Mode,
 }
 
 #[derive(Default)]
@@ -65,7 +65,7 @@ pub(crate) fn lower(a: cli::FilterArgs, now: DateTime<Utc>) -> Result<Options> {
     })
 }
 
-pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
+pub(crate) async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
     if matches!(opts.mode, Mode::Count)
         && matches!(opts.source, SourceChoice::Table)
         && let Some(n) = count_in_sql(settings, &opts.selection).await?

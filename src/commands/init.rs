@@ -6,8 +6,8 @@ use crate::settings::Settings;
 use crate::source::table;
 use anyhow::Result;
 
-pub struct Options {
-    pub dry_run: bool,
+pub(crate) struct Options {
+    pub(crate) dry_run: bool,
 }
 
 /// `dlq init`'s flags, as its options.
@@ -15,7 +15,7 @@ pub(crate) fn lower(a: crate::cli::InitArgs) -> Options {
     Options { dry_run: a.dry_run }
 }
 
-pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
+pub(crate) async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
     let db = settings.endpoints.require_database()?;
     let (table, db) = (&db.table, &db.url);
     let statements = table::init_statements(db.dialect, table);

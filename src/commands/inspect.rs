@@ -9,12 +9,12 @@ use crate::source::{self, SourceChoice};
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 
-pub const DEFAULT_LIMIT: u64 = 20;
+pub(crate) const DEFAULT_LIMIT: u64 = 20;
 
-pub struct Options {
-    pub source: SourceChoice,
-    pub selection: Selection,
-    pub full: bool,
+pub(crate) struct Options {
+    pub(crate) source: SourceChoice,
+    pub(crate) selection: Selection,
+    pub(crate) full: bool,
 }
 
 /// `dlq inspect`'s flags, as its options (at most `DEFAULT_LIMIT` records unless `--limit`).
@@ -30,7 +30,7 @@ pub(crate) fn lower(a: crate::cli::InspectArgs, now: DateTime<Utc>) -> Result<Op
     })
 }
 
-pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
+pub(crate) async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
     let rx = source::open_stream(
         &settings.endpoints,
         printer,

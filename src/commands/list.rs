@@ -12,60 +12,60 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::collections::HashMap;
 
-pub struct Options {
+pub(crate) struct Options {
     /// Queues named on the command line, listed even without the management API.
-    pub queues: Vec<String>,
-    pub top: usize,
+    pub(crate) queues: Vec<String>,
+    pub(crate) top: usize,
     /// Messages read at the head of each DLQ for oldest/top reasons (`None`: automatic).
-    pub sample: Option<u64>,
-    pub motivo_headers: Vec<String>,
+    pub(crate) sample: Option<u64>,
+    pub(crate) motivo_headers: Vec<String>,
     /// `--exclude GLOB`: discovered DLQs left out.
-    pub exclude: Vec<String>,
+    pub(crate) exclude: Vec<String>,
 }
 
 /// One reason group in a summary.
 #[derive(Debug, Clone, Serialize)]
-pub struct ReasonCount {
-    pub fingerprint: String,
-    pub count: u64,
-    pub example: String,
+pub(crate) struct ReasonCount {
+    pub(crate) fingerprint: String,
+    pub(crate) count: u64,
+    pub(crate) example: String,
 }
 
 /// One line of `list`: a table or a DLQ. Fields in the JSON order.
 #[derive(Debug, Clone, Serialize)]
-pub struct SourceSummary {
-    pub source: &'static str,
-    pub location: String,
+pub(crate) struct SourceSummary {
+    pub(crate) source: &'static str,
+    pub(crate) location: String,
     /// Dead letters waiting (pending rows / ready messages).
-    pub pending: u64,
+    pub(crate) pending: u64,
     /// All rows (table) or ready + unacked (queue).
-    pub total: u64,
+    pub(crate) total: u64,
     #[serde(serialize_with = "opt_rfc3339")]
-    pub oldest: Option<DateTime<Utc>>,
-    pub top_reasons: Vec<ReasonCount>,
+    pub(crate) oldest: Option<DateTime<Utc>>,
+    pub(crate) top_reasons: Vec<ReasonCount>,
     /// Queue only (null for the table).
-    pub details: Option<QueueDetails>,
+    pub(crate) details: Option<QueueDetails>,
 }
 
 /// The queue-only facts of a `list` line.
 #[derive(Debug, Clone, Serialize)]
-pub struct QueueDetails {
+pub(crate) struct QueueDetails {
     #[serde(rename = "type")]
-    pub kind: &'static str,
-    pub ready: u64,
-    pub unacked: Option<u64>,
-    pub consumers: u32,
-    pub fed_by: Vec<String>,
-    pub dead_letter_exchanges: Vec<String>,
-    pub delivery_limit: Option<i64>,
-    pub discovered: bool,
-    pub sample: SampleView,
+    pub(crate) kind: &'static str,
+    pub(crate) ready: u64,
+    pub(crate) unacked: Option<u64>,
+    pub(crate) consumers: u32,
+    pub(crate) fed_by: Vec<String>,
+    pub(crate) dead_letter_exchanges: Vec<String>,
+    pub(crate) delivery_limit: Option<i64>,
+    pub(crate) discovered: bool,
+    pub(crate) sample: SampleView,
 }
 
 /// How much of a DLQ's head was read for its oldest message and reasons.
 #[derive(Debug, Clone, Serialize)]
 #[serde(untagged)]
-pub enum SampleView {
+pub(crate) enum SampleView {
     Read { read: u64, of: u64, complete: bool },
     Skipped { read: u64, skipped: String },
 }
@@ -130,7 +130,7 @@ impl Tabled for SourceSummary {
 }
 
 /// Groups raw reasons by fingerprint, most frequent first.
-pub fn top_reasons(
+pub(crate) fn top_reasons(
     reasons: impl IntoIterator<Item = (String, u64)>,
     top: usize,
 ) -> Vec<ReasonCount> {
@@ -167,7 +167,7 @@ pub(crate) fn lower(a: crate::cli::ListArgs) -> Options {
     }
 }
 
-pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
+pub(crate) async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
     let mut summaries = Vec::new();
     let mut exit = Exit::Ok;
     if let Some(db) = &settings.endpoints.database {
@@ -314,7 +314,7 @@ fn queue_details(d: &QueueDetails) -> String {
 }
 
 /// "3d 4h" style age, for humans.
-pub fn age(t: DateTime<Utc>) -> String {
+pub(crate) fn age(t: DateTime<Utc>) -> String {
     let d = Utc::now().signed_duration_since(t);
     let mins = d.num_minutes().max(0);
     match mins {

@@ -23,15 +23,15 @@ pub(crate) fn lower(a: crate::cli::MetricsArgs) -> Options {
 
 pub(crate) struct Options {
     /// `-Q`: only these queues.
-    pub queues: Vec<String>,
-    pub motivo_headers: Vec<String>,
-    pub force: bool,
+    pub(crate) queues: Vec<String>,
+    pub(crate) motivo_headers: Vec<String>,
+    pub(crate) force: bool,
     /// Messages read at the head of each DLQ for age and reasons; `None` reads nothing.
-    pub sample: Option<u64>,
-    pub textfile: Option<PathBuf>,
-    pub listen: Option<String>,
+    pub(crate) sample: Option<u64>,
+    pub(crate) textfile: Option<PathBuf>,
+    pub(crate) listen: Option<String>,
     /// `--interval` as given: the least time between two refreshes of `--listen`.
-    pub interval: String,
+    pub(crate) interval: String,
 }
 
 pub(crate) async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {

@@ -1,17 +1,17 @@
 //! One file per subcommand, each thin: validated options in, an exit code out.
 
-pub mod archive;
-pub mod audit;
-pub mod check;
-pub mod completions;
-pub mod filter;
-pub mod init;
-pub mod inspect;
-pub mod list;
+pub(crate) mod archive;
+pub(crate) mod audit;
+pub(crate) mod check;
+pub(crate) mod completions;
+pub(crate) mod filter;
+pub(crate) mod init;
+pub(crate) mod inspect;
+pub(crate) mod list;
 mod lower;
-pub mod metrics;
-pub mod replay;
-pub mod workers;
+pub(crate) mod metrics;
+pub(crate) mod replay;
+pub(crate) mod workers;
 
 use crate::cli::{Cli, Command};
 use crate::error::Exit;
@@ -20,7 +20,7 @@ use anyhow::Result;
 
 /// Builds settings once, runs the command, then lets sources finish their background
 /// work (a queue reader giving messages back) before the process may exit.
-pub async fn dispatch(cli: Cli) -> Result<Exit> {
+pub(crate) async fn dispatch(cli: Cli) -> Result<Exit> {
     let result = run_command(cli).await;
     crate::source::settle().await;
     result

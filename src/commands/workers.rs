@@ -9,9 +9,9 @@ use anyhow::Result;
 use serde::Serialize;
 use std::time::Duration;
 
-pub struct Options {
-    pub full: bool,
-    pub timeout: Duration,
+pub(crate) struct Options {
+    pub(crate) full: bool,
+    pub(crate) timeout: Duration,
 }
 
 /// `dlq workers`'s flags, as its options.
@@ -22,7 +22,7 @@ pub(crate) fn lower(a: crate::cli::WorkersArgs) -> Result<Options> {
     })
 }
 
-pub async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
+pub(crate) async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
     let dispatcher =
         Dispatcher::connect(&settings.endpoints.celery, &settings.endpoints.mailbox).await?;
     let live = dispatcher.workers(opts.timeout).await?;

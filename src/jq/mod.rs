@@ -10,7 +10,7 @@ use std::rc::Rc;
 mod reads;
 pub(crate) use reads::Reads;
 
-pub struct JqFilter {
+pub(crate) struct JqFilter {
     source: String,
     filter: jaq_core::Filter<data::JustLut<Val>>,
     reads: Reads,
@@ -24,7 +24,7 @@ impl std::fmt::Debug for JqFilter {
 
 impl JqFilter {
     /// Compiles the expression; the error names what jaq could not parse or resolve.
-    pub fn compile(code: &str) -> Result<JqFilter, String> {
+    pub(crate) fn compile(code: &str) -> Result<JqFilter, String> {
         let defs = jaq_core::defs()
             .chain(jaq_std::defs())
             .chain(jaq_json::defs());
@@ -54,7 +54,7 @@ impl JqFilter {
         })
     }
 
-    pub fn source(&self) -> &str {
+    pub(crate) fn source(&self) -> &str {
         &self.source
     }
 
@@ -64,7 +64,7 @@ impl JqFilter {
     }
 
     /// Every output of the program on a record, as JSON values (`--transform`).
-    pub fn record_outputs(&self, r: &DeadLetter) -> Result<Vec<serde_json::Value>, String> {
+    pub(crate) fn record_outputs(&self, r: &DeadLetter) -> Result<Vec<serde_json::Value>, String> {
         let input = record_input(r);
         let ctx = Ctx::<data::JustLut<Val>>::new(&self.filter.lut, Vars::new([]));
         self.filter
@@ -81,7 +81,7 @@ impl JqFilter {
     /// True when the first output is neither `false` nor `null`; no output is false.
     /// A runtime error (e.g. indexing a string) is returned so callers can count it.
     #[cfg(test)]
-    pub fn is_truthy(&self, json: &[u8]) -> Result<bool, String> {
+    pub(crate) fn is_truthy(&self, json: &[u8]) -> Result<bool, String> {
         let input = jaq_json::read::parse_single(json).map_err(|e| format!("{e:?}"))?;
         self.is_truthy_on(input)
     }
@@ -89,7 +89,7 @@ impl JqFilter {
     /// Whether the program's first output on a record is neither `false` nor `null` (no
     /// output is false); a runtime error (e.g. indexing a string) is returned so callers
     /// can count it.
-    pub fn record_is_truthy(&self, r: &DeadLetter) -> Result<bool, String> {
+    pub(crate) fn record_is_truthy(&self, r: &DeadLetter) -> Result<bool, String> {
         self.is_truthy_on(record_input(r))
     }
 

@@ -23,47 +23,47 @@ use sample::{HeadRead, SampleSpec};
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Request {
     /// `-Q`: only these queues (else every discovered DLQ and the config file's `queues`).
-    pub queues: Vec<String>,
+    pub(crate) queues: Vec<String>,
     /// The config file's `queues`: they join the discovered DLQs when `queues` is empty.
-    pub config_queues: Vec<String>,
-    pub motivo_headers: Vec<String>,
-    pub force: bool,
+    pub(crate) config_queues: Vec<String>,
+    pub(crate) motivo_headers: Vec<String>,
+    pub(crate) force: bool,
     /// Messages read at the head of each queue; `None`: `list`'s automatic size.
-    pub sample: Option<u64>,
+    pub(crate) sample: Option<u64>,
     /// Count the pending dead letters that arrived at or after this time.
-    pub new_since: Option<DateTime<Utc>>,
+    pub(crate) new_since: Option<DateTime<Utc>>,
 }
 
 /// One source's figures.
 #[derive(Debug, Clone)]
 pub(crate) struct SourceFigures {
     /// `table` or `queue`.
-    pub source: &'static str,
-    pub location: String,
+    pub(crate) source: &'static str,
+    pub(crate) location: String,
     /// Pending rows / ready messages.
-    pub pending: u64,
+    pub(crate) pending: u64,
     /// The oldest pending dead letter's time, when known (queues: in the sample).
-    pub oldest: Option<DateTime<Utc>>,
+    pub(crate) oldest: Option<DateTime<Utc>>,
     /// Whether `oldest` and `reasons` were read (false: a queue not sampled).
-    pub read: bool,
+    pub(crate) read: bool,
     /// Dead letters that arrived since `Request::new_since` (queues: in the sample).
-    pub new: Option<u64>,
+    pub(crate) new: Option<u64>,
     /// Raw reason -> pending dead letters (table: all pending rows; queue: the sample).
-    pub reasons: Vec<(String, u64)>,
+    pub(crate) reasons: Vec<(String, u64)>,
     /// Table only: rows already replayed.
-    pub replayed: Option<u64>,
+    pub(crate) replayed: Option<u64>,
     /// Queue only: messages read at its head.
-    pub sampled: Option<u64>,
+    pub(crate) sampled: Option<u64>,
     /// Why the queue's head was not read.
-    pub not_read: Option<String>,
+    pub(crate) not_read: Option<String>,
     /// Queue only: a delivery limit that can drop dead letters, and how to remove it.
-    pub limit_risk: Option<String>,
+    pub(crate) limit_risk: Option<String>,
 }
 
 impl SourceFigures {
     /// Seconds the oldest pending dead letter has waited; 0 when nothing is pending,
     /// `None` when unknown (a queue not read, messages without a death time).
-    pub fn oldest_age_seconds(&self, now: DateTime<Utc>) -> Option<i64> {
+    pub(crate) fn oldest_age_seconds(&self, now: DateTime<Utc>) -> Option<i64> {
         match (self.pending, self.oldest) {
             (0, _) => Some(0),
             (_, Some(t)) => Some(now.signed_duration_since(t).num_seconds().max(0)),
@@ -75,8 +75,8 @@ impl SourceFigures {
 /// Every source's figures, and what the user should hear on stderr.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Figures {
-    pub sources: Vec<SourceFigures>,
-    pub warnings: Vec<String>,
+    pub(crate) sources: Vec<SourceFigures>,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// Gathers the table's and the queues' figures. Fails when a configured source cannot be

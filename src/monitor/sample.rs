@@ -23,13 +23,13 @@ const CONCURRENCY: usize = 16;
 #[derive(Debug, Clone, Default)]
 pub(crate) struct HeadSample {
     /// Messages read (the first `read` of the queue).
-    pub read: u64,
+    pub(crate) read: u64,
     /// The death time of each message read that has one.
-    pub times: Vec<DateTime<Utc>>,
+    pub(crate) times: Vec<DateTime<Utc>>,
     /// Reason text -> messages read with it.
-    pub reasons: Vec<(String, u64)>,
+    pub(crate) reasons: Vec<(String, u64)>,
     /// What the read did that the user must hear (delivery limits).
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 /// A queue's head sample, or why it was not read.
@@ -43,10 +43,10 @@ pub(crate) enum HeadRead {
 #[derive(Debug, Clone)]
 pub(crate) struct SampleSpec {
     /// Messages read per queue at most (0: none).
-    pub size: u64,
+    pub(crate) size: u64,
     /// Read quorum queues with a delivery limit, and queues of unknown type (`--force`).
-    pub force: bool,
-    pub motivo_headers: Vec<String>,
+    pub(crate) force: bool,
+    pub(crate) motivo_headers: Vec<String>,
 }
 
 /// Reads the head of every queue, in the order given.

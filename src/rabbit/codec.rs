@@ -70,9 +70,9 @@ const MAX_SHORT_STRING_BYTES: usize = 255;
 /// person would point at it, e.g. `headers.x-death[0].count`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{path}: {message}")]
-pub struct CodecError {
-    pub path: String,
-    pub message: String,
+pub(crate) struct CodecError {
+    pub(crate) path: String,
+    pub(crate) message: String,
 }
 
 impl CodecError {
@@ -113,7 +113,7 @@ impl CodecError {
 }
 
 /// Short English name of a value's AMQP type, for messages and warnings.
-pub fn amqp_kind_name(v: &AMQPValue) -> &'static str {
+pub(crate) fn amqp_kind_name(v: &AMQPValue) -> &'static str {
     match v {
         AMQPValue::Boolean(_) => "boolean",
         AMQPValue::ShortShortInt(_) => "i8",
@@ -147,7 +147,7 @@ pub(crate) fn with_article(kind: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 
 /// Readable JSON of a field table (headers): see the module docs. Lossy by design.
-pub fn table_to_json(t: &FieldTable) -> Value {
+pub(crate) fn table_to_json(t: &FieldTable) -> Value {
     Value::Object(
         t.inner()
             .iter()
@@ -157,7 +157,7 @@ pub fn table_to_json(t: &FieldTable) -> Value {
 }
 
 /// Readable JSON of one AMQP value.
-pub fn value_to_json(v: &AMQPValue) -> Value {
+pub(crate) fn value_to_json(v: &AMQPValue) -> Value {
     match v {
         AMQPValue::Boolean(b) => Value::Bool(*b),
         AMQPValue::ShortShortInt(i) => (*i).into(),
@@ -239,7 +239,7 @@ fn timestamp_readable(secs: u64) -> Value {
 
 /// Readable JSON of the basic properties, headers excluded (shown separately). Absent properties
 /// are omitted; `timestamp` is RFC 3339.
-pub fn properties_to_json(p: &BasicProperties) -> Value {
+pub(crate) fn properties_to_json(p: &BasicProperties) -> Value {
     let mut m = Map::new();
     let put_str = |m: &mut Map<String, Value>, name: &str, v: &Option<ShortString>| {
         if let Some(v) = v {
@@ -269,14 +269,14 @@ pub fn properties_to_json(p: &BasicProperties) -> Value {
 }
 
 /// Properties as they go on the wire (compact to hold in memory); `None` if unencodable.
-pub fn encode_properties(p: &BasicProperties) -> Option<Box<[u8]>> {
+pub(crate) fn encode_properties(p: &BasicProperties) -> Option<Box<[u8]>> {
     lapin::protocol::basic::gen_properties(p)(Vec::new().into())
         .ok()
         .map(|w| w.write.into_boxed_slice())
 }
 
 /// The inverse of `encode_properties`.
-pub fn decode_properties(bytes: &[u8]) -> Option<BasicProperties> {
+pub(crate) fn decode_properties(bytes: &[u8]) -> Option<BasicProperties> {
     lapin::protocol::basic::parse_properties(bytes)
         .ok()
         .filter(|(rest, _)| rest.is_empty())
@@ -288,7 +288,7 @@ pub fn decode_properties(bytes: &[u8]) -> Option<BasicProperties> {
 // ---------------------------------------------------------------------------------------------
 
 /// Lossless typed JSON of a field table: an object of key -> `[tag, value]`.
-pub fn table_to_typed_json(t: &FieldTable) -> Value {
+pub(crate) fn table_to_typed_json(t: &FieldTable) -> Value {
     Value::Object(
         t.inner()
             .iter()
@@ -298,7 +298,7 @@ pub fn table_to_typed_json(t: &FieldTable) -> Value {
 }
 
 /// Lossless typed JSON of one value: `[tag, value]`.
-pub fn value_to_typed_json(v: &AMQPValue) -> Value {
+pub(crate) fn value_to_typed_json(v: &AMQPValue) -> Value {
     let (tag, val): (&str, Value) = match v {
         AMQPValue::Boolean(b) => ("t", Value::Bool(*b)),
         AMQPValue::ShortShortInt(i) => ("b", (*i).into()),
@@ -347,12 +347,14 @@ fn f64_typed(f: f64) -> Value {
 }
 
 /// Inverse of [`table_to_typed_json`]. Errors name the path of the bad value.
-pub fn table_from_typed_json(v: &Value) -> Result<FieldTable, CodecError> {
+#[cfg(test)]
+pub(crate) fn table_from_typed_json(v: &Value) -> Result<FieldTable, CodecError> {
     table_from_typed(v).map_err(CodecError::at_root)
 }
 
 /// Inverse of [`value_to_typed_json`].
-pub fn value_from_typed_json(v: &Value) -> Result<AMQPValue, CodecError> {
+#[cfg(test)]
+pub(crate) fn value_from_typed_json(v: &Value) -> Result<AMQPValue, CodecError> {
     value_from_typed(v).map_err(CodecError::at_root)
 }
 
@@ -679,7 +681,7 @@ impl serde::Serialize for TypedProperties<'_> {
 }
 
 /// Inverse of [`properties_to_typed_json`]. Unknown keys are an error.
-pub fn properties_from_typed_json(v: &Value) -> Result<BasicProperties, CodecError> {
+pub(crate) fn properties_from_typed_json(v: &Value) -> Result<BasicProperties, CodecError> {
     properties_from_typed(v).map_err(CodecError::at_root)
 }
 
@@ -746,7 +748,7 @@ fn show(v: &Value) -> String {
 }
 
 /// The broker's delivery count for a quorum-queue message (absent = never given back).
-pub fn delivery_count(props: &BasicProperties) -> Option<i64> {
+pub(crate) fn delivery_count(props: &BasicProperties) -> Option<i64> {
     match props.headers().as_ref()?.inner().get("x-delivery-count")? {
         AMQPValue::LongLongInt(n) => Some(*n),
         AMQPValue::LongInt(n) => Some(i64::from(*n)),
@@ -760,7 +762,7 @@ pub fn delivery_count(props: &BasicProperties) -> Option<i64> {
 }
 
 /// A stream message's offset.
-pub fn stream_offset(props: &BasicProperties) -> Option<i64> {
+pub(crate) fn stream_offset(props: &BasicProperties) -> Option<i64> {
     match props.headers().as_ref()?.inner().get("x-stream-offset")? {
         AMQPValue::LongLongInt(n) => Some(*n),
         AMQPValue::LongInt(n) => Some(i64::from(*n)),

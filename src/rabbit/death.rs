@@ -13,31 +13,31 @@ use std::fmt;
 
 /// One `x-death` entry: one `{queue, reason}` pair of the message's history.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Death {
-    pub queue: Option<String>,
-    pub reason: Option<String>,
-    pub count: Option<i64>,
+pub(crate) struct Death {
+    pub(crate) queue: Option<String>,
+    pub(crate) reason: Option<String>,
+    pub(crate) count: Option<i64>,
     /// When the message FIRST died for this `{queue, reason}` (the broker does not update it).
-    pub time: Option<DateTime<Utc>>,
-    pub exchange: Option<String>,
-    pub routing_keys: Vec<String>,
-    pub original_expiration: Option<String>,
+    pub(crate) time: Option<DateTime<Utc>>,
+    pub(crate) exchange: Option<String>,
+    pub(crate) routing_keys: Vec<String>,
+    pub(crate) original_expiration: Option<String>,
 }
 
 /// Everything the broker's dead-letter headers say, parsed without trusting them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DeathInfo {
+pub(crate) struct DeathInfo {
     /// Most recent first, as the broker orders them.
-    pub deaths: Vec<Death>,
-    pub first_death_queue: Option<String>,
-    pub first_death_reason: Option<String>,
-    pub first_death_exchange: Option<String>,
+    pub(crate) deaths: Vec<Death>,
+    pub(crate) first_death_queue: Option<String>,
+    pub(crate) first_death_reason: Option<String>,
+    pub(crate) first_death_exchange: Option<String>,
     /// `x-last-death-*` exist from RabbitMQ 3.13 on; `None` on older brokers.
-    pub last_death_queue: Option<String>,
-    pub last_death_reason: Option<String>,
-    pub last_death_exchange: Option<String>,
+    pub(crate) last_death_queue: Option<String>,
+    pub(crate) last_death_reason: Option<String>,
+    pub(crate) last_death_exchange: Option<String>,
     /// What looked odd, e.g. `x-death[1].count is a string`. Never fatal.
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
 }
 
 impl DeathInfo {
@@ -45,12 +45,12 @@ impl DeathInfo {
     /// on it. "First death" is wrong wherever a message passed through TTL hops (Celery's
     /// `celery_delayed_*` chain, a retry queue): it names a queue whose only role was to
     /// expire it on the way, where a replayed copy would expire and be dropped again.
-    pub fn origin_queue(&self) -> Option<&str> {
+    pub(crate) fn origin_queue(&self) -> Option<&str> {
         self.origin().map(|(q, _)| q)
     }
 
     /// [`Self::origin_queue`] with the rule that chose it, for the plan.
-    pub fn origin(&self) -> Option<(&str, &'static str)> {
+    pub(crate) fn origin(&self) -> Option<(&str, &'static str)> {
         // `x-death` is most recent first.
         let gave_up = self.deaths.iter().find(|d| {
             matches!(d.reason.as_deref(), Some("rejected" | "delivery_limit"))
@@ -75,7 +75,7 @@ impl DeathInfo {
 
     /// Why the message is where it is now: `x-last-death-reason`, else the newest `x-death`
     /// entry's reason, else `x-first-death-reason`.
-    pub fn latest_reason(&self) -> Option<&str> {
+    pub(crate) fn latest_reason(&self) -> Option<&str> {
         self.last_death_reason
             .as_deref()
             .or_else(|| self.deaths.first().and_then(|d| d.reason.as_deref()))
@@ -84,13 +84,14 @@ impl DeathInfo {
 
     /// How many times the message was dead-lettered in all. An entry without a usable count
     /// still stands for at least one death.
-    pub fn total_count(&self) -> i64 {
+    pub(crate) fn total_count(&self) -> i64 {
         self.deaths.iter().fold(0i64, |acc, d| {
             acc.saturating_add(d.count.unwrap_or(1).max(1))
         })
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.deaths.is_empty()
             && self.first_death_queue.is_none()
             && self.first_death_reason.is_none()
@@ -102,7 +103,7 @@ impl DeathInfo {
 
     /// JSON for `inspect`/`-o json`: every key always present (null when unknown) so scripts
     /// can rely on the shape.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         let deaths: Vec<Value> = self
             .deaths
             .iter()
@@ -274,7 +275,7 @@ fn parse_death(t: &FieldTable, path: &dyn fmt::Display, warnings: &mut Vec<Strin
 
 /// Parses `x-death` and `x-first-death-*`/`x-last-death-*`. Never fails: odd values become
 /// warnings and missing fields stay `None`.
-pub fn parse_deaths(headers: Option<&FieldTable>) -> DeathInfo {
+pub(crate) fn parse_deaths(headers: Option<&FieldTable>) -> DeathInfo {
     let mut info = DeathInfo::default();
     let Some(h) = headers else {
         return info;
@@ -325,7 +326,7 @@ fn death_queue(d: &Death) -> Option<&str> {
 /// Celery's own delayed-delivery queues (5.5+, quorum queues): TTL hops, never where a
 /// task is consumed.
 /// kombu 5.7 may prefix them (`<prefix>_celery_delayed_N`): `^(.+_)?celery_delayed_(\d+|delivery)$`.
-pub fn is_delay_hop(queue: &str) -> bool {
+pub(crate) fn is_delay_hop(queue: &str) -> bool {
     let Some(at) = queue.rfind("celery_delayed_") else {
         return false;
     };
@@ -362,7 +363,7 @@ const ERROR_HEADERS: &[(&str, Option<&str>)] = &[
 /// The reason shown for a dead letter: the dead-letter reason (the latest one: that is why the
 /// message is where it is now) plus the first error text a producer attached, e.g.
 /// `rejected: KeyError: 'usuario_id'`. `extra_headers` are checked before the known ones.
-pub fn reason_text(
+pub(crate) fn reason_text(
     headers: Option<&FieldTable>,
     deaths: &DeathInfo,
     extra_headers: &[String],
@@ -381,7 +382,7 @@ pub fn reason_text(
 }
 
 /// The first error text found in the headers, cut down to one line.
-pub fn error_text(headers: &FieldTable, extra_headers: &[String]) -> Option<String> {
+pub(crate) fn error_text(headers: &FieldTable, extra_headers: &[String]) -> Option<String> {
     let extra = extra_headers.iter().map(|h| (h.as_str(), None));
     for (name, type_header) in extra.chain(ERROR_HEADERS.iter().copied()) {
         let Some(message) = header_text(headers, name) else {
@@ -459,7 +460,7 @@ fn one_line(text: &str) -> Option<String> {
 }
 
 /// Celery's task name (the `task` header of protocol 2 messages).
-pub fn celery_task_name(headers: Option<&FieldTable>) -> Option<String> {
+pub(crate) fn celery_task_name(headers: Option<&FieldTable>) -> Option<String> {
     string_header(headers, "task")
 }
 

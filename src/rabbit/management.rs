@@ -17,21 +17,21 @@ const QUEUE_COLUMNS: &str =
     "name,type,arguments,effective_policy_definition,messages,messages_unacknowledged,consumers";
 
 #[derive(Debug, Clone)]
-pub struct Management {
+pub(crate) struct Management {
     client: reqwest::Client,
     /// Base URL without credentials, ending before `api/`.
     base: url::Url,
     user: String,
     password: String,
     /// For messages: the URL with the password masked.
-    pub shown: String,
+    pub(crate) shown: String,
     /// For messages about certificates.
     tls_files: TlsFiles,
 }
 
 /// Why the API could not answer.
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     #[error("management API at {url} is not reachable: {reason}")]
     Unreachable { url: String, reason: String },
     #[error(
@@ -214,7 +214,7 @@ impl Management {
     }
 
     /// The broker version (`/api/overview`).
-    pub async fn version(&self) -> Result<Option<Version>, ApiError> {
+    pub(crate) async fn version(&self) -> Result<Option<Version>, ApiError> {
         let o: Overview = self.get(&["overview"], &[]).await?;
         Ok(o.rabbitmq_version.as_deref().and_then(Version::parse))
     }
@@ -223,7 +223,7 @@ impl Management {
     /// the broker most of the time of this call (100 ms instead of 17 ms for 400 queues);
     /// `enable_queue_totals` keeps the message counts. The effective policy then comes from
     /// the policy lists (`topology::effective_policy`).
-    pub async fn queues(&self, vhost: &str) -> Result<Vec<ApiQueue>, ApiError> {
+    pub(crate) async fn queues(&self, vhost: &str) -> Result<Vec<ApiQueue>, ApiError> {
         self.get(
             &["queues", vhost],
             &[
@@ -236,7 +236,11 @@ impl Management {
     }
 
     /// One queue; `None` when it does not exist.
-    pub async fn queue(&self, vhost: &str, name: &str) -> Result<Option<ApiQueue>, ApiError> {
+    pub(crate) async fn queue(
+        &self,
+        vhost: &str,
+        name: &str,
+    ) -> Result<Option<ApiQueue>, ApiError> {
         match self.get(&["queues", vhost, name], &[]).await {
             Ok(q) => Ok(Some(q)),
             Err(ApiError::NotFound { .. }) => Ok(None),
@@ -244,22 +248,22 @@ impl Management {
         }
     }
 
-    pub async fn bindings(&self, vhost: &str) -> Result<Vec<ApiBinding>, ApiError> {
+    pub(crate) async fn bindings(&self, vhost: &str) -> Result<Vec<ApiBinding>, ApiError> {
         self.get(&["bindings", vhost], &[]).await
     }
 
-    pub async fn exchanges(&self, vhost: &str) -> Result<Vec<ApiExchange>, ApiError> {
+    pub(crate) async fn exchanges(&self, vhost: &str) -> Result<Vec<ApiExchange>, ApiError> {
         self.get(&["exchanges", vhost], &[("columns", "name,type")])
             .await
     }
 
-    pub async fn policies(&self, vhost: &str) -> Result<Vec<ApiPolicy>, ApiError> {
+    pub(crate) async fn policies(&self, vhost: &str) -> Result<Vec<ApiPolicy>, ApiError> {
         self.get(&["policies", vhost], &[]).await
     }
 
     /// Operator policies; users without the policymaker/administrator tag get a 401 here,
     /// which only means there is nothing they may see.
-    pub async fn operator_policies(&self, vhost: &str) -> Result<Vec<ApiPolicy>, ApiError> {
+    pub(crate) async fn operator_policies(&self, vhost: &str) -> Result<Vec<ApiPolicy>, ApiError> {
         match self.get(&["operator-policies", vhost], &[]).await {
             Err(ApiError::Refused { .. }) | Err(ApiError::NotFound { .. }) => Ok(Vec::new()),
             other => other,

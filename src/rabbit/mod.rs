@@ -7,14 +7,14 @@
 //! offset and never change. See `reader` for the details and docs/QUEUES.md for what a
 //! reader can still observe (`redelivered`, quorum delivery counts).
 
-pub mod codec;
-pub mod death;
-pub mod management;
-pub mod publish;
-pub mod reader;
+pub(crate) mod codec;
+pub(crate) mod death;
+pub(crate) mod management;
+pub(crate) mod publish;
+pub(crate) mod reader;
 mod renew;
-pub mod take;
-pub mod topology;
+pub(crate) mod take;
+pub(crate) mod topology;
 
 use crate::error::usage;
 use crate::model::TargetFacts;
@@ -38,11 +38,11 @@ pub(crate) const CHANNEL_DEPTH: usize = 256;
 
 /// Where and as whom to connect, resolved once from the settings.
 #[derive(Clone)]
-pub struct Target {
-    pub uri: AMQPUri,
-    pub vhost: String,
+pub(crate) struct Target {
+    pub(crate) uri: AMQPUri,
+    pub(crate) vhost: String,
     /// The AMQP URL with the password masked, for messages.
-    pub shown: String,
+    pub(crate) shown: String,
     /// Extra CA and client certificate for amqps:// (and an https management API).
     pub(crate) tls_files: TlsFiles,
     /// `--management-url` (secret like the AMQP URL); `None`: derived from the AMQP URL.
@@ -139,16 +139,16 @@ impl Target {
         })
     }
 
-    pub fn user(&self) -> &str {
+    pub(crate) fn user(&self) -> &str {
         &self.uri.authority.userinfo.username
     }
 
-    pub fn tls(&self) -> bool {
+    pub(crate) fn tls(&self) -> bool {
         self.uri.scheme == AMQPScheme::AMQPS
     }
 
     /// The management API client for this broker (`--management-url` or the default).
-    pub fn management(&self) -> Result<Management> {
+    pub(crate) fn management(&self) -> Result<Management> {
         Management::new(
             self.management_url.as_deref(),
             &self.uri.authority.host,
@@ -178,7 +178,7 @@ impl Target {
 }
 
 /// Opens the connection; errors say what went wrong without the password.
-pub async fn connect(t: &Target) -> Result<Connection> {
+pub(crate) async fn connect(t: &Target) -> Result<Connection> {
     // Named per process so an operator (or a test) can find this run's connection.
     let name = format!("dlq-{} v{}", std::process::id(), env!("CARGO_PKG_VERSION"));
     let props = ConnectionProperties::default().with_connection_name(name.as_str().into());
@@ -302,7 +302,7 @@ pub(crate) fn explain_tls(problem: &Problem, files: &TlsFiles, what: &str) -> St
 }
 
 /// True when a lapin error is the broker's 404 for a queue.
-pub fn is_not_found(e: &lapin::Error) -> bool {
+pub(crate) fn is_not_found(e: &lapin::Error) -> bool {
     is_soft(e, AMQPSoftError::NOTFOUND)
 }
 
@@ -326,7 +326,7 @@ pub struct Depth {
 }
 
 /// How long a closing handshake (channel or connection) may take once the work is done.
-pub const CLOSE_LIMIT: Duration = Duration::from_secs(10);
+pub(crate) const CLOSE_LIMIT: Duration = Duration::from_secs(10);
 
 /// How long acknowledgements on a quorum queue are given before their channel closes.
 ///
@@ -345,7 +345,7 @@ pub(crate) async fn settle_grace() {
 /// Closes the connection at the end of a command. Bounded: everything was settled before,
 /// and a close-ok that never comes (the client's I/O loop already gone) must not keep the
 /// process alive; the broker drops the connection when the process exits anyway.
-pub async fn close(conn: &Connection, why: &str) {
+pub(crate) async fn close(conn: &Connection, why: &str) {
     let _ = tokio::time::timeout(CLOSE_LIMIT, conn.close(200, why.into())).await;
 }
 
@@ -362,7 +362,7 @@ pub async fn passive_declare(conn: &Connection, queue: &str) -> Result<Option<De
 }
 
 /// `passive_declare`, handing back the (still open) channel for further use.
-pub async fn passive_declare_keep(
+pub(crate) async fn passive_declare_keep(
     conn: &Connection,
     queue: &str,
 ) -> Result<Option<(Depth, lapin::Channel)>> {
@@ -388,7 +388,7 @@ pub async fn passive_declare_keep(
 }
 
 /// What the management API says about one queue, or why it could not say.
-pub async fn queue_facts(
+pub(crate) async fn queue_facts(
     mgmt: &Management,
     vhost: &str,
     queue: &str,
@@ -424,15 +424,15 @@ pub async fn queue_facts(
 
 /// A queue checked and ready to be read.
 #[derive(Debug, Clone)]
-pub struct Checked {
-    pub name: String,
-    pub facts: QueueFacts,
-    pub depth: Depth,
+pub(crate) struct Checked {
+    pub(crate) name: String,
+    pub(crate) facts: QueueFacts,
+    pub(crate) depth: Depth,
 }
 
 /// Checks every named queue before anything is read: it exists (else a usage error naming
 /// it, and nothing is created), and reading it is safe (else a usage error unless `force`).
-pub async fn check_queues(
+pub(crate) async fn check_queues(
     conn: &Connection,
     target: &Target,
     printer: &Printer,

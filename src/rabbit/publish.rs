@@ -15,15 +15,15 @@ use tokio::sync::{mpsc, oneshot};
 
 /// Header that carries the per-publish correlation key when `message_id` cannot be used
 /// (queue replays keep the original message id).
-pub const PUBLISH_ID_HEADER: &str = "dlq-publish-id";
+pub(crate) const PUBLISH_ID_HEADER: &str = "dlq-publish-id";
 
 /// Scrubs a lapin error for display.
-pub fn scrubbed(e: lapin::Error) -> anyhow::Error {
+pub(crate) fn scrubbed(e: lapin::Error) -> anyhow::Error {
     anyhow!(redact::scrub(&e.to_string()))
 }
 
 /// Passive exchange declare: false when it does not exist. The default exchange always exists.
-pub async fn exchange_exists(conn: &Connection, name: &str) -> Result<bool> {
+pub(crate) async fn exchange_exists(conn: &Connection, name: &str) -> Result<bool> {
     if name.is_empty() {
         return Ok(true);
     }
@@ -52,7 +52,7 @@ pub async fn exchange_exists(conn: &Connection, name: &str) -> Result<bool> {
 
 /// What the broker said about one publish.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Acked and not returned: a queue has it.
     Confirmed,
     /// Returned as unroutable (then acked): no queue took it.
@@ -62,16 +62,16 @@ pub enum Outcome {
 }
 
 /// One message to publish.
-pub struct Outgoing {
-    pub exchange: String,
-    pub routing_key: String,
-    pub body: Vec<u8>,
+pub(crate) struct Outgoing {
+    pub(crate) exchange: String,
+    pub(crate) routing_key: String,
+    pub(crate) body: Vec<u8>,
     /// Must carry a unique correlation key: `message_id`, or the `dlq-publish-id` header.
-    pub properties: BasicProperties,
+    pub(crate) properties: BasicProperties,
 }
 
 /// The correlation key of a message: the `dlq-publish-id` header, else `message_id`.
-pub fn correlation_key(p: &BasicProperties) -> Option<String> {
+pub(crate) fn correlation_key(p: &BasicProperties) -> Option<String> {
     if let Some(h) = p.headers()
         && let Some(AMQPValue::LongString(s)) = h.inner().get(PUBLISH_ID_HEADER)
     {
@@ -133,7 +133,7 @@ struct Writing<T> {
 /// - a confirm carrying another message's return: returns are queued; decide nothing more
 ///   (and publish nothing more) until every in-flight confirm resolved (then every return
 ///   has been handed out).
-pub struct Pipeline<T> {
+pub(crate) struct Pipeline<T> {
     channel: Channel,
     pace: Pace,
     staged: VecDeque<(Outgoing, T)>,
@@ -153,7 +153,7 @@ pub struct Pipeline<T> {
 
 impl<T> Pipeline<T> {
     /// Opens a confirm-mode channel; `rate` caps publishes per second.
-    pub async fn open(conn: &Connection, rate: Option<f64>) -> Result<Pipeline<T>> {
+    pub(crate) async fn open(conn: &Connection, rate: Option<f64>) -> Result<Pipeline<T>> {
         let channel = conn.create_channel().await.map_err(scrubbed)?;
         channel
             .confirm_select(ConfirmSelectOptions::default())
@@ -173,29 +173,29 @@ impl<T> Pipeline<T> {
     }
 
     /// Messages given to the pipeline whose outcome was not taken yet.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.staged.len() + self.writing.len() + self.inflight.len() + self.settled.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Queues a message; it is published, in order, by the next `flush` (or `next`).
     /// It must carry a unique correlation key (see [`correlation_key`]).
-    pub fn stage(&mut self, msg: Outgoing, tag: T) {
+    pub(crate) fn stage(&mut self, msg: Outgoing, tag: T) {
         self.staged.push_back((msg, tag));
     }
 
     /// Takes back every staged message not yet handed to lapin (nothing of them was sent),
     /// returning their tags in order.
-    pub fn unstage(&mut self) -> Vec<T> {
+    pub(crate) fn unstage(&mut self) -> Vec<T> {
         self.staged.drain(..).map(|(_, tag)| tag).collect()
     }
 
     /// Publishes every staged message, in order (pacing `--rate`, and waiting while a
     /// misattributed return is being sorted out).
-    pub async fn flush(&mut self) {
+    pub(crate) async fn flush(&mut self) {
         // Taken off `staged` only once started: cancelled at an await (a `select!`), the
         // message stays staged.
         while !self.staged.is_empty() {
@@ -210,14 +210,14 @@ impl<T> Pipeline<T> {
     }
 
     /// The next outcome already known, in publish order, without waiting.
-    pub fn try_next(&mut self) -> Option<(T, Result<Outcome>)> {
+    pub(crate) fn try_next(&mut self) -> Option<(T, Result<Outcome>)> {
         self.progress();
         self.settled.pop_front()
     }
 
     /// The next outcome, in publish order, waiting for it; `None` once nothing is left.
     /// An error means the outcome is unknown (connection lost): treat it as not moved.
-    pub async fn next(&mut self) -> Option<(T, Result<Outcome>)> {
+    pub(crate) async fn next(&mut self) -> Option<(T, Result<Outcome>)> {
         self.flush().await;
         loop {
             if let Some(done) = self.try_next() {
@@ -386,29 +386,27 @@ impl<T> Pipeline<T> {
 /// Handle to a publisher task (a [`Pipeline`] of its own), for callers that publish from
 /// several tasks. Clone it to publish from several tasks.
 #[derive(Clone)]
-pub struct Publisher {
+pub(crate) struct Publisher {
     tx: mpsc::Sender<Request>,
 }
 
 impl Publisher {
     /// Opens a confirm-mode channel and starts the publisher task. `window` is the most
     /// unconfirmed publishes at once; `rate` caps publishes per second.
-    pub async fn start(conn: &Connection, window: usize, rate: Option<f64>) -> Result<Publisher> {
+    pub(crate) async fn start(
+        conn: &Connection,
+        window: usize,
+        rate: Option<f64>,
+    ) -> Result<Publisher> {
         let pipeline = Pipeline::open(conn, rate).await?;
         let (tx, rx) = mpsc::channel(window.max(1));
         tokio::spawn(run(pipeline, rx, window.max(1)));
         Ok(Publisher { tx })
     }
 
-    /// Publishes and resolves once the broker has settled this message. An error means the
-    /// outcome is unknown (connection lost): treat the message as not moved.
-    pub async fn publish(&self, msg: Outgoing) -> Result<Outcome> {
-        self.submit(msg).await?.await
-    }
-
     /// Queues a publish in call order (so messages reach the broker in the order submitted)
     /// and returns a future of its outcome.
-    pub async fn submit(
+    pub(crate) async fn submit(
         &self,
         msg: Outgoing,
     ) -> Result<impl std::future::Future<Output = Result<Outcome>> + use<>> {

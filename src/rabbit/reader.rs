@@ -61,24 +61,24 @@ const STREAM_IDLE: Duration = Duration::from_secs(5);
 
 /// What to read.
 #[derive(Debug, Clone)]
-pub struct ReadSpec {
-    pub queue: String,
-    pub kind: QueueKind,
+pub(crate) struct ReadSpec {
+    pub(crate) queue: String,
+    pub(crate) kind: QueueKind,
     /// Ready messages when the read started (passive declare).
-    pub ready: u64,
+    pub(crate) ready: u64,
     /// Read at most this many (a `list` sample).
-    pub max: Option<u64>,
+    pub(crate) max: Option<u64>,
     /// The quorum delivery limit, when giving messages back counts toward it.
-    pub counted_limit: Option<i64>,
+    pub(crate) counted_limit: Option<i64>,
     /// Quorum queue where a return adds to the delivery count.
-    pub counts_returns: bool,
+    pub(crate) counts_returns: bool,
     /// How held messages go back (`topology::read_verdict`; `--force` reads risky
     /// queues by closing).
-    pub give_back: GiveBack,
+    pub(crate) give_back: GiveBack,
 }
 
 impl ReadSpec {
-    pub fn for_checked(c: &Checked, max: Option<u64>) -> ReadSpec {
+    pub(crate) fn for_checked(c: &Checked, max: Option<u64>) -> ReadSpec {
         let give_back = match read_verdict(&c.name, &c.facts, c.depth.consumers) {
             ReadVerdict::Safe(g) => g,
             ReadVerdict::Risky(_) => GiveBack::Close,
@@ -104,28 +104,28 @@ impl ReadSpec {
     /// 3.10: a second `inspect --limit 3` moved the first window to the back). Holding
     /// every message that was ready at the start empties that list, so the give-back
     /// restores the order exactly. A queue of unknown type is treated the same way.
-    pub fn read_all_to_keep_order(&self) -> bool {
+    pub(crate) fn read_all_to_keep_order(&self) -> bool {
         matches!(self.kind, QueueKind::Quorum | QueueKind::Unknown)
     }
 }
 
 /// What happened during a read.
 #[derive(Debug, Clone, Default)]
-pub struct ReadReport {
-    pub read: u64,
+pub(crate) struct ReadReport {
+    pub(crate) read: u64,
     /// The command stopped taking records (e.g. `--limit` reached).
-    pub receiver_gone: bool,
+    pub(crate) receiver_gone: bool,
     /// Fewer messages than counted at the start were there to read.
-    pub ended_short: bool,
-    pub max_delivery_count: Option<i64>,
+    pub(crate) ended_short: bool,
+    pub(crate) max_delivery_count: Option<i64>,
     /// The delivery tag of the last message held on the read's channel.
     last_tag: Option<u64>,
     /// Given back at exactly the delivery limit: the next return drops them.
-    pub now_at_limit: u64,
+    pub(crate) now_at_limit: u64,
     /// Given back past the delivery limit: the broker dropped or re-dead-lettered them.
-    pub pushed_over: u64,
+    pub(crate) pushed_over: u64,
     /// What a renewal did (`GiveBack::Renew`), for the user.
-    pub renewal_notes: Vec<String>,
+    pub(crate) renewal_notes: Vec<String>,
 }
 
 impl ReadReport {
@@ -143,7 +143,7 @@ impl ReadReport {
     }
 
     /// What the user must hear about this read.
-    pub fn warnings(&self, q: &Checked) -> Vec<String> {
+    pub(crate) fn warnings(&self, q: &Checked) -> Vec<String> {
         let mut w = self.renewal_notes.clone();
         let limit = q.facts.delivery_limit.unwrap_or_default();
         if self.pushed_over > 0 {
@@ -170,10 +170,10 @@ impl ReadReport {
 
 /// Turns one delivered message (queue, exchange, routing key, properties, body) into what
 /// the caller wants: a full record, or just what a `list` sample needs.
-pub type Make<T> = dyn Fn(&str, &str, &str, &BasicProperties, &[u8]) -> T + Send + Sync;
+pub(crate) type Make<T> = dyn Fn(&str, &str, &str, &BasicProperties, &[u8]) -> T + Send + Sync;
 
 /// Reads one queue, sending `make`'s result per message to `tx`, and gives everything back.
-pub async fn read_queue<T: Send>(
+pub(crate) async fn read_queue<T: Send>(
     conn: &Connection,
     spec: &ReadSpec,
     make: &Make<T>,
@@ -184,7 +184,7 @@ pub async fn read_queue<T: Send>(
 
 /// Like `read_queue`, reading a classic or quorum queue on `channel` when given (one
 /// round trip less per queue for `list`). The channel is closed at the end.
-pub async fn read_queue_on<T: Send>(
+pub(crate) async fn read_queue_on<T: Send>(
     conn: &Connection,
     channel: Option<Channel>,
     spec: &ReadSpec,
@@ -317,7 +317,7 @@ async fn give_back(ch: &Channel) {
 
 /// How long to wait for `held` given-back messages to be ready again: the broker requeues a
 /// closed channel's messages asynchronously, about 20,000 a second here.
-pub fn give_back_wait(held: u64) -> Duration {
+pub(crate) fn give_back_wait(held: u64) -> Duration {
     (GIVE_BACK_WAIT + Duration::from_millis(held / 10)).min(Duration::from_secs(120))
 }
 

@@ -38,18 +38,18 @@ struct Current {
     peeked: Option<Option<lapin::Result<Delivery>>>,
 }
 
-pub struct Taker {
+pub(crate) struct Taker {
     /// One channel per consumer window, oldest first; the last one is in use.
     channels: Vec<Channel>,
     queue: String,
     want: u64,
     /// Messages handed out so far.
-    pub taken: u64,
+    pub(crate) taken: u64,
     bytes: u64,
     consumers: u32,
     current: Option<Current>,
     /// Fewer messages than counted at the start were there to take.
-    pub ended_short: bool,
+    pub(crate) ended_short: bool,
     /// Kept messages are renewed, not given back (opened at the first `keep`).
     renews: bool,
     renewal: Option<Renewal>,
@@ -62,7 +62,7 @@ pub struct Taker {
 impl Taker {
     /// Prepares to take at most the ready messages counted in `spec` (so a growing queue
     /// still ends: later arrivals are left for the next run).
-    pub async fn open(spec: &ReadSpec) -> Result<Taker> {
+    pub(crate) async fn open(spec: &ReadSpec) -> Result<Taker> {
         Ok(Taker {
             channels: Vec::new(),
             queue: spec.queue.clone(),
@@ -81,7 +81,7 @@ impl Taker {
 
     /// The caller leaves `d` (just returned by `next`) in the queue. Where giving it back would
     /// count toward the delivery limit it is renewed; otherwise the release gives it back.
-    pub async fn keep(&mut self, conn: &Connection, d: &Delivery) -> Result<()> {
+    pub(crate) async fn keep(&mut self, conn: &Connection, d: &Delivery) -> Result<()> {
         if !self.renews {
             return Ok(());
         }
@@ -108,7 +108,7 @@ impl Taker {
 
     /// The next message in queue order, or `None` once the counted messages were taken.
     /// Acknowledge it with `delivery.acker`; anything not acknowledged goes back on release.
-    pub async fn next(&mut self, conn: &Connection) -> Result<Option<Delivery>> {
+    pub(crate) async fn next(&mut self, conn: &Connection) -> Result<Option<Delivery>> {
         let q = self.queue.clone();
         loop {
             if self.current.is_none() {
@@ -200,7 +200,7 @@ impl Taker {
 
     /// Whether `next` would return at once, without waiting for the broker: callers batch
     /// work until it would wait.
-    pub fn ready(&mut self) -> bool {
+    pub(crate) fn ready(&mut self) -> bool {
         let Some(cur) = self.current.as_mut() else {
             return self.taken >= self.want;
         };
@@ -220,18 +220,18 @@ impl Taker {
     }
 
     /// Which channel the message just returned by `next` came on (for `ack`).
-    pub fn channel_index(&self) -> usize {
+    pub(crate) fn channel_index(&self) -> usize {
         self.channels.len().saturating_sub(1)
     }
 
     /// Every take channel so far, oldest first (indices as `channel_index`).
-    pub fn channels(&self) -> &[Channel] {
+    pub(crate) fn channels(&self) -> &[Channel] {
         &self.channels
     }
 
     /// Acknowledges (removes) one taken message by channel and delivery tag: lighter to keep
     /// than its acker when a whole archive must be on disk before anything is removed.
-    pub async fn ack(&self, channel: usize, delivery_tag: u64) -> Result<()> {
+    pub(crate) async fn ack(&self, channel: usize, delivery_tag: u64) -> Result<()> {
         let ch = self
             .channels
             .get(channel)
@@ -246,7 +246,7 @@ impl Taker {
     /// briefly until `held` messages are ready again (a quorum queue requeues asynchronously).
     /// The kept messages of a renewing take are renewed first; returns what the user must hear
     /// of that.
-    pub async fn release(mut self, conn: &Connection, held: u64) -> Vec<String> {
+    pub(crate) async fn release(mut self, conn: &Connection, held: u64) -> Vec<String> {
         let mut notes = Vec::new();
         let mut held = held;
         if let Some(mut r) = self.renewal.take() {

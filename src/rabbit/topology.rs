@@ -9,44 +9,44 @@ use std::collections::{BTreeMap, BTreeSet};
 /// `messages_unacknowledged`, `effective_policy_definition`, `policy`) are missing for a
 /// few seconds after a queue is created: the broker emits stats every 5 s.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct ApiQueue {
-    pub name: String,
+pub(crate) struct ApiQueue {
+    pub(crate) name: String,
     #[serde(rename = "type")]
-    pub kind: Option<String>,
+    pub(crate) kind: Option<String>,
     #[serde(default)]
-    pub arguments: Map<String, Value>,
-    pub effective_policy_definition: Option<Map<String, Value>>,
-    pub messages: Option<u64>,
-    pub messages_unacknowledged: Option<u64>,
-    pub consumers: Option<u64>,
+    pub(crate) arguments: Map<String, Value>,
+    pub(crate) effective_policy_definition: Option<Map<String, Value>>,
+    pub(crate) messages: Option<u64>,
+    pub(crate) messages_unacknowledged: Option<u64>,
+    pub(crate) consumers: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
-pub struct ApiBinding {
-    pub source: String,
-    pub destination: String,
-    pub destination_type: String,
+pub(crate) struct ApiBinding {
+    pub(crate) source: String,
+    pub(crate) destination: String,
+    pub(crate) destination_type: String,
     #[serde(default)]
-    pub routing_key: String,
+    pub(crate) routing_key: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
-pub struct ApiExchange {
-    pub name: String,
+pub(crate) struct ApiExchange {
+    pub(crate) name: String,
     #[serde(rename = "type")]
-    pub kind: String,
+    pub(crate) kind: String,
 }
 
 #[derive(Debug, Clone, Deserialize)]
-pub struct ApiPolicy {
-    pub name: String,
-    pub pattern: String,
+pub(crate) struct ApiPolicy {
+    pub(crate) name: String,
+    pub(crate) pattern: String,
     #[serde(rename = "apply-to", default = "apply_to_all")]
-    pub apply_to: String,
+    pub(crate) apply_to: String,
     #[serde(default)]
-    pub definition: Map<String, Value>,
+    pub(crate) definition: Map<String, Value>,
     #[serde(default)]
-    pub priority: i64,
+    pub(crate) priority: i64,
 }
 
 fn apply_to_all() -> String {
@@ -55,7 +55,7 @@ fn apply_to_all() -> String {
 
 /// The queue types dlq reads differently.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QueueKind {
+pub(crate) enum QueueKind {
     Classic,
     Quorum,
     Stream,
@@ -64,7 +64,7 @@ pub enum QueueKind {
 }
 
 impl QueueKind {
-    pub fn from_api(kind: Option<&str>) -> QueueKind {
+    pub(crate) fn from_api(kind: Option<&str>) -> QueueKind {
         match kind {
             Some("classic") => QueueKind::Classic,
             Some("quorum") => QueueKind::Quorum,
@@ -75,7 +75,7 @@ impl QueueKind {
         }
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             QueueKind::Classic => "classic",
             QueueKind::Quorum => "quorum",
@@ -87,10 +87,10 @@ impl QueueKind {
 
 /// A broker version, `major.minor.patch`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Version(pub u32, pub u32, pub u32);
+pub(crate) struct Version(pub u32, pub u32, pub u32);
 
 impl Version {
-    pub fn parse(s: &str) -> Option<Version> {
+    pub(crate) fn parse(s: &str) -> Option<Version> {
         let mut parts = s
             .split(|c: char| !c.is_ascii_digit())
             .filter(|p| !p.is_empty())
@@ -163,7 +163,7 @@ const OPERATOR_MIN_KEYS: &[&str] = &[
 /// The effective policy definition of a queue: the broker's own view when the API has it,
 /// otherwise computed from the policy lists (the API leaves it out until the queue's first
 /// stats emission, and a freshly declared DLQ must not look unprotected).
-pub fn effective_policy(
+pub(crate) fn effective_policy(
     q: &ApiQueue,
     policies: &[ApiPolicy],
     operator_policies: &[ApiPolicy],
@@ -193,14 +193,14 @@ pub fn effective_policy(
 
 /// What makes a queue dead-letter somewhere.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeadLetterTarget {
-    pub exchange: String,
-    pub routing_key: Option<String>,
+pub(crate) struct DeadLetterTarget {
+    pub(crate) exchange: String,
+    pub(crate) routing_key: Option<String>,
 }
 
 /// `x-dead-letter-exchange` wins over the policy's `dead-letter-exchange` (RabbitMQ's
 /// rule for these two keys); same for the routing key.
-pub fn dead_letter_target(
+pub(crate) fn dead_letter_target(
     arguments: &Map<String, Value>,
     policy: &Map<String, Value>,
 ) -> Option<DeadLetterTarget> {
@@ -218,7 +218,7 @@ pub fn dead_letter_target(
 /// The delivery limit a quorum queue enforces. RabbitMQ takes the smaller of the argument
 /// and the policy; from 4.0 a quorum queue without either has a limit of 20, and a
 /// negative value disables it.
-pub fn delivery_limit(
+pub(crate) fn delivery_limit(
     arguments: &Map<String, Value>,
     policy: &Map<String, Value>,
     version: Option<Version>,
@@ -244,17 +244,17 @@ pub fn delivery_limit(
 
 /// What dlq knows about a queue before reading it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct QueueFacts {
-    pub kind: QueueKind,
-    pub delivery_limit: Option<i64>,
-    pub version: Option<Version>,
+pub(crate) struct QueueFacts {
+    pub(crate) kind: QueueKind,
+    pub(crate) delivery_limit: Option<i64>,
+    pub(crate) version: Option<Version>,
     /// Why the queue cannot be read by renewing it (see `GiveBack::Renew`), if anything.
-    pub renew_blocker: Option<String>,
+    pub(crate) renew_blocker: Option<String>,
 }
 
 /// What in a queue's arguments or policy makes a renewal unsafe: a message TTL or a length
 /// limit could drop an original or a copy while both are in the queue.
-pub fn renew_blocker(
+pub(crate) fn renew_blocker(
     arguments: &Map<String, Value>,
     policy: &Map<String, Value>,
 ) -> Option<String> {
@@ -276,7 +276,7 @@ pub fn renew_blocker(
 
 /// How a read gives the messages it held back to the queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GiveBack {
+pub(crate) enum GiveBack {
     /// Close the channel: every held message goes back to its place. Counts toward a quorum
     /// queue's delivery limit, so used where there is no limit (or with `--force`).
     Close,
@@ -292,7 +292,7 @@ pub enum GiveBack {
 
 /// Whether a read may go ahead, and how it gives messages back; why not when it may not.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReadVerdict {
+pub(crate) enum ReadVerdict {
     Safe(GiveBack),
     /// Allowed only with `--force` (then given back by closing); the text says why.
     Risky(String),
@@ -300,7 +300,7 @@ pub enum ReadVerdict {
 
 /// Why a queue cannot be renewed now: its arguments or policy, or consumers that could take
 /// a copy before dlq acknowledged its original.
-pub fn why_not_renewed(facts: &QueueFacts, consumers: u32) -> Option<String> {
+pub(crate) fn why_not_renewed(facts: &QueueFacts, consumers: u32) -> Option<String> {
     match (&facts.renew_blocker, consumers) {
         (Some(b), _) => Some(b.clone()),
         (None, 0) => None,
@@ -322,7 +322,7 @@ const NACK_NOT_COUNTED: Version = Version(4, 3, 0);
 ///
 /// (`basic.nack` is not used before 4.3: it counts there too, and on 3.10 it moves quorum
 /// messages to the back of the queue.) A queue whose type is unknown is risky.
-pub fn read_verdict(queue: &str, facts: &QueueFacts, consumers: u32) -> ReadVerdict {
+pub(crate) fn read_verdict(queue: &str, facts: &QueueFacts, consumers: u32) -> ReadVerdict {
     let limit = match (facts.kind, facts.delivery_limit) {
         (QueueKind::Classic | QueueKind::Stream, _) | (QueueKind::Quorum, None) => {
             return ReadVerdict::Safe(GiveBack::Close);
@@ -357,22 +357,22 @@ pub fn read_verdict(queue: &str, facts: &QueueFacts, consumers: u32) -> ReadVerd
 
 /// One dead-letter queue and what feeds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Dlq {
-    pub name: String,
+pub(crate) struct Dlq {
+    pub(crate) name: String,
     /// Queues that dead-letter into this one, sorted.
-    pub fed_by: Vec<String>,
+    pub(crate) fed_by: Vec<String>,
     /// The dead-letter exchanges that route here, sorted.
-    pub via: Vec<String>,
+    pub(crate) via: Vec<String>,
 }
 
 /// The result of discovery: DLQs, and what looked wrong on the way.
 #[derive(Debug, Clone, Default)]
-pub struct Topology {
-    pub dlqs: Vec<Dlq>,
-    pub warnings: Vec<String>,
+pub(crate) struct Topology {
+    pub(crate) dlqs: Vec<Dlq>,
+    pub(crate) warnings: Vec<String>,
     /// Queues recognised as retry or delay hops (`is_hop`), sorted: what they dead-letter
     /// into is a work queue, not a DLQ.
-    pub hops: Vec<String>,
+    pub(crate) hops: Vec<String>,
 }
 
 /// A queue whose dead-lettering is a scheduled hop back to work, not a death: Celery's
@@ -396,7 +396,7 @@ fn is_hop(
 }
 
 /// Topic matching as RabbitMQ does it: words split on `.`, `*` one word, `#` zero or more.
-pub fn topic_matches(pattern: &str, key: &str) -> bool {
+pub(crate) fn topic_matches(pattern: &str, key: &str) -> bool {
     fn go(p: &[&str], k: &[&str]) -> bool {
         match p.split_first() {
             None => k.is_empty(),
@@ -450,7 +450,7 @@ fn reachable_queues(
 
 /// Every queue that receives dead letters (the DLQs) and which queues feed each of them.
 /// `policies[i]` is the effective policy of `queues[i]`.
-pub fn discover(
+pub(crate) fn discover(
     queues: &[ApiQueue],
     policies: &[Map<String, Value>],
     bindings: &[ApiBinding],

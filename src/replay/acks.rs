@@ -23,12 +23,12 @@ use lapin::options::BasicAckOptions;
 use std::collections::HashMap;
 
 /// One confirmed message's acknowledgement, as sent.
-pub struct Acked {
+pub(crate) struct Acked {
     /// Index of its DLQ.
-    pub queue: usize,
-    pub id: RecordId,
+    pub(crate) queue: usize,
+    pub(crate) id: RecordId,
     /// `Ok`: written; an error: the message may now be in both places.
-    pub result: Result<(), lapin::Error>,
+    pub(crate) result: Result<(), lapin::Error>,
 }
 
 struct Chan {
@@ -63,7 +63,7 @@ type Sending = std::pin::Pin<Box<dyn std::future::Future<Output = Vec<Acked>> + 
 /// Acknowledgements waiting to be sent, per (DLQ index, take channel index), and those
 /// handed to lapin but not yet written.
 #[derive(Default)]
-pub struct Acks {
+pub(crate) struct Acks {
     chans: HashMap<(usize, usize), Chan>,
     /// Confirmed messages whose acknowledgement is not sent yet.
     waiting: usize,
@@ -77,18 +77,18 @@ pub struct Acks {
 impl Acks {
     /// Confirmed messages whose acknowledgement is not written yet (waiting or being
     /// sent): if dlq died now, these would be both in their destination and in the DLQ.
-    pub fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.waiting + self.in_sending
     }
 
     /// Whether acknowledgements are being written (or written and not yet reported).
-    pub fn sending(&self) -> bool {
+    pub(crate) fn sending(&self) -> bool {
         !self.sending.is_empty() || !self.done.is_empty()
     }
 
     /// Take channel `chan` of DLQ `queue`: announced before any of its messages is
     /// confirmed or skipped.
-    pub fn channel(&mut self, queue: usize, chan: usize, channel: &Channel) {
+    pub(crate) fn channel(&mut self, queue: usize, chan: usize, channel: &Channel) {
         self.chans
             .entry((queue, chan))
             .or_insert_with(|| Chan::new(channel.clone()));
@@ -101,7 +101,7 @@ impl Acks {
     }
 
     /// A message whose publish was cleanly confirmed: acknowledged at the next send.
-    pub fn confirmed(&mut self, queue: usize, chan: usize, tag: u64, id: RecordId) {
+    pub(crate) fn confirmed(&mut self, queue: usize, chan: usize, tag: u64, id: RecordId) {
         let c = self.chan(queue, chan);
         if c.batch && tag == c.next {
             c.next = tag + 1;
@@ -116,14 +116,14 @@ impl Acks {
 
     /// A taken message of this channel that will not be acknowledged: batches on that
     /// channel cannot reach past it any more.
-    pub fn not_moved(&mut self, queue: usize, chan: usize) {
+    pub(crate) fn not_moved(&mut self, queue: usize, chan: usize) {
         self.chan(queue, chan).batch = false;
     }
 
     /// Hands the waiting acknowledgements to lapin now, in order (a batch as one frame per
     /// channel, the rest one per message), without waiting for the writes: `written` and
     /// `next_written` say how each went.
-    pub fn send(&mut self) {
+    pub(crate) fn send(&mut self) {
         if self.waiting == 0 {
             return;
         }
@@ -150,7 +150,7 @@ impl Acks {
     }
 
     /// The acknowledgements written since the last call, without waiting.
-    pub fn written(&mut self) -> Vec<Acked> {
+    pub(crate) fn written(&mut self) -> Vec<Acked> {
         while let Some(Some(acked)) = self.sending.next().now_or_never() {
             self.finished(acked);
         }
@@ -158,7 +158,7 @@ impl Acks {
     }
 
     /// Waits for the next acknowledgement write; `None` when none is being sent.
-    pub async fn next_written(&mut self) -> Option<Vec<Acked>> {
+    pub(crate) async fn next_written(&mut self) -> Option<Vec<Acked>> {
         if self.done.is_empty() {
             let acked = self.sending.next().await?;
             self.finished(acked);
@@ -172,7 +172,7 @@ impl Acks {
     }
 
     /// Sends every waiting acknowledgement and waits until all are written.
-    pub async fn flush(&mut self) -> Vec<Acked> {
+    pub(crate) async fn flush(&mut self) -> Vec<Acked> {
         self.send();
         let mut out = Vec::new();
         while let Some(acked) = self.next_written().await {

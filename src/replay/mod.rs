@@ -1,13 +1,13 @@
 //! Replays: table rows re-dispatched as Celery tasks; queue messages moved back.
 
 mod acks;
-pub mod queue;
-pub mod requeue;
-pub mod restore;
-pub mod table;
+pub(crate) mod queue;
+pub(crate) mod requeue;
+pub(crate) mod restore;
+pub(crate) mod table;
 pub(crate) mod workers;
 
-pub use crate::model::Target;
+pub(crate) use crate::model::Target;
 pub(crate) use crate::model::hostname;
 
 use crate::output::{Printer, ellipsize};
@@ -23,7 +23,7 @@ pub(crate) fn note_target(printer: &Printer, facts: crate::model::TargetFacts) -
 }
 
 /// The plan's groups: (task, reason fingerprint) -> count, biggest first.
-pub fn print_plan_groups(printer: &Printer, groups: &BTreeMap<(String, String), u64>) {
+pub(crate) fn print_plan_groups(printer: &Printer, groups: &BTreeMap<(String, String), u64>) {
     let mut rows: Vec<(&(String, String), &u64)> = groups.iter().collect();
     rows.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
     let rows: Vec<Vec<String>> = rows
@@ -77,7 +77,7 @@ pub(crate) fn print_report(
 /// Ctrl-C or SIGTERM asks a bulk run to stop after the items in flight (their outcome is
 /// still recorded); a second signal exits at once, which is safe too: whatever was not
 /// confirmed was not marked or acked.
-pub fn stop_on_signal(
+pub(crate) fn stop_on_signal(
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> tokio::task::JoinHandle<()> {
     use std::sync::atomic::Ordering;

@@ -40,15 +40,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use tokio::sync::mpsc;
 
-pub struct Options {
-    pub queues: Vec<String>,
-    pub record: RecordOptions,
-    pub force: bool,
+pub(crate) struct Options {
+    pub(crate) queues: Vec<String>,
+    pub(crate) record: RecordOptions,
+    pub(crate) force: bool,
     /// `common.target` `None`: each message goes back to the queue it died in.
-    pub common: ReplayCommon,
-    pub canary: Option<super::Canary>,
+    pub(crate) common: ReplayCommon,
+    pub(crate) canary: Option<super::Canary>,
     /// Plan (take and select everything) before moving even under `--yes`.
-    pub plan_first: bool,
+    pub(crate) plan_first: bool,
 }
 
 /// What the plan pass found, per run.
@@ -174,7 +174,11 @@ fn describe_dest((exchange, rk): &(String, String)) -> String {
     }
 }
 
-pub async fn run(endpoints: &Endpoints, printer: &Printer, mut opts: Options) -> Result<Exit> {
+pub(crate) async fn run(
+    endpoints: &Endpoints,
+    printer: &Printer,
+    mut opts: Options,
+) -> Result<Exit> {
     // Without a plan to show, a record needs no more than its id, reason and origin, and
     // what --where reads; the plan shows more but never the readable headers, properties
     // and raw copy. --transform may read anything.

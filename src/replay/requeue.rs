@@ -19,12 +19,12 @@
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString};
 
-pub const REPLAY_COUNT: &str = "dlq-replay-count";
-pub const REPLAY_ID: &str = "dlq-replay-id";
-pub const REPLAYED_AT: &str = "dlq-replayed-at";
-pub const REPLAYED_FROM: &str = "dlq-replayed-from";
-pub const SAVED_DEATHS: &str = "dlq-x-death";
-pub const ORIGINAL_USER: &str = "dlq-original-user-id";
+pub(crate) const REPLAY_COUNT: &str = "dlq-replay-count";
+pub(crate) const REPLAY_ID: &str = "dlq-replay-id";
+pub(crate) const REPLAYED_AT: &str = "dlq-replayed-at";
+pub(crate) const REPLAYED_FROM: &str = "dlq-replayed-from";
+pub(crate) const SAVED_DEATHS: &str = "dlq-x-death";
+pub(crate) const ORIGINAL_USER: &str = "dlq-original-user-id";
 
 /// Headers the broker owns; removed on replay (their content is saved in `dlq-x-death`).
 const BROKER_DEATH_HEADERS: [&str; 7] = [
@@ -39,18 +39,18 @@ const BROKER_DEATH_HEADERS: [&str; 7] = [
 
 /// Facts about this replay run, stamped on every message.
 #[derive(Debug, Clone)]
-pub struct Stamp {
-    pub replay_id: String,
-    pub at: chrono::DateTime<chrono::Utc>,
+pub(crate) struct Stamp {
+    pub(crate) replay_id: String,
+    pub(crate) at: chrono::DateTime<chrono::Utc>,
     /// The DLQ the message is taken from.
-    pub from_queue: String,
+    pub(crate) from_queue: String,
     /// The user dlq connects as (a message's `user_id` must equal it to be accepted).
-    pub user: String,
-    pub max_replays: u32,
+    pub(crate) user: String,
+    pub(crate) max_replays: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     #[error(
         "already replayed {count} time(s) (--max-replays {max}): it keeps failing; fix the cause or raise --max-replays"
     )]
@@ -62,12 +62,12 @@ pub enum Refusal {
 }
 
 /// On a transformed message: the id of the dead letter it was made from.
-pub const TRANSFORMED_FROM: &str = "dlq-transformed-from";
+pub(crate) const TRANSFORMED_FROM: &str = "dlq-transformed-from";
 /// On a transformed message: the SHA-256 of the `--transform` program.
-pub const TRANSFORM: &str = "dlq-transform";
+pub(crate) const TRANSFORM: &str = "dlq-transform";
 
 /// How many times dlq replayed this message already.
-pub fn replay_count(headers: Option<&FieldTable>) -> i64 {
+pub(crate) fn replay_count(headers: Option<&FieldTable>) -> i64 {
     let Some(v) = headers.and_then(|h| h.inner().get(REPLAY_COUNT)) else {
         return 0;
     };
@@ -92,7 +92,7 @@ fn long(s: impl Into<String>) -> AMQPValue {
 }
 
 /// The properties to publish, or why this message must stay in the DLQ.
-pub fn prepare(
+pub(crate) fn prepare(
     props: &BasicProperties,
     stamp: &Stamp,
     publish_id: &str,
@@ -168,7 +168,7 @@ pub fn prepare(
 /// A transformed message is a new message: a fresh `message_id`, the application headers
 /// the program changed, and where it came from (`dlq-transformed-from`, the original id;
 /// `dlq-transform`, the program's SHA-256).
-pub fn transformed(
+pub(crate) fn transformed(
     props: BasicProperties,
     edit: &crate::transform::Edit,
     original_id: &str,

@@ -29,14 +29,14 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::path::Path;
 
-pub struct Options {
-    pub file: std::path::PathBuf,
+pub(crate) struct Options {
+    pub(crate) file: std::path::PathBuf,
     /// `common.target`: explicit; table rows default to the Celery queue, queue messages to
     /// their origin.
-    pub common: ReplayCommon,
+    pub(crate) common: ReplayCommon,
     /// `--canary N --canary-wait D` (archives of table rows): restore N, wait, and stop if
     /// the app stored their failures again.
-    pub canary: Option<super::Canary>,
+    pub(crate) canary: Option<super::Canary>,
 }
 
 /// What every archived record becomes before it is published.
@@ -337,7 +337,7 @@ struct RestorePlan {
 }
 
 /// verify -> plan -> destination and worker checks -> gate -> run -> report.
-pub async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options) -> Result<Exit> {
+pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options) -> Result<Exit> {
     let (kind, mut journal) = open_archive(printer, &opts.file)?;
     let canary_table = canary_table(endpoints, opts.canary.is_some(), kind).await?;
     let amqp_target = endpoints.rabbit.clone();

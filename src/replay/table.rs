@@ -30,13 +30,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use tokio::sync::mpsc;
 
-pub struct Options {
+pub(crate) struct Options {
     /// `common.window`: rows published but not yet marked, at most (the duplicate window).
-    pub common: ReplayCommon,
+    pub(crate) common: ReplayCommon,
     /// Where the tasks go (the Celery default queue unless told otherwise).
-    pub target: Target,
+    pub(crate) target: Target,
     /// `--canary N --canary-wait D`: replay N rows, wait, and stop if their failure came back.
-    pub canary: Option<super::Canary>,
+    pub(crate) canary: Option<super::Canary>,
 }
 
 /// What the plan pass found.
@@ -111,7 +111,7 @@ impl RunContext {
 }
 
 /// plan -> worker check -> gate -> run -> report.
-pub async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options) -> Result<Exit> {
+pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options) -> Result<Exit> {
     let db = endpoints.require_database()?;
     let shape = Shape::new(db.url.dialect, opts.common.window.get());
     // One connection per group in flight, plus one for reading.

@@ -1,7 +1,7 @@
 //! Where dead letters live: the failed-task table and RabbitMQ queues.
-pub mod queue;
-pub mod summary;
-pub mod table;
+pub(crate) mod queue;
+pub(crate) mod summary;
+pub(crate) mod table;
 
 use crate::endpoints::Endpoints;
 use crate::model::DeadLetter;
@@ -68,7 +68,7 @@ fn pending() -> &'static std::sync::Mutex<Vec<tokio::task::JoinHandle<()>>> {
 }
 
 /// Registers a task that `settle` waits for.
-pub fn track(handle: tokio::task::JoinHandle<()>) {
+pub(crate) fn track(handle: tokio::task::JoinHandle<()>) {
     pending()
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -76,7 +76,7 @@ pub fn track(handle: tokio::task::JoinHandle<()>) {
 }
 
 /// Waits for every tracked task: called once the command is done with its records.
-pub async fn settle() {
+pub(crate) async fn settle() {
     loop {
         let handles: Vec<_> =
             std::mem::take(&mut *pending().lock().unwrap_or_else(|e| e.into_inner()));

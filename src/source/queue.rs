@@ -28,15 +28,15 @@ use std::borrow::Cow;
 use tokio::sync::mpsc;
 
 /// Headers the broker adds when it delivers a message; not part of the stored message.
-pub const DELIVERY_HEADERS: &[&str] = &["x-delivery-count", "x-stream-offset"];
+pub(crate) const DELIVERY_HEADERS: &[&str] = &["x-delivery-count", "x-stream-offset"];
 
 /// What shapes a record besides the message itself.
 #[derive(Debug, Clone, Default)]
-pub struct RecordOptions {
+pub(crate) struct RecordOptions {
     /// Extra headers holding the error text (`--motivo-header`), checked first.
-    pub motivo_headers: Vec<String>,
+    pub(crate) motivo_headers: Vec<String>,
     /// Which parts to build; the rest stay empty.
-    pub parts: Parts,
+    pub(crate) parts: Parts,
 }
 
 /// The parts of a record beyond its reason, task, time and payload text, each built only
@@ -44,21 +44,21 @@ pub struct RecordOptions {
 /// (the id hash, the readable headers, the death JSON, the parsed payload), and every
 /// allocation is contended between the reader and the selecting thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Parts {
+pub(crate) struct Parts {
     /// The stable id (a SHA-256 over the message when it has no message_id / Celery id).
-    pub id: bool,
+    pub(crate) id: bool,
     /// `payload` parsed as JSON (else null; `--pattern` decodes the text when it must).
-    pub payload: bool,
+    pub(crate) payload: bool,
     /// The `death` history as JSON.
-    pub death: bool,
+    pub(crate) death: bool,
     /// The readable `headers`.
-    pub headers: bool,
+    pub(crate) headers: bool,
     /// The readable `properties`.
-    pub properties: bool,
+    pub(crate) properties: bool,
     /// The lossless `raw` copy (typed properties, base64 body).
-    pub raw: bool,
+    pub(crate) raw: bool,
     /// `payload_text`, the stored body as text: what `--pattern` searches.
-    pub text: bool,
+    pub(crate) text: bool,
 }
 
 impl Default for Parts {
@@ -68,7 +68,7 @@ impl Default for Parts {
 }
 
 impl Parts {
-    pub const ALL: Parts = Parts {
+    pub(crate) const ALL: Parts = Parts {
         id: true,
         payload: true,
         death: true,
@@ -77,7 +77,8 @@ impl Parts {
         raw: true,
         text: true,
     };
-    pub const NONE: Parts = Parts {
+    #[cfg(test)]
+    pub(crate) const NONE: Parts = Parts {
         id: false,
         payload: false,
         death: false,
@@ -90,7 +91,7 @@ impl Parts {
     /// Only what `Selection::matches` reads: a count or a grouping shows nothing else.
     /// A `--where` program gets the fields it names (all of them when it may see the
     /// record whole: see `jq::Reads`).
-    pub fn for_selection(sel: &Selection) -> Parts {
+    pub(crate) fn for_selection(sel: &Selection) -> Parts {
         let jq = |field: &str| sel.jq.as_ref().is_some_and(|f| f.reads().reads(field));
         Parts {
             id: !sel.ids.is_empty() || jq("id"),
@@ -107,7 +108,7 @@ impl Parts {
 /// The properties as stored in the queue: delivery-time headers removed. Borrowed when
 /// there are none (a classic queue adds none): the headers are the biggest part of a
 /// message a replay handles, and cloning them per message showed in profiles.
-pub fn stored_properties(props: &BasicProperties) -> Cow<'_, BasicProperties> {
+pub(crate) fn stored_properties(props: &BasicProperties) -> Cow<'_, BasicProperties> {
     let Some(headers) = props.headers() else {
         return Cow::Borrowed(props);
     };
@@ -139,7 +140,7 @@ pub fn stored_properties(props: &BasicProperties) -> Cow<'_, BasicProperties> {
 
 /// `h:` + 16 hex digits of SHA-256 over the stored message. serde_json writes the typed
 /// JSON deterministically (field tables are sorted maps), so equal messages hash equally.
-pub fn content_id(stored: &BasicProperties, body: &[u8]) -> String {
+pub(crate) fn content_id(stored: &BasicProperties, body: &[u8]) -> String {
     let mut h = sha2::Sha256::new();
     let props = serde_json::to_vec(&crate::rabbit::codec::TypedProperties(stored))
         .expect("JSON serializes");
@@ -151,7 +152,7 @@ pub fn content_id(stored: &BasicProperties, body: &[u8]) -> String {
 }
 
 /// The stable id: see the module docs.
-pub fn record_id(stored: &BasicProperties, body: &[u8]) -> String {
+pub(crate) fn record_id(stored: &BasicProperties, body: &[u8]) -> String {
     if let Some(m) = stored.message_id().as_ref().map(|m| m.as_str().trim())
         && !m.is_empty()
     {
@@ -182,7 +183,7 @@ fn dead_lettered_at(deaths: &DeathInfo, props: &BasicProperties) -> Option<DateT
 }
 
 /// Only what a `list` sample needs (reason and time), without decoding the rest.
-pub fn reason_and_time(
+pub(crate) fn reason_and_time(
     props: &BasicProperties,
     opts: &RecordOptions,
 ) -> (Option<String>, Option<DateTime<Utc>>) {
@@ -195,7 +196,7 @@ pub fn reason_and_time(
 }
 
 /// Builds the record for one delivered message.
-pub fn from_delivery(
+pub(crate) fn from_delivery(
     queue: &str,
     exchange: &str,
     routing_key: &str,
@@ -248,7 +249,7 @@ pub fn from_delivery(
 }
 
 /// The record of a taken message when the selector takes it.
-pub fn selected(
+pub(crate) fn selected(
     queue: &str,
     d: &lapin::message::Delivery,
     opts: &RecordOptions,
@@ -266,15 +267,15 @@ pub fn selected(
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct StreamOptions {
-    pub names: Vec<String>,
-    pub record: RecordOptions,
-    pub force: bool,
+pub(crate) struct StreamOptions {
+    pub(crate) names: Vec<String>,
+    pub(crate) record: RecordOptions,
+    pub(crate) force: bool,
 }
 
 /// Records of every message in the named queues, queue by queue, in queue order. Every
 /// queue is checked before the first message is read.
-pub async fn open_stream(
+pub(crate) async fn open_stream(
     target: &crate::rabbit::Target,
     printer: &Printer,
     opts: &StreamOptions,
@@ -294,7 +295,7 @@ pub async fn open_stream(
 
 /// Records of queues already checked, read on the caller's connection (closed at the end
 /// when `close`): a command that checked its queues does not connect and check again.
-pub fn stream_checked(
+pub(crate) fn stream_checked(
     printer: Printer,
     conn: std::sync::Arc<lapin::Connection>,
     checked: Vec<crate::rabbit::Checked>,

@@ -26,20 +26,20 @@ const SAMPLE_TOTAL: u64 = 4000;
 const SAMPLE_MIN: u64 = 20;
 
 /// Messages sampled per DLQ when `--sample` is not given.
-pub fn default_sample(dlqs: usize) -> u64 {
+pub(crate) fn default_sample(dlqs: usize) -> u64 {
     (SAMPLE_TOTAL / (dlqs.max(1) as u64)).clamp(SAMPLE_MIN, SAMPLE_PER_QUEUE)
 }
 
 #[derive(Debug, Clone)]
-pub struct ListOptions {
+pub(crate) struct ListOptions {
     /// Queues named with `-Q` or in the config file: listed even without the API.
-    pub named: Vec<String>,
+    pub(crate) named: Vec<String>,
     /// Messages read at the head of each DLQ for oldest/top reasons (0: none); `None`:
     /// `default_sample`.
-    pub sample: Option<u64>,
-    pub motivo_headers: Vec<String>,
+    pub(crate) sample: Option<u64>,
+    pub(crate) motivo_headers: Vec<String>,
     /// `--exclude`: discovered DLQs whose name matches one of these globs are not listed.
-    pub exclude: Vec<String>,
+    pub(crate) exclude: Vec<String>,
 }
 
 /// `*` any run of characters, `?` one character; everything else literal.
@@ -60,7 +60,7 @@ pub(crate) fn glob_match(pattern: &str, name: &str) -> bool {
 
 /// What a head sample found, or why there is none.
 #[derive(Debug, Clone)]
-pub enum Sample {
+pub(crate) enum Sample {
     Read {
         /// Messages read (the first `read` of the queue).
         read: u64,
@@ -72,39 +72,39 @@ pub enum Sample {
 }
 
 #[derive(Debug, Clone)]
-pub struct QueueSummary {
-    pub name: String,
-    pub kind: QueueKind,
+pub(crate) struct QueueSummary {
+    pub(crate) name: String,
+    pub(crate) kind: QueueKind,
     /// Exact, from passive declare (for a stream: the API's message count, if known).
-    pub ready: u64,
+    pub(crate) ready: u64,
     /// From the management API (stats up to 5 s old); `None` without it.
-    pub unacked: Option<u64>,
-    pub consumers: u32,
-    pub fed_by: Vec<String>,
-    pub via: Vec<String>,
-    pub delivery_limit: Option<i64>,
+    pub(crate) unacked: Option<u64>,
+    pub(crate) consumers: u32,
+    pub(crate) fed_by: Vec<String>,
+    pub(crate) via: Vec<String>,
+    pub(crate) delivery_limit: Option<i64>,
     /// Why the queue cannot be read by renewing it (`topology::renew_blocker`).
-    pub renew_blocker: Option<String>,
+    pub(crate) renew_blocker: Option<String>,
     /// The broker's version, from the management API.
-    pub version: Option<Version>,
+    pub(crate) version: Option<Version>,
     /// What the sample's read did that the user must hear (a renewal, delivery counts).
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
     /// Found by topology discovery (else only named).
-    pub discovered: bool,
-    pub sample: Sample,
+    pub(crate) discovered: bool,
+    pub(crate) sample: Sample,
 }
 
 #[derive(Debug, Clone, Default)]
-pub struct Listing {
-    pub queues: Vec<QueueSummary>,
+pub(crate) struct Listing {
+    pub(crate) queues: Vec<QueueSummary>,
     /// What could not be discovered, and other remarks.
-    pub notes: Vec<String>,
+    pub(crate) notes: Vec<String>,
     /// Informational only (what was recognised and left out).
-    pub remarks: Vec<String>,
+    pub(crate) remarks: Vec<String>,
     /// Topology problems (a DLX that does not exist, ...).
-    pub warnings: Vec<String>,
+    pub(crate) warnings: Vec<String>,
     /// Named queues that do not exist.
-    pub missing: Vec<String>,
+    pub(crate) missing: Vec<String>,
 }
 
 /// Everything the API tells at once, or why it could not.
@@ -151,7 +151,7 @@ fn about_a_delay_hop(warning: &str) -> bool {
 
 /// Lists every DLQ (and every named queue). Fails only when RabbitMQ itself cannot be
 /// reached; a missing management API is a note.
-pub async fn list(target: &Target, opts: &ListOptions) -> Result<Listing> {
+pub(crate) async fn list(target: &Target, opts: &ListOptions) -> Result<Listing> {
     let mgmt = target.management()?;
     // The API and the AMQP connection are independent: ask both at once.
     let (conn, api) = tokio::join!(connect(target), api_view(&mgmt, &target.vhost));

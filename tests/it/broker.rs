@@ -369,7 +369,7 @@ impl Broker {
                 .expect("snapshot delivery")
                 .unwrap()
                 .unwrap();
-            let mut props = dlq::rabbit::codec::properties_to_typed_json(&d.properties);
+            let mut props = dlq::testing::properties_to_typed_json(&d.properties);
             let mut delivery_count = None;
             if let Some(h) = props.get_mut("headers").and_then(Value::as_object_mut) {
                 if let Some(v) = h.shift_remove("x-delivery-count") {

@@ -171,7 +171,7 @@ pub async fn connection() -> lapin::Connection {
 /// Ready messages and consumers of a queue on the default vhost; `None` when it does not exist.
 pub async fn queue_state(name: &str) -> Option<QueueState> {
     let c = connection().await;
-    let s = dlq::rabbit::passive_declare(&c, name)
+    let s = dlq::testing::passive_declare(&c, name)
         .await
         .unwrap()
         .map(|d| QueueState {
