@@ -1,8 +1,10 @@
 //! Bad input: every case gets a clear message naming what is wrong, the right exit code, and
 //! changes nothing (the table's rows and flags, and the target queue, are checked after each).
 
+use crate::broker::Broker;
 use crate::celery_worker::*;
 use crate::common::*;
+use lapin::types::FieldTable;
 
 /// A snapshot of everything a wrong command could have changed.
 async fn snapshot(db: &TestDb, queue: &str) -> (i64, i64, u32) {
@@ -561,4 +563,48 @@ async fn hostile_headers_are_read_and_refused_safely() {
     b.wait_depth(main, 2).await;
     b.wait_depth(dlq, n as u32 - 1).await;
     b.delete().await;
+}
+
+/// End of input (Ctrl-D) at the `[y/N]` prompt is "no", at once; `y` is yes.
+#[tokio::test]
+async fn end_of_input_at_the_prompt_is_no() {
+    let b = Broker::new("hard_prompt").await;
+    b.queue("celery", FieldTable::default()).await;
+    let mut db = TestDb::new(Dialect::Sqlite, "hard_prompt").await;
+    db.amqp_url = b.amqp_url();
+    db.init();
+    db.insert(&crate::common::tagged_rows(2, "x")).await;
+    let ask = |answer: &[u8]| {
+        crate::common::Dlq::new()
+            .env("DLQ_DATABASE_URL", &db.url)
+            .env("DLQ_TABLE", &db.table)
+            .env("DLQ_AMQP_URL", &db.amqp_url)
+            .env("DLQ_FORCE_TTY", "1")
+            .args(&["replay", "--no-worker-check"])
+            .stdin(answer)
+            .run()
+    };
+    let run = ask(b"");
+    run.ok();
+    assert!(run.stderr().contains("[y/N]"), "{}", run.stderr());
+    assert!(run.stderr().contains("nothing done"), "{}", run.stderr());
+    assert_eq!(b.depth("celery").await, 0);
+    let run = ask(b"y\n");
+    run.ok();
+    assert_eq!(b.depth("celery").await, 2);
+    db.drop().await;
+    b.delete().await;
+}
+
+/// A password with `/` left as is: say to percent-encode it, not just "invalid port".
+#[test]
+fn an_unencoded_password_gets_a_hint() {
+    crate::common::Dlq::new()
+        .args(&[
+            "--database-url",
+            "postgres://app:pa/ss@127.0.0.1/db",
+            "list",
+        ])
+        .run()
+        .fails(2, "percent-encode it");
 }

@@ -461,3 +461,18 @@ async fn table_replay_and_archive_at_once() {
     delete_queue(&queue).await;
     db.drop().await;
 }
+
+/// Another server on the AMQP port (here RabbitMQ's own HTTP API): said in plain words.
+#[test]
+fn a_server_that_is_not_rabbitmq_is_named_as_such() {
+    crate::common::Dlq::new()
+        .args(&[
+            "--amqp-url",
+            &format!("amqp://guest:guest@{}/%2f", crate::target::api_addr()),
+            "list",
+            "-Q",
+            "q",
+        ])
+        .run()
+        .fails(1, "is this the AMQP port");
+}

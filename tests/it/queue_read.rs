@@ -1043,3 +1043,47 @@ async fn list_discovers_the_dead_letter_topology() {
     assert_eq!(b.snapshot("pag.dlq").await, before);
     b.delete().await;
 }
+
+/// Celery's delayed-delivery chain is recognised and kept out of the DLQ list; --exclude
+/// leaves out any other noise.
+#[tokio::test]
+async fn celery_delay_hops_are_not_listed_as_dlqs() {
+    use crate::broker::{ls, table};
+    use lapin::ExchangeKind;
+    let b = Broker::new("hard_hops").await;
+    let dlx = |to: &str| table(vec![("x-dead-letter-exchange", ls(to))]);
+    for (_feeder, via, dlq) in [
+        ("work", "work.dlx", "work.dlq"),
+        ("noise", "noise.dlx", "noise.dlq"),
+        ("celery_delayed_1", "cd.x", "celery_delayed_0"),
+        ("celery_delayed_0", "cd.y", "celery_delayed_delivery"),
+    ] {
+        b.exchange(via, ExchangeKind::Fanout).await;
+        b.queue(dlq, FieldTable::default()).await;
+        b.bind(dlq, via, "").await;
+    }
+    b.queue("work", dlx("work.dlx")).await;
+    b.queue("noise", dlx("noise.dlx")).await;
+    b.redeclare("celery_delayed_1", dlx("cd.x")).await;
+    b.redeclare("celery_delayed_0", dlx("cd.y")).await;
+    let run = b.run(&["list", "-o", "json"]).await;
+    let locations: Vec<String> = run
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["location"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(locations, vec!["noise.dlq", "work.dlq"], "{}", run.stderr());
+    assert!(
+        run.stderr()
+            .contains("delayed-delivery queues were recognised"),
+        "{}",
+        run.stderr()
+    );
+    let run = b.run(&["list", "-o", "json", "--exclude", "noise*"]).await;
+    let v = run.json();
+    assert_eq!(v.as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v[0]["location"], "work.dlq");
+    b.delete().await;
+}

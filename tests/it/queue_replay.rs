@@ -3,6 +3,7 @@
 //! what every queue holds afterwards.
 
 use crate::broker::{Broker, Snap, ls, table};
+use crate::common::{Dialect, TestDb, row};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, ExchangeKind};
 use serde_json::Value;
@@ -737,5 +738,81 @@ async fn volume_replay_moves_every_message_once_in_order() {
     let left: Vec<usize> = b.snapshot(DLQ).await.iter().map(n_of).collect();
     let want: Vec<usize> = (4000..N).filter(|i| i % 10 != 3).collect();
     assert_eq!(left, want, "the rest stays, in order");
+    b.delete().await;
+}
+
+/// A destination at (or near) its x-max-length: the plan says what the broker will do, and
+/// the plan shows the real names though the password (guest) is a word of them.
+#[tokio::test]
+async fn a_full_destination_is_warned_about_in_the_plan() {
+    use crate::broker::{ls, table};
+    use lapin::types::AMQPValue;
+    let b = Broker::new("hard_full").await;
+    b.queue(
+        "celery",
+        table(vec![("x-max-length", AMQPValue::LongInt(3))]),
+    )
+    .await;
+    b.queue(
+        "guest.orders",
+        table(vec![
+            ("x-max-length", AMQPValue::LongInt(100)),
+            ("x-overflow", ls("reject-publish")),
+        ]),
+    )
+    .await;
+    let mut db = TestDb::new(Dialect::Sqlite, "hard_full").await;
+    db.amqp_url = b.amqp_url();
+    db.init();
+    db.insert(&crate::common::tagged_rows(5, "x")).await;
+    let run = db.dlq(&["replay", "--no-worker-check", "--dry-run"]);
+    run.ok();
+    let err = run.stderr();
+    assert!(
+        err.contains(r#"destination queue "celery" holds 0 of at most 3"#),
+        "{err}"
+    );
+    assert!(err.contains("drops (or dead-letters) the oldest"), "{err}");
+    // Room enough: no warning; and names containing the password are shown as they are.
+    let run = db.dlq(&[
+        "replay",
+        "--no-worker-check",
+        "--to-queue",
+        "guest.orders",
+        "--dry-run",
+    ]);
+    run.ok();
+    assert!(!run.stderr().contains("at most"), "{}", run.stderr());
+    assert!(
+        run.stderr().contains(r#"queue "guest.orders""#),
+        "{}",
+        run.stderr()
+    );
+    assert!(
+        run.stderr().contains("amqp://guest:***@"),
+        "{}",
+        run.stderr()
+    );
+    db.drop().await;
+    b.delete().await;
+}
+
+/// The dry run shows the bytes that will be sent, not a re-serialisation of them.
+#[tokio::test]
+async fn the_dry_run_shows_the_bytes_that_will_go() {
+    let b = Broker::new("hard_bytes").await;
+    b.queue("celery", FieldTable::default()).await;
+    let mut db = TestDb::new(Dialect::Sqlite, "hard_bytes").await;
+    db.amqp_url = b.amqp_url();
+    db.init();
+    let args = r#"[[1e400], {"k": 1, "k": 2}]"#;
+    db.insert(&[row("t", Some(args), "m", "2026-11-30T10:00:00Z", false)])
+        .await;
+    let out = db
+        .dlq(&["replay", "--no-worker-check", "--dry-run", "-o", "ndjson"])
+        .ok();
+    assert!(out.contains("1e400"), "{out}");
+    assert!(out.contains(r#""k": 1, "k": 2"#), "{out}");
+    db.drop().await;
     b.delete().await;
 }

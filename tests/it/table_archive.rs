@@ -1,8 +1,10 @@
 //! Archiving the failed-task table and restoring from the archive.
 
+use crate::broker::Broker;
 use crate::celery_worker::*;
 use crate::common::*;
 use crate::per_dialect;
+use lapin::types::FieldTable;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -331,4 +333,59 @@ async fn full_disk_deletes_nothing() {
         .arg(mnt.path())
         .status();
     db.drop().await;
+}
+
+/// A restore journal belongs to one archive: the same path written again by a new archive
+/// must not make dlq skip its records; a dry run writes no journal.
+#[tokio::test]
+async fn a_journal_of_another_archive_is_ignored() {
+    let b = Broker::new("hard_journal").await;
+    b.queue("celery", FieldTable::default()).await;
+    let mut db = TestDb::new(Dialect::Sqlite, "hard_journal").await;
+    db.amqp_url = b.amqp_url();
+    db.init();
+    db.insert(&crate::common::tagged_rows(5, "first")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("a.ndjson");
+    let f = f.to_str().unwrap();
+    let journal = format!("{f}.journal");
+    db.dlq(&["archive", "--to", f, "--yes"]).ok();
+
+    db.dlq(&["replay", "--from-file", f, "--no-worker-check", "--dry-run"])
+        .ok();
+    assert!(
+        !std::path::Path::new(&journal).exists(),
+        "a dry run writes no journal"
+    );
+
+    db.dlq(&["replay", "--from-file", f, "--no-worker-check", "--yes"])
+        .ok();
+    assert_eq!(b.depth("celery").await, 5);
+
+    // The archive is deleted and a new one written at the same path.
+    std::fs::remove_file(f).unwrap();
+    db.insert(&crate::common::tagged_rows(5, "second")).await;
+    db.dlq(&["archive", "--to", f, "--yes"]).ok();
+    let run = db.dlq(&["replay", "--from-file", f, "--no-worker-check", "--yes"]);
+    run.ok();
+    assert!(
+        run.stderr().contains("belongs to another archive"),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(
+        b.depth("celery").await,
+        5 + 10,
+        "every record of the new archive was sent"
+    );
+    // And its own journal now resumes it.
+    let again = db.dlq(&["replay", "--from-file", f, "--no-worker-check", "--yes"]);
+    assert!(
+        again.stderr().contains("10 record(s) already restored"),
+        "{}",
+        again.stderr()
+    );
+    assert_eq!(b.depth("celery").await, 15);
+    db.drop().await;
+    b.delete().await;
 }

@@ -162,3 +162,67 @@ fn config_file_profiles_and_permissions() {
         .run()
         .fails(2, "cannot read config file");
 }
+
+/// `--table public.x` on SQLite: not found (exit 2), as on the other databases.
+#[tokio::test]
+async fn a_schema_qualified_table_on_sqlite_is_not_found() {
+    let db = TestDb::new(Dialect::Sqlite, "hard_schema").await;
+    db.init();
+    crate::common::Dlq::new()
+        .env("DLQ_DATABASE_URL", &db.url)
+        .args(&["--table", "public.x", "list"])
+        .run()
+        .fails(2, "table public.x not found");
+}
+
+/// A criada_em dlq cannot read is reported, not silently treated as "no time": an
+/// `archive --older-than --delete` says which rows it can never remove.
+#[tokio::test]
+async fn an_unreadable_criada_em_is_reported() {
+    let db = TestDb::new(Dialect::Sqlite, "hard_time").await;
+    db.init();
+    db.exec(
+        "INSERT INTO {t} (task_original, args, motivo, criada_em, reprocessada) VALUES \
+         ('t', '[1]', 'm', '2020-01-01T00:00:00Z', 0), ('t', '[2]', 'm', 'not a time', 0)",
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let f = dir.path().join("old.ndjson");
+    let run = db.dlq(&[
+        "archive",
+        "--older-than",
+        "30d",
+        "--to",
+        f.to_str().unwrap(),
+        "--delete",
+        "--yes",
+    ]);
+    run.ok();
+    assert!(
+        run.stderr()
+            .contains("1 record(s) have a time dlq cannot read"),
+        "{}",
+        run.stderr()
+    );
+    assert!(run.stderr().contains("not a time"), "{}", run.stderr());
+    assert_eq!(
+        db.scalar_i64("SELECT COUNT(*) FROM {t}").await,
+        1,
+        "the old row went, the unreadable one stays"
+    );
+    db.drop().await;
+}
+
+/// `dlq init` on an existing PostgreSQL table without dlq's columns names them (exit 2),
+/// instead of PostgreSQL's raw `column ... does not exist at line NNN`.
+#[tokio::test]
+async fn init_names_missing_columns_on_postgres() {
+    let db = TestDb::new(Dialect::Postgres, "hard_init").await;
+    db.exec("CREATE TABLE {t} (id BIGSERIAL PRIMARY KEY, task_original TEXT, args TEXT, motivo TEXT, criada_em TIMESTAMPTZ)")
+        .await;
+    let err = db
+        .dlq(&["init"])
+        .fails(2, "missing required column(s): reprocessada");
+    assert!(!err.contains("at line"), "{err}");
+    db.drop().await;
+}

@@ -238,3 +238,36 @@ async fn init_is_idempotent_and_indexed(dialect: Dialect) {
     db.drop().await;
 }
 per_dialect!(init_is_idempotent_and_indexed);
+
+/// A BLOB or non-UTF-8 value (Python's sqlite3 stores `bytes` as BLOB) is read losslessly,
+/// shown escaped; the table stays usable.
+#[tokio::test]
+async fn blob_and_non_utf8_values_do_not_break_the_table() {
+    let db = TestDb::with_rows(
+        Dialect::Sqlite,
+        "hard_blob",
+        &crate::common::tagged_rows(1, "ok"),
+    )
+    .await;
+    db.exec(
+        "INSERT INTO {t} (task_original, args, motivo, criada_em, reprocessada) \
+         VALUES (X'6c6962657261725f61636573736f5f637572736f', '[1]', X'4b65794572726f72ff', '2026-11-30T10:00:00Z', 0)",
+    )
+    .await;
+    db.dlq(&["list"]).ok();
+    let run = db.dlq(&["inspect", "-o", "json"]);
+    let v = run.json();
+    let records = v.as_array().unwrap();
+    assert_eq!(records.len(), 2, "{v}");
+    assert!(
+        records.iter().any(|r| r["motivo"] == "KeyError\\xff"),
+        "{v}"
+    );
+    assert!(
+        records.iter().all(|r| r["task"] == "liberar_acesso_curso"),
+        "{v}"
+    );
+    let run = db.dlq(&["filter", "--motivo", "KeyError", "--count"]);
+    assert_eq!(run.ok().trim(), "1");
+    db.drop().await;
+}

@@ -236,3 +236,31 @@ async fn a_replay_on_a_terminal_shows_a_bar_with_its_total() {
     assert_eq!(b.depth("bar.dlq").await, 0);
     b.delete().await;
 }
+
+/// Below 60 columns a table is unreadable: rows are stacked, wrapped at word boundaries.
+#[tokio::test]
+async fn narrow_terminals_get_stacked_rows() {
+    let db = TestDb::new(Dialect::Sqlite, "hard_narrow").await;
+    db.init();
+    db.insert(&[row(
+        "t",
+        Some("[1]"),
+        "MemoryError: could not allocate the buffer",
+        "2026-11-30T10:00:00Z",
+        false,
+    )])
+    .await;
+    let out = crate::common::Dlq::new()
+        .env("DLQ_DATABASE_URL", &db.url)
+        .env("DLQ_TABLE", &db.table)
+        .env("COLUMNS", "40")
+        .args(&["inspect"])
+        .run()
+        .ok();
+    assert!(
+        out.contains("motivo:     MemoryError: could not\n"),
+        "{out}"
+    );
+    assert!(!out.contains('┆'), "{out}");
+    db.drop().await;
+}

@@ -375,3 +375,19 @@ pub fn dlq_command() -> Command {
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
+
+/// `n` pending IntegrityError rows of one task, told apart by `tag` in their args.
+pub fn tagged_rows(n: usize, tag: &str) -> Vec<Row> {
+    (0..n)
+        .map(|i| {
+            let args = format!(r#"{{"n": {i}, "tag": "{tag}"}}"#);
+            row(
+                "liberar_acesso_curso",
+                Some(&args),
+                "IntegrityError",
+                "2026-11-30T10:00:00Z",
+                false,
+            )
+        })
+        .collect()
+}

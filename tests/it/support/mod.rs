@@ -1,0 +1,8 @@
+//! The test harness, shared by the feature files: the dlq binary and test databases
+//! (`common`), a vhost of its own per test (`broker`), real Celery workers (`celery_worker`),
+//! and which broker generation the suite talks to (`target`).
+
+pub mod broker;
+pub mod celery_worker;
+pub mod common;
+pub mod target;
