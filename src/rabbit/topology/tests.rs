@@ -1,0 +1,316 @@
+use super::*;
+use serde_json::json;
+
+fn map(v: Value) -> Map<String, Value> {
+    v.as_object().unwrap().clone()
+}
+
+fn queue(name: &str, args: Value) -> ApiQueue {
+    ApiQueue {
+        name: name.into(),
+        kind: Some("classic".into()),
+        arguments: map(args),
+        ..Default::default()
+    }
+}
+
+fn binding(source: &str, dest: &str, key: &str) -> ApiBinding {
+    ApiBinding {
+        source: source.into(),
+        destination: dest.into(),
+        destination_type: "queue".into(),
+        routing_key: key.into(),
+    }
+}
+
+fn exchange(name: &str, kind: &str) -> ApiExchange {
+    ApiExchange {
+        name: name.into(),
+        kind: kind.into(),
+    }
+}
+
+#[test]
+fn topic_matching() {
+    assert!(topic_matches("a.*.c", "a.b.c"));
+    assert!(!topic_matches("a.*.c", "a.b.b.c"));
+    assert!(topic_matches("a.#", "a"));
+    assert!(topic_matches("a.#", "a.b.c"));
+    assert!(topic_matches("#", ""));
+    assert!(topic_matches("#.dlq", "x.y.dlq"));
+    assert!(!topic_matches("a.b", "a.c"));
+    assert!(topic_matches("*", "x"));
+    assert!(!topic_matches("*", "x.y"));
+}
+
+#[test]
+fn hops_feed_work_queues_not_dlqs() {
+    let with = |mut q: ApiQueue, consumers| {
+        q.consumers = Some(consumers);
+        q
+    };
+    let queues = vec![
+        // Celery 5.7's delayed delivery, prefixed, into the work queue `celery` (no worker).
+        with(
+            queue(
+                "app1_celery_delayed_0",
+                json!({"x-message-ttl": 1000, "x-dead-letter-exchange": "app1_celery_delayed_delivery"}),
+            ),
+            0,
+        ),
+        with(queue("celery", json!({})), 0),
+        // A TTL retry loop back into a consumed queue, and that queue's real DLQ.
+        with(
+            queue(
+                "orders.wait",
+                json!({"x-message-ttl": 5000, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders"}),
+            ),
+            0,
+        ),
+        with(
+            queue(
+                "orders",
+                json!({"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "orders.dlq"}),
+            ),
+            2,
+        ),
+        with(queue("orders.dlq", json!({})), 0),
+        // A TTL queue expiring into an unconsumed queue: that one is a DLQ.
+        with(
+            queue(
+                "offers",
+                json!({"x-message-ttl": 5000, "x-dead-letter-exchange": "", "x-dead-letter-routing-key": "offers.expired"}),
+            ),
+            0,
+        ),
+        with(queue("offers.expired", json!({})), 0),
+    ];
+    let bindings = vec![binding(
+        "app1_celery_delayed_delivery",
+        "celery",
+        "#.celery",
+    )];
+    let exchanges = vec![exchange("app1_celery_delayed_delivery", "topic")];
+    let t = discover(
+        &queues,
+        &vec![Map::new(); queues.len()],
+        &bindings,
+        &exchanges,
+    );
+    let names: Vec<&str> = t.dlqs.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(names, ["offers.expired", "orders.dlq"]);
+    assert_eq!(t.hops, ["app1_celery_delayed_0", "orders.wait"]);
+}
+
+#[test]
+fn discovers_dlqs_and_feeders() {
+    let queues = vec![
+        queue(
+            "matriculas.processar",
+            json!({"x-dead-letter-exchange": "matriculas.dlx"}),
+        ),
+        queue(
+            "pagamentos",
+            json!({"x-dead-letter-exchange": "dlx.direct", "x-dead-letter-routing-key": "pag"}),
+        ),
+        queue("matriculas.dlq", json!({})),
+        queue("pag.dlq", json!({})),
+        queue("other.dlq", json!({})),
+        queue("by.policy", json!({})),
+        queue("to.missing", json!({"x-dead-letter-exchange": "nope"})),
+        queue(
+            "default.ex",
+            json!({"x-dead-letter-exchange": "", "x-dead-letter-routing-key": "other.dlq"}),
+        ),
+    ];
+    let mut policies = vec![Map::new(); queues.len()];
+    policies[5] = map(json!({"dead-letter-exchange": "matriculas.dlx"}));
+    let bindings = vec![
+        binding("matriculas.dlx", "matriculas.dlq", ""),
+        binding("dlx.direct", "pag.dlq", "pag"),
+        binding("dlx.direct", "other.dlq", "other"),
+    ];
+    let exchanges = vec![
+        exchange("matriculas.dlx", "fanout"),
+        exchange("dlx.direct", "direct"),
+    ];
+    let t = discover(&queues, &policies, &bindings, &exchanges);
+    assert_eq!(
+        t.dlqs,
+        vec![
+            Dlq {
+                name: "matriculas.dlq".into(),
+                fed_by: vec!["by.policy".into(), "matriculas.processar".into()],
+                via: vec!["matriculas.dlx".into()],
+            },
+            Dlq {
+                name: "other.dlq".into(),
+                fed_by: vec!["default.ex".into()],
+                via: vec!["(default exchange)".into()],
+            },
+            Dlq {
+                name: "pag.dlq".into(),
+                fed_by: vec!["pagamentos".into()],
+                via: vec!["dlx.direct".into()],
+            },
+        ]
+    );
+    assert_eq!(t.warnings.len(), 1);
+    assert!(t.warnings[0].contains("to.missing"), "{:?}", t.warnings);
+}
+
+#[test]
+fn argument_wins_over_policy_and_exchange_chains_are_followed() {
+    let args = map(json!({"x-dead-letter-exchange": "a"}));
+    let pol = map(json!({"dead-letter-exchange": "b", "dead-letter-routing-key": "k"}));
+    assert_eq!(
+        dead_letter_target(&args, &pol),
+        Some(DeadLetterTarget {
+            exchange: "a".into(),
+            routing_key: Some("k".into())
+        })
+    );
+    let queues = vec![queue("src", json!({"x-dead-letter-exchange": "e1"})), {
+        let mut q = queue("dlq", json!({}));
+        q.kind = Some("quorum".into());
+        q
+    }];
+    let bindings = vec![
+        ApiBinding {
+            source: "e1".into(),
+            destination: "e2".into(),
+            destination_type: "exchange".into(),
+            routing_key: "".into(),
+        },
+        binding("e2", "dlq", "#"),
+    ];
+    let exchanges = vec![exchange("e1", "fanout"), exchange("e2", "topic")];
+    let t = discover(&queues, &[Map::new(), Map::new()], &bindings, &exchanges);
+    assert_eq!(t.dlqs.len(), 1);
+    assert_eq!(t.dlqs[0].fed_by, vec!["src".to_string()]);
+}
+
+#[test]
+fn effective_policy_is_computed_when_the_api_has_none_yet() {
+    let policies = vec![
+        ApiPolicy {
+            name: "low".into(),
+            pattern: "^dl".into(),
+            apply_to: "queues".into(),
+            definition: map(json!({"delivery-limit": 50})),
+            priority: 0,
+        },
+        ApiPolicy {
+            name: "high".into(),
+            pattern: "^dlq\\.".into(),
+            apply_to: "quorum_queues".into(),
+            definition: map(json!({"delivery-limit": 10, "dead-letter-exchange": "x"})),
+            priority: 5,
+        },
+    ];
+    let ops = vec![ApiPolicy {
+        name: "op".into(),
+        pattern: ".*".into(),
+        apply_to: "queues".into(),
+        definition: map(json!({"delivery-limit": 3})),
+        priority: 0,
+    }];
+    let mut q = queue("dlq.a", json!({}));
+    q.kind = Some("quorum".into());
+    let mut w = Vec::new();
+    let e = effective_policy(&q, &policies, &[], &mut w);
+    assert_eq!(e.get("delivery-limit"), Some(&json!(10)));
+    let e = effective_policy(&q, &policies, &ops, &mut w);
+    assert_eq!(e.get("delivery-limit"), Some(&json!(3)));
+    q.kind = Some("classic".into());
+    let e = effective_policy(&q, &policies, &[], &mut w);
+    assert_eq!(e.get("delivery-limit"), Some(&json!(50)));
+    q.effective_policy_definition = Some(map(json!({"delivery-limit": 7})));
+    let e = effective_policy(&q, &policies, &[], &mut w);
+    assert_eq!(e.get("delivery-limit"), Some(&json!(7)));
+    assert!(w.is_empty());
+}
+
+#[test]
+fn delivery_limits_and_read_verdicts() {
+    let v310 = Some(Version(3, 10, 8));
+    let v41 = Some(Version(4, 1, 0));
+    let v43 = Some(Version(4, 3, 0));
+    let none = Map::new();
+    let arg5 = map(json!({"x-delivery-limit": 5}));
+    let pol3 = map(json!({"delivery-limit": 3}));
+    assert_eq!(delivery_limit(&none, &none, v310), None);
+    assert_eq!(delivery_limit(&none, &none, v41), Some(20));
+    assert_eq!(delivery_limit(&none, &none, None), Some(20));
+    assert_eq!(delivery_limit(&arg5, &none, v310), Some(5));
+    assert_eq!(delivery_limit(&arg5, &pol3, v310), Some(3));
+    let minus1 = map(json!({"x-delivery-limit": -1}));
+    assert_eq!(delivery_limit(&minus1, &none, v41), None);
+    assert_eq!(delivery_limit(&minus1, &none, v310), Some(0));
+    let facts = |kind, limit, version| QueueFacts {
+        kind,
+        delivery_limit: limit,
+        version,
+        renew_blocker: None,
+    };
+    let close = ReadVerdict::Safe(GiveBack::Close);
+    let renew = ReadVerdict::Safe(GiveBack::Renew);
+    assert_eq!(
+        read_verdict("q", &facts(QueueKind::Classic, None, v310), 0),
+        close
+    );
+    assert_eq!(
+        read_verdict("q", &facts(QueueKind::Quorum, None, v310), 0),
+        close
+    );
+    // Every return counts before 4.3: renewed, unless something else reads the queue.
+    assert_eq!(
+        read_verdict("q", &facts(QueueKind::Quorum, Some(5), v310), 0),
+        renew
+    );
+    assert_eq!(
+        read_verdict("q", &facts(QueueKind::Quorum, Some(20), v41), 0),
+        renew
+    );
+    assert_eq!(
+        read_verdict("q", &facts(QueueKind::Quorum, Some(20), None), 0),
+        renew
+    );
+    assert!(matches!(
+        read_verdict("q", &facts(QueueKind::Quorum, Some(5), v310), 2),
+        ReadVerdict::Risky(m) if m.contains("delivery limit 5") && m.contains("3.10.8")
+            && m.contains("2 consumer(s)")
+    ));
+    let mut ttl = facts(QueueKind::Quorum, Some(20), v41);
+    ttl.renew_blocker = renew_blocker(&map(json!({"x-message-ttl": 1000})), &none);
+    assert!(matches!(
+        read_verdict("q", &ttl, 0),
+        ReadVerdict::Risky(m) if m.contains("x-message-ttl")
+    ));
+    assert_eq!(
+        renew_blocker(&none, &map(json!({"max-length": 10}))).as_deref(),
+        Some("its policy sets max-length")
+    );
+    assert_eq!(renew_blocker(&arg5, &pol3), None);
+    // 4.3 does not count a nack.
+    assert_eq!(
+        read_verdict("q", &facts(QueueKind::Quorum, Some(20), v43), 3),
+        ReadVerdict::Safe(GiveBack::Nack)
+    );
+    assert!(matches!(
+        read_verdict("q", &facts(QueueKind::Unknown, None, None), 0),
+        ReadVerdict::Risky(m) if m.contains("management API")
+    ));
+    assert_eq!(
+        read_verdict("q", &facts(QueueKind::Stream, Some(1), v310), 0),
+        close
+    );
+}
+
+#[test]
+fn versions() {
+    assert_eq!(Version::parse("3.10.8"), Some(Version(3, 10, 8)));
+    assert_eq!(Version::parse("4.3.0-rc.1"), Some(Version(4, 3, 0)));
+    assert_eq!(Version::parse("4"), Some(Version(4, 0, 0)));
+    assert_eq!(Version::parse("x"), None);
+}
