@@ -209,9 +209,35 @@ fn build_with(
         }
     }
 
+    let (args, kwargs, body) = split_args(args_text)?;
+    let id = task_id.hyphenated().to_string();
+    let headers = task_headers(task_name, &id, &args, &kwargs, origin, now);
+    let properties = BasicProperties::default()
+        .with_content_type(ShortString::from("application/json"))
+        .with_content_encoding(ShortString::from("utf-8"))
+        .with_delivery_mode(2)
+        .with_priority(0)
+        .with_correlation_id(ShortString::from(id.as_str()))
+        .with_message_id(ShortString::from(id.as_str()))
+        .with_headers(headers.clone());
+
+    let msg = TaskMessage {
+        task_id: id,
+        task: task_name.to_owned(),
+        body: body.into_bytes(),
+        headers,
+        properties,
+    };
+    validate(&msg)?;
+    Ok(msg)
+}
+
+/// The stored `args` text as (args, kwargs) and the body that carries them: the stored text
+/// is spliced in as is (see `build`).
+fn split_args(args_text: Option<&str>) -> Result<(Value, Value, String), InvalidTask> {
     let empty_args = Value::Array(Vec::new());
     let empty_kwargs = Value::Object(Map::new());
-    let (args, kwargs, body) = match args_text {
+    Ok(match args_text {
         None => (empty_args, empty_kwargs, format!("[[],{{}},{EMBED}]")),
         Some(text) => {
             // Cheap early refusal before parsing a huge column.
@@ -243,17 +269,26 @@ fn build_with(
                 }
             }
         }
-    };
+    })
+}
 
-    let id = task_id.hyphenated().to_string();
+/// Celery protocol v2 headers for a fresh run of `task_name`, plus dlq's provenance.
+fn task_headers(
+    task_name: &str,
+    id: &str,
+    args: &Value,
+    kwargs: &Value,
+    origin: &ReplayOrigin,
+    now: DateTime<Utc>,
+) -> FieldTable {
     let mut headers = FieldTable::default();
     let mut put = |k: &str, v: AMQPValue| {
         headers.insert(ShortString::from(k), v);
     };
     put("lang", long("py"));
     put("task", long(task_name));
-    put("id", long(&id));
-    put("root_id", long(&id));
+    put("id", long(id));
+    put("root_id", long(id));
     put("parent_id", AMQPValue::Void);
     put("group", AMQPValue::Void);
     put("retries", AMQPValue::LongLongInt(0));
@@ -265,8 +300,8 @@ fn build_with(
     // Never copied from the failed run: a past `expires` makes the worker discard the task.
     put("eta", AMQPValue::Void);
     put("expires", AMQPValue::Void);
-    put("argsrepr", long(args_repr(&args)));
-    put("kwargsrepr", long(py_repr_bounded(&kwargs)));
+    put("argsrepr", long(args_repr(args)));
+    put("kwargsrepr", long(py_repr_bounded(kwargs)));
     put("origin", long(format!("dlq@{}", origin.host)));
     put("ignore_result", AMQPValue::Boolean(false));
     // Provenance, not `x-` prefixed: RabbitMQ owns that namespace.
@@ -279,25 +314,7 @@ fn build_with(
         "dlq-replayed-at",
         long(now.to_rfc3339_opts(SecondsFormat::Micros, true)),
     );
-
-    let properties = BasicProperties::default()
-        .with_content_type(ShortString::from("application/json"))
-        .with_content_encoding(ShortString::from("utf-8"))
-        .with_delivery_mode(2)
-        .with_priority(0)
-        .with_correlation_id(ShortString::from(id.as_str()))
-        .with_message_id(ShortString::from(id.as_str()))
-        .with_headers(headers.clone());
-
-    let msg = TaskMessage {
-        task_id: id,
-        task: task_name.to_owned(),
-        body: body.into_bytes(),
-        headers,
-        properties,
-    };
-    validate(&msg)?;
-    Ok(msg)
+    headers
 }
 
 fn long(s: impl Into<String>) -> AMQPValue {
