@@ -115,7 +115,8 @@ impl<'a> TaskGate<'a> {
     pub(crate) async fn allows(
         &mut self,
         headers: Option<&lapin::types::FieldTable>,
-        (exchange, routing_key): &(String, String),
+        exchange: &str,
+        routing_key: &str,
     ) -> Result<(), String> {
         let Some(task) = crate::rabbit::death::celery_task_name(headers) else {
             return Ok(());
@@ -137,7 +138,7 @@ impl<'a> TaskGate<'a> {
             ));
         }
         let (queue, live) = if exchange.is_empty() {
-            (routing_key.as_str(), live.to_vec())
+            (routing_key, live.to_vec())
         } else {
             ("*", any_queue(live.to_vec()))
         };

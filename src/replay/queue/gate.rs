@@ -1,0 +1,117 @@
+//! The gate: what a run says before anything moves, and where it starts in the audit log.
+//! A planned run checks its destinations, prints the plan and asks through
+//! `crate::bulk::gate`; a streamed run (--yes) only says what it does. Touches the broker
+//! read-only (passive declares, the target and length-limit checks) and the audit log; it
+//! moves nothing.
+
+use super::plan::{Plan, Taken};
+use super::route::describe_target;
+use super::{Session, release_all};
+use crate::error::{Exit, usage};
+use crate::rabbit;
+use crate::replay::{Target, print_plan_groups};
+use anyhow::Result;
+
+/// Destinations checked, the plan printed, then the gate: `Some(exit)` stops here.
+pub(crate) async fn plan_gate(
+    session: &mut Session<'_>,
+    taken: &mut Taken,
+) -> Result<Option<Exit>> {
+    require_destinations(session, taken).await?;
+    let target_note = session.check_target().await?;
+    print_plan(session, &taken.plan, target_note);
+    warn_length_limits(session, &taken.plan).await;
+    let plan = &taken.plan;
+    let gate = crate::bulk::Gate {
+        safety: session.opts.common.safety,
+        planned: plan.count,
+        refused: plan.refused.len(),
+        nothing: "nothing to replay",
+        dry_run: "dry run: nothing was moved",
+        prompt: format!("Move {} message(s)?", plan.count),
+        audit: Some(&mut session.audit),
+    };
+    crate::bulk::gate(session.printer, gate).await
+}
+
+/// Destinations must exist before anything moves: when one does not, everything taken is
+/// given back and the run refused.
+async fn require_destinations(session: &Session<'_>, taken: &mut Taken) -> Result<()> {
+    let mut missing = Vec::new();
+    for d in &taken.plan.destinations {
+        if rabbit::passive_declare(&session.conn, d).await?.is_none() {
+            missing.push(d.clone());
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let takers = std::mem::take(&mut taken.takers);
+    release_all(&session.conn, session.printer, takers, &[]).await;
+    Err(usage(format!(
+        "destination queue(s) {} do not exist: nothing was moved (declare them or pass --to-queue)",
+        missing.join(", ")
+    )))
+}
+
+fn print_plan(session: &Session<'_>, plan: &Plan, target_note: Option<String>) {
+    let (printer, opts) = (session.printer, session.opts);
+    let to = describe_target(&opts.common.target);
+    printer.info(format!(
+        "Plan: move {} message(s) from {} ({}) {to} on {}",
+        plan.count,
+        session.queue_names(),
+        opts.common.selection.describe(),
+        session.endpoints.rabbit.shown.clone()
+    ));
+    print_plan_groups(printer, &plan.groups);
+    if let Some(n) = target_note {
+        printer.info(n);
+    }
+    for (id, why) in plan.refused.iter().take(10) {
+        printer.warn(format!("stays in the DLQ: id {id}: {why}"));
+    }
+    if let Some(t) = opts.common.transform.as_deref() {
+        printer.info(format!(
+            "--transform (sha256 {}) changes {} of {} message(s); each goes as a new message (new message_id, dlq-transformed-from)",
+            &t.sha256()[..16],
+            plan.transformed,
+            plan.count
+        ));
+        for d in &plan.diffs {
+            printer.info(format!("  {d}"));
+        }
+    }
+}
+
+/// Warns where the plan would fill a destination queue past its length limit.
+async fn warn_length_limits(session: &Session<'_>, plan: &Plan) {
+    let full_check: Vec<&String> = match &session.opts.common.target {
+        Some(Target::Queue(q)) => vec![q],
+        _ => plan.destinations.iter().collect(),
+    };
+    for d in full_check {
+        if let Some(w) =
+            rabbit::length_limit_warning(&session.endpoints.rabbit, d, plan.count).await
+        {
+            session.printer.warn(w);
+        }
+    }
+}
+
+/// Says what the streamed run does and starts it in the audit log: under --yes there is
+/// no gate, the run starts here.
+pub(crate) async fn announce_stream(session: &mut Session<'_>) -> Result<()> {
+    let target_note = session.check_target().await?;
+    let to = describe_target(&session.opts.common.target);
+    session.printer.info(format!(
+        "Moving the messages in {} that match ({}) {to} on {}, as they are read (--yes)",
+        session.queue_names(),
+        session.opts.common.selection.describe(),
+        session.endpoints.rabbit.shown.clone()
+    ));
+    if let Some(n) = target_note {
+        session.printer.info(n);
+    }
+    session.audit.start(None)
+}

@@ -1,0 +1,255 @@
+//! Queue replay: move selected dead letters back where they died.
+//!
+//! 1. Plan: take every DLQ's messages present now and hold them unacknowledged, select, and
+//!    keep the selected ones in memory (up to about 192 MiB) together with a 64-bit hash
+//!    of queue + record id per selected message.
+//! 2. After confirmation, move exactly the held selected messages: no second read. Past the
+//!    budget, everything is given back and the messages present then are taken again in
+//!    order; a message is moved only if it was in the plan and still matches. Each is published (default
+//!    exchange -> the queue a consumer last gave up on it in, or `--to-queue`/`--to-exchange`) with
+//!    `mandatory` and a confirm, and its DLQ copy is acknowledged only after a clean confirm
+//!    without a return. Everything else is given back in place when the run ends.
+//! 3. At most `--window` publishes are not yet acknowledged in their DLQ at once (in flight,
+//!    or confirmed and waiting for a batched ack: `acks`): if dlq dies, those may exist
+//!    both in the destination and (given back) in the DLQ: the duplicate window.
+//!
+//! This room: the entry (`Options`, `run`) and the `Session` both runs share, which owns
+//! the broker connection, the checked DLQs and the audit log; the plan pass is in `plan`,
+//! the gate in `gate`, the moving in `mover`, routes in `route`, the dry-run rows in
+//! `preview`.
+
+mod gate;
+mod mover;
+mod plan;
+mod preview;
+mod route;
+
+use super::ReplayCommon;
+use super::requeue::Stamp;
+use super::{note_target, print_report};
+use crate::audit::{Audit, Subject};
+use crate::endpoints::Endpoints;
+use crate::error::{Exit, usage};
+use crate::output::Printer;
+use crate::rabbit::take::Taker;
+use crate::rabbit::topology::QueueKind;
+use crate::rabbit::{self, Checked};
+use crate::source::queue::{self as record, RecordOptions};
+use anyhow::Result;
+use mover::Ended;
+
+pub(crate) struct Options {
+    pub(crate) queues: Vec<String>,
+    pub(crate) record: RecordOptions,
+    pub(crate) force: bool,
+    /// `common.target` `None`: each message goes back to the queue it died in.
+    pub(crate) common: ReplayCommon,
+    pub(crate) canary: Option<super::Canary>,
+    /// Plan (take and select everything) before moving even under `--yes`.
+    pub(crate) plan_first: bool,
+}
+
+pub(crate) async fn run(
+    endpoints: &Endpoints,
+    printer: &Printer,
+    mut opts: Options,
+) -> Result<Exit> {
+    let mut session = Session::open(endpoints, printer, &mut opts).await?;
+    if streams(session.opts) {
+        return mover::stream(session).await;
+    }
+    // 1. Plan. Every DLQ's messages present now are taken and held unacknowledged (nothing
+    // else can take them meanwhile); the selected ones are kept in memory while they fit,
+    // so what is moved afterwards is exactly what the plan showed, read once. Past the
+    // budget the plan keeps only which messages were selected, and the move reads again.
+    let mut taken = plan::take_plan(&session).await?;
+    let gated = gate::plan_gate(&mut session, &mut taken).await;
+    if !matches!(gated, Ok(None)) {
+        // Stopped at the gate (or the audit log refused the run): give everything back.
+        release_all(&session.conn, printer, taken.takers, &[]).await;
+        return gated.map(|exit| exit.unwrap_or(Exit::Ok));
+    }
+    mover::move_planned(session, taken).await
+}
+
+/// With --yes (and no dry run, no canary, no --plan-first) nobody reads the plan: select
+/// and move in one pass, as a shovel does, instead of taking everything first.
+fn streams(opts: &Options) -> bool {
+    opts.common.safety.yes
+        && !opts.common.safety.dry_run
+        && opts.canary.is_none()
+        && !opts.plan_first
+}
+
+/// What a record is read with. Without a plan to show, a record needs no more than its
+/// id, reason and origin, and what --where reads; the plan shows more but never the
+/// readable headers, properties and raw copy. --transform may read anything.
+fn record_parts(opts: &Options) -> record::Parts {
+    let selected = record::Parts::for_selection(&opts.common.selection);
+    if opts.common.transform.is_some() {
+        record::Parts::ALL
+    } else if streams(opts) {
+        record::Parts {
+            id: true,
+            ..selected
+        }
+    } else {
+        record::Parts {
+            headers: selected.headers,
+            properties: selected.properties,
+            raw: selected.raw,
+            ..record::Parts::ALL
+        }
+    }
+}
+
+/// One replay run, streamed or planned: what both set up the same way (the connection,
+/// the checked DLQs, the run id and the audit log) and end the same way (`finish`).
+pub(crate) struct Session<'a> {
+    pub(crate) endpoints: &'a Endpoints,
+    pub(crate) printer: &'a Printer,
+    pub(crate) opts: &'a Options,
+    pub(crate) conn: lapin::Connection,
+    pub(crate) checked: Vec<Checked>,
+    pub(crate) replay_id: String,
+    pub(crate) audit: Audit,
+}
+
+impl<'a> Session<'a> {
+    /// Connects, checks the DLQs (a stream cannot give messages up) and opens the audit
+    /// trail; fixes what a record is read with first.
+    async fn open(
+        endpoints: &'a Endpoints,
+        printer: &'a Printer,
+        opts: &'a mut Options,
+    ) -> Result<Session<'a>> {
+        opts.record.parts = record_parts(opts);
+        let opts: &'a Options = opts;
+        let conn = rabbit::connect(&endpoints.rabbit).await?;
+        let checked =
+            rabbit::check_queues(&conn, &endpoints.rabbit, printer, &opts.queues, opts.force)
+                .await?;
+        for q in &checked {
+            if q.facts.kind == QueueKind::Stream {
+                return Err(usage(format!(
+                    "{:?} is a stream: a stream keeps every message, so dlq cannot move messages out of it",
+                    q.name
+                )));
+            }
+        }
+        let replay_id = uuid::Uuid::new_v4().to_string();
+        let names: Vec<&str> = checked.iter().map(|q| q.name.as_str()).collect();
+        let subject = Subject {
+            action: "replay",
+            source: "queue",
+            location: names.join(","),
+            selection: opts.common.selection.describe(),
+            run_id: replay_id.clone(),
+        };
+        let audit = Audit::new(endpoints, printer, subject);
+        Ok(Session {
+            endpoints,
+            printer,
+            opts,
+            conn,
+            checked,
+            replay_id,
+            audit,
+        })
+    }
+
+    /// The `index`th checked DLQ as a take starts on it now.
+    pub(crate) fn dlq<'q>(&self, index: usize, q: &'q Checked) -> Dlq<'q> {
+        Dlq {
+            index,
+            name: &q.name,
+            stamp: Stamp {
+                replay_id: self.replay_id.clone(),
+                at: chrono::Utc::now(),
+                from_queue: q.name.clone(),
+                user: self.endpoints.rabbit.user().to_string(),
+                max_replays: self.opts.common.max_replays,
+            },
+        }
+    }
+
+    /// The DLQs, for the plan and the stream's first line.
+    pub(crate) fn queue_names(&self) -> String {
+        let names: Vec<&str> = self.checked.iter().map(|q| q.name.as_str()).collect();
+        names.join(", ")
+    }
+
+    /// `--to-queue`/`--to-exchange` checked (its warnings printed): the note for the plan.
+    pub(crate) async fn check_target(&self) -> Result<Option<String>> {
+        Ok(match &self.opts.common.target {
+            Some(t) => note_target(self.printer, rabbit::check_target(&self.conn, t).await?),
+            None => None,
+        })
+    }
+
+    /// The end of both runs: gives back what the plan's takes still hold (`takers`, planned
+    /// runs only), stops the progress bar and the signal watch, closes the connection and
+    /// reports. `passed` is a streamed run's read error, returned before the close.
+    async fn finish(
+        mut self,
+        ended: Ended,
+        takers: Option<Vec<Taker>>,
+        passed: Result<()>,
+    ) -> Result<Exit> {
+        let printer = self.printer;
+        if let Some(takers) = takers {
+            printer.debug(2, "replay: giving back what was not moved");
+            release_all(&self.conn, printer, takers, &ended.acked).await;
+        }
+        ended.bar.finish_and_clear();
+        ended.signals.abort();
+        passed?;
+        printer.debug(2, "replay: closing the connection");
+        rabbit::close(&self.conn, "dlq replay done").await;
+        let report = ended.report;
+        if let Some(streamed) = ended.streamed {
+            if let Some(w) = streamed.warning {
+                printer.warn(w);
+            }
+            if streamed.selected == 0 && report.stopped.is_none() {
+                printer.info("nothing to replay");
+                self.audit.end(&report, Exit::Ok);
+                return Ok(Exit::Ok);
+            }
+        }
+        print_report(printer, &report, "replayed", &mut self.audit);
+        if report.stopped.is_some() && !ended.canary_failed {
+            warn_unfinished(printer, self.opts.common.window.get());
+        }
+        Ok(report.exit())
+    }
+}
+
+/// The DLQ a delivery came from: its place among the checked queues, its name, and the
+/// replay stamp of what moves out of it.
+pub(crate) struct Dlq<'q> {
+    pub(crate) index: usize,
+    pub(crate) name: &'q str,
+    pub(crate) stamp: Stamp,
+}
+
+/// Gives back everything the takers hold and not acknowledged (`acked` per DLQ, may be empty).
+async fn release_all(
+    conn: &lapin::Connection,
+    printer: &Printer,
+    takers: Vec<Taker>,
+    acked: &[u64],
+) {
+    for (i, t) in takers.into_iter().enumerate() {
+        let held = t.taken.saturating_sub(acked.get(i).copied().unwrap_or(0));
+        for note in t.release(conn, held).await {
+            printer.warn(note);
+        }
+    }
+}
+
+fn warn_unfinished(printer: &Printer, window: usize) {
+    printer.warn(format!(
+        "messages not reported as replayed are still in the DLQ; run the same command again to finish (at most {window} may now be both in their destination and in the DLQ)"
+    ));
+}

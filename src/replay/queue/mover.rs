@@ -1,0 +1,790 @@
+//! The mover: publishes what a run picks (`mandatory`, with a confirm) and acknowledges each
+//! DLQ copy only after a clean confirm, at most `--window` unsettled at once. Touches the
+//! broker: publishes, acknowledgements and renewals on the take channels, and give-backs.
+
+use super::gate;
+use super::plan::{Holding, Taken, edit_of, edited, key};
+use super::route::{Route, destination};
+use super::{Dlq, Options, Session, release_all};
+use crate::error::Exit;
+use crate::model::{DeadLetter, RecordId};
+use crate::rabbit::publish::{Outcome, Outgoing, Pipeline};
+use crate::rabbit::reader::{self, ReadSpec};
+use crate::rabbit::take::Taker;
+use crate::rabbit::{self, Checked};
+use crate::redact;
+use crate::replay::acks::{Acked, Acks};
+use crate::replay::requeue;
+use crate::replay::workers::TaskGate;
+use crate::replay::{Canary, stop_on_signal};
+use crate::report::Report;
+use crate::select::Selector;
+use crate::source::queue as record;
+use anyhow::Result;
+use lapin::message::Delivery;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use tokio::sync::mpsc;
+
+/// 2. Move what the plan selected (a canary first when asked), then give back the rest.
+pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<Exit> {
+    let Taken {
+        mut plan,
+        mut takers,
+        mut holding,
+        publish_ids,
+    } = taken;
+    let mut report = Report::new("replay");
+    for (id, why) in std::mem::take(&mut plan.refused) {
+        report.fail(id, why);
+    }
+    // The plan already refused what no worker would run: no gate.
+    let picks = Picks::Planned(plan.selected);
+    let mut mover = Mover::open(&session, plan.count, report, publish_ids, picks, None).await?;
+    if holding.single_pass {
+        // Held messages are acknowledged on the take channels that delivered them.
+        for (qi, t) in takers.iter().enumerate() {
+            for (ci, ch) in t.channels().iter().enumerate() {
+                mover.acks.channel(qi, ci, ch);
+            }
+        }
+    } else {
+        // The plan did not fit in memory: give everything back, then read again.
+        release_all(
+            &session.conn,
+            session.printer,
+            std::mem::take(&mut takers),
+            &[],
+        )
+        .await;
+    }
+    if let Some(canary) = session.opts.canary {
+        mover.canary(canary, &mut holding).await?;
+    }
+    if !mover.canary_failed && mover.report.stopped.is_none() {
+        mover.move_planned_part(&mut holding, None).await?;
+    }
+    let ended = mover.end();
+    drop(holding);
+    session.finish(ended, Some(takers), Ok(())).await
+}
+
+/// Replay under `--yes`: every DLQ's messages present now are taken in order and the
+/// selected ones moved at once, with the same confirms, acknowledgements and duplicate
+/// window as after a plan. What differs: a missing destination queue is found when its
+/// first message comes, so its messages stay in the DLQ and are reported (exit 3) while
+/// the others move; without `--yes` (or with `--dry-run`) the plan refuses the whole run.
+pub(crate) async fn stream(mut session: Session<'_>) -> Result<Exit> {
+    gate::announce_stream(&mut session).await?;
+    let opts = session.opts;
+    // The messages present at the start: every selected one is among them.
+    let present: u64 = session
+        .checked
+        .iter()
+        .map(|q| u64::from(q.depth.ready))
+        .sum();
+    let present = opts
+        .common
+        .selection
+        .limit
+        .map_or(present, |l| l.min(present));
+    let picks = Picks::Streaming {
+        selector: Selector::new(&opts.common.selection),
+        destinations: HashMap::new(),
+    };
+    let gate = Some(TaskGate::new(&session.conn, &opts.common.workers));
+    let publish_ids = PublishIds::new(session.audit.run_id());
+    let report = Report::new("replay");
+    let mut mover = Mover::open(&session, present, report, publish_ids, picks, gate).await?;
+    let passed = mover.pass(None).await.map(|_| ());
+    let ended = mover.end();
+    session.finish(ended, None, passed).await
+}
+
+/// Correlation keys for publishes (the `dlq-publish-id` header): unique per publish, built
+/// from the run's id and a counter (a random id per message cost a system call each).
+pub(crate) struct PublishIds {
+    prefix: String,
+    next: u64,
+}
+
+impl PublishIds {
+    pub(crate) fn new(replay_id: &str) -> PublishIds {
+        PublishIds {
+            prefix: replay_id.to_string(),
+            next: 0,
+        }
+    }
+
+    pub(crate) fn next(&mut self) -> String {
+        self.next += 1;
+        format!("{}.{}", self.prefix, self.next)
+    }
+}
+
+/// State of the move phase.
+struct Mover<'a> {
+    /// The connection, the options, the DLQs; its printer gives stage lines at -vv (where
+    /// a stuck run waits).
+    session: &'a Session<'a>,
+    /// Publishes from this task: no hand-off to another task per message.
+    pipeline: Pipeline<Pending>,
+    publish_ids: PublishIds,
+    report: Report,
+    bar: indicatif::ProgressBar,
+    stop: Arc<AtomicBool>,
+    /// Sets `stop` on Ctrl-C or SIGTERM.
+    signals: tokio::task::JoinHandle<()>,
+    picks: Picks<'a>,
+    /// Celery task messages move only where a live worker runs them.
+    gate: Option<TaskGate<'a>>,
+    /// Messages acknowledged per DLQ.
+    acked: Vec<u64>,
+    acks: Acks,
+    /// Moved since the last `settle_*` returned.
+    moved_now: u64,
+    /// The canary stopped the run on purpose: running it again would fail the same way.
+    canary_failed: bool,
+}
+
+/// What the move phase leaves for `Session::finish`.
+pub(crate) struct Ended {
+    pub(crate) report: Report,
+    pub(crate) bar: indicatif::ProgressBar,
+    pub(crate) signals: tokio::task::JoinHandle<()>,
+    /// Messages acknowledged per DLQ: the rest of what the takes hold goes back.
+    pub(crate) acked: Vec<u64>,
+    /// A streamed run's selection, reported at the end.
+    pub(crate) streamed: Option<Streamed>,
+    pub(crate) canary_failed: bool,
+}
+
+/// What a streamed run's selector says at the end.
+pub(crate) struct Streamed {
+    pub(crate) warning: Option<String>,
+    /// Messages selected.
+    pub(crate) selected: u64,
+}
+
+/// What acknowledges a published message's DLQ copy once it is confirmed.
+struct Pending {
+    queue: usize,
+    chan: usize,
+    tag: u64,
+    id: RecordId,
+}
+
+/// A delivery on its way out; `body` is `Some` when --transform edited it.
+struct Moving {
+    id: RecordId,
+    route: Route,
+    props: lapin::BasicProperties,
+    body: Option<Vec<u8>>,
+}
+
+impl<'a> Mover<'a> {
+    /// The move phase's set-up, the same for both runs: the publish pipeline, a stop on
+    /// Ctrl-C or SIGTERM, and a progress bar over `total` messages.
+    async fn open(
+        session: &'a Session<'a>,
+        total: u64,
+        report: Report,
+        publish_ids: PublishIds,
+        picks: Picks<'a>,
+        gate: Option<TaskGate<'a>>,
+    ) -> Result<Mover<'a>> {
+        let pipeline = Pipeline::open(&session.conn, session.opts.common.rate).await?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let signals = stop_on_signal(stop.clone());
+        let bar = session.printer.progress(Some(total), "replaying");
+        Ok(Mover {
+            session,
+            pipeline,
+            publish_ids,
+            report,
+            bar,
+            stop,
+            signals,
+            picks,
+            gate,
+            acked: vec![0; session.checked.len()],
+            acks: Acks::default(),
+            moved_now: 0,
+            canary_failed: false,
+        })
+    }
+
+    /// Ends the move phase: the pipeline and the acknowledger close here, before anything
+    /// held is given back.
+    fn end(self) -> Ended {
+        let streamed = match &self.picks {
+            Picks::Streaming { selector, .. } => Some(Streamed {
+                warning: selector.warning(),
+                selected: selector.taken(),
+            }),
+            Picks::Planned(_) => None,
+        };
+        let Mover {
+            report,
+            bar,
+            signals,
+            acked,
+            canary_failed,
+            ..
+        } = self;
+        Ended {
+            report,
+            bar,
+            signals,
+            acked,
+            streamed,
+            canary_failed,
+        }
+    }
+
+    /// `--canary`: moves the first few, waits, and stops the run when any died again.
+    async fn canary(&mut self, canary: Canary, holding: &mut Holding) -> Result<()> {
+        let session = self.session;
+        let moved = self
+            .move_planned_part(holding, Some(canary.count.get()))
+            .await?;
+        if self.report.stopped.is_some() || moved == 0 {
+            return Ok(());
+        }
+        session.printer.info(format!(
+            "canary: {moved} message(s) replayed; watching for {}s whether they die again",
+            canary.wait.as_secs()
+        ));
+        tokio::time::sleep(canary.wait).await;
+        // Only messages that came back after being replayed are ready in the DLQs now
+        // (the rest are still held by this run): they carry this run's replay id.
+        let died = died_again(&session.conn, &session.checked, session.audit.run_id()).await?;
+        if died > 0 {
+            self.canary_failed = true;
+            self.report.stopped = Some(format!(
+                "canary failed: {died} of {moved} replayed message(s) died again and are back in the DLQ; the rest were not replayed"
+            ));
+        } else {
+            session
+                .printer
+                .info("canary: none died again; replaying the rest");
+        }
+        Ok(())
+    }
+
+    /// Moves planned messages, at most `limit`: the held ones, or (when they did not fit
+    /// in memory) those a new take finds still selected. Returns how many moved.
+    async fn move_planned_part(
+        &mut self,
+        holding: &mut Holding,
+        limit: Option<u64>,
+    ) -> Result<u64> {
+        if holding.single_pass {
+            Ok(self.move_held(holding, limit).await)
+        } else {
+            self.pass(limit).await
+        }
+    }
+
+    /// False once the run stopped (an error, a signal) or `limit` messages are moved or
+    /// in flight.
+    fn may_continue(&mut self, moved: u64, limit: Option<u64>) -> bool {
+        if self.report.stopped.is_some() {
+            return false;
+        }
+        if self.stop.load(Ordering::SeqCst) {
+            self.report.stopped = Some("interrupted".into());
+            return false;
+        }
+        limit.is_none_or(|l| moved + (self.unsettled() as u64) < l)
+    }
+
+    /// Moves messages the plan holds, in order, at most `limit`. Returns how many moved.
+    async fn move_held(&mut self, holding: &mut Holding, limit: Option<u64>) -> u64 {
+        let mut moved = 0u64;
+        loop {
+            moved += self.settle_ready().await;
+            if !self.may_continue(moved, limit) {
+                break;
+            }
+            let Some(h) = holding.held.pop_front() else {
+                break;
+            };
+            let Some(props) = crate::rabbit::codec::decode_properties(&h.props) else {
+                // Encoded by this process a moment ago: cannot happen, but never guess.
+                self.acks.not_moved(h.queue, h.chan);
+                self.report.fail(
+                    h.id,
+                    "internal: held properties unreadable; left in the DLQ",
+                );
+                continue;
+            };
+            let route = holding.routes.get(h.route).clone();
+            self.publish(
+                route.outgoing(h.body, props),
+                Pending {
+                    queue: h.queue,
+                    chan: h.chan,
+                    tag: h.tag,
+                    id: h.id,
+                },
+            )
+            .await;
+        }
+        self.session.printer.debug(
+            2,
+            format!(
+                "replay: settling {} publish(es) and acknowledgement(s)",
+                self.unsettled()
+            ),
+        );
+        moved + self.settle_all().await
+    }
+
+    /// Stages a message, published with the others ready now; under `--rate` one by one
+    /// (paced), so a stop is seen between messages.
+    async fn publish(&mut self, msg: Outgoing, p: Pending) {
+        self.pipeline.stage(msg, p);
+        if self.session.opts.common.rate.is_some() {
+            self.pipeline.flush().await;
+        }
+    }
+
+    /// Published (or staged) and not yet acknowledged in their DLQ: at most `--window`.
+    fn unsettled(&self) -> usize {
+        self.pipeline.len() + self.acks.pending()
+    }
+
+    /// Settles the publishes that are done, acknowledges their DLQ copies, and returns how
+    /// many messages moved. Published but not yet acknowledged DLQ copies (staged, in
+    /// flight, or confirmed with an acknowledgement not yet written) stay at most `window`:
+    /// the duplicate window if dlq dies. Waits only while that window is full.
+    async fn settle_ready(&mut self) -> u64 {
+        let window = self.session.opts.common.window.get();
+        loop {
+            while let Some(done) = self.pipeline.try_next() {
+                self.settle(done);
+            }
+            // Acknowledged as soon as confirmed, without waiting for the write: a full
+            // window then holds publishes, not acknowledgements waiting their turn.
+            self.acks.send();
+            let acked = self.acks.written();
+            self.count_acked(acked);
+            if self.unsettled() < window {
+                break;
+            }
+            self.pipeline.flush().await;
+            tokio::select! {
+                done = self.pipeline.next(), if !self.pipeline.is_empty() => {
+                    if let Some(done) = done {
+                        self.settle(done);
+                    }
+                }
+                acked = self.acks.next_written(), if self.acks.sending() => {
+                    if let Some(acked) = acked {
+                        self.count_acked(acked);
+                    }
+                }
+                else => break, // nothing to wait for: cannot happen, but never spin
+            }
+        }
+        std::mem::take(&mut self.moved_now)
+    }
+
+    /// Settles everything still in flight and sends every acknowledgement due. A stopped
+    /// run publishes nothing more: what is staged was never sent and stays in the DLQ
+    /// (given back when the take channels close).
+    async fn settle_all(&mut self) -> u64 {
+        if self.report.stopped.is_some() {
+            for p in self.pipeline.unstage() {
+                self.acks.not_moved(p.queue, p.chan);
+            }
+        }
+        while let Some(done) = self.pipeline.next().await {
+            self.settle(done);
+        }
+        let acked = self.acks.flush().await;
+        self.count_acked(acked);
+        std::mem::take(&mut self.moved_now)
+    }
+
+    /// Takes the messages present now from every DLQ and moves the ones `picks` selects (at
+    /// most `limit`). Returns how many were moved.
+    async fn pass(&mut self, limit: Option<u64>) -> Result<u64> {
+        let session = self.session;
+        let mut moved = 0u64;
+        for (qi, q) in session.checked.iter().enumerate() {
+            if self.report.stopped.is_some()
+                || limit.is_some_and(|l| moved >= l)
+                || self.picks.full()
+            {
+                break;
+            }
+            let Some(mut taker) = self.open_taker(q).await? else {
+                break;
+            };
+            let from = session.dlq(qi, q);
+            let acked_before = self.acked[qi];
+            self.take_from(&from, &mut taker, limit, &mut moved).await;
+            moved += self.give_back(&from, taker, acked_before).await;
+        }
+        Ok(moved)
+    }
+
+    /// A take of what one DLQ holds now; `None` (the run stops) when it disappeared.
+    async fn open_taker(&mut self, q: &Checked) -> Result<Option<Taker>> {
+        let Some(now) = as_now(&self.session.conn, q).await? else {
+            self.report.stopped = Some(format!("queue {:?} disappeared during the replay", q.name));
+            return Ok(None);
+        };
+        self.session.printer.debug(
+            2,
+            format!(
+                "replay: taking from {:?} ({} ready)",
+                q.name, now.depth.ready
+            ),
+        );
+        Ok(Some(Taker::open(&ReadSpec::for_checked(&now, None)).await?))
+    }
+
+    /// Moves what one take delivers, in queue order, until it is drained, the run stops
+    /// or `limit` (counting `moved` so far) is reached.
+    async fn take_from(
+        &mut self,
+        from: &Dlq<'_>,
+        taker: &mut Taker,
+        limit: Option<u64>,
+        moved: &mut u64,
+    ) {
+        loop {
+            // Settle what is done; keep at most `window` publishes in flight.
+            *moved += self.settle_ready().await;
+            if !self.may_continue(*moved, limit) || self.picks.full() {
+                break;
+            }
+            if !taker.ready() {
+                // About to wait for deliveries: publish what is staged first.
+                self.pipeline.flush().await;
+            }
+            let d = match taker.next(&self.session.conn).await {
+                Ok(Some(d)) => d,
+                Ok(None) => break,
+                Err(e) => {
+                    self.report.stopped = Some(format!("reading {:?}: {e:#}", from.name));
+                    break;
+                }
+            };
+            self.move_one(from, taker, d).await;
+        }
+    }
+
+    /// Publishes one delivery when it is picked and can move; else it stays in its DLQ
+    /// (reported when it cannot move).
+    async fn move_one(&mut self, from: &Dlq<'_>, taker: &mut Taker, d: Delivery) {
+        let (qi, chan, tag) = (from.index, taker.channel_index(), d.delivery_tag);
+        self.acks.channel(qi, chan, &taker.channels()[chan]);
+        let moving = match self.prepare_move(from, &d).await {
+            Some(Ok(moving)) => moving,
+            stays => {
+                self.acks.not_moved(qi, chan);
+                if let Some(Err((id, why))) = stays {
+                    self.report.fail(id, why);
+                }
+                self.keep(taker, &d, from.name).await;
+                return;
+            }
+        };
+        self.picks.taken(from.name, &moving.id);
+        // In queue order.
+        let body = moving.body.unwrap_or(d.data);
+        self.publish(
+            moving.route.outgoing(body, moving.props),
+            Pending {
+                queue: qi,
+                chan,
+                tag,
+                id: moving.id,
+            },
+        )
+        .await;
+    }
+
+    /// Settles one take's publishes, then gives back what it holds and did not move.
+    /// Returns how many the settling moved.
+    async fn give_back(&mut self, from: &Dlq<'_>, taker: Taker, acked_before: u64) -> u64 {
+        let printer = self.session.printer;
+        printer.debug(
+            2,
+            format!(
+                "replay: {:?}: {} taken; settling {} publish(es) and acknowledgement(s)",
+                from.name,
+                taker.taken,
+                self.unsettled()
+            ),
+        );
+        let moved = self.settle_all().await;
+        let held = taker
+            .taken
+            .saturating_sub(self.acked[from.index] - acked_before);
+        printer.debug(
+            2,
+            format!("replay: {:?}: giving back {held} not moved", from.name),
+        );
+        for note in taker.release(&self.session.conn, held).await {
+            printer.warn(note);
+        }
+        moved
+    }
+
+    /// Leaves a message in its DLQ (renewed where a give-back would count; see `Taker::keep`).
+    /// A failure stops the replay: what is held goes back on release.
+    async fn keep(&mut self, taker: &mut Taker, d: &Delivery, queue: &str) {
+        if let Err(e) = taker.keep(&self.session.conn, d).await
+            && self.report.stopped.is_none()
+        {
+            self.report.stopped = Some(format!("renewing {queue:?}: {e:#}"));
+        }
+    }
+
+    /// Where a delivery goes, with which properties and (edited by --transform) body:
+    /// `None` when it is not picked, `Err` (reported, it stays in the DLQ) when it cannot
+    /// move.
+    async fn prepare_move(
+        &mut self,
+        from: &Dlq<'_>,
+        d: &Delivery,
+    ) -> Option<Result<Moving, (RecordId, String)>> {
+        let (opts, queue) = (self.session.opts, from.name);
+        let rec = self.picks.pick(queue, d, opts)?;
+        let stored = record::stored_properties(&d.properties);
+        let origin = rec.origin_queue();
+        let route = match destination(&opts.common.target, origin, queue) {
+            Ok(r) => r,
+            Err(why) => return Some(Err((rec.id, why.to_string()))),
+        };
+        if let Err(why) = self
+            .picks
+            .check_destination(&self.session.conn, &route)
+            .await
+        {
+            return Some(Err((rec.id, why)));
+        }
+        if let Some(gate) = self.gate.as_mut()
+            && let Err(why) = gate
+                .allows(
+                    d.properties.headers().as_ref(),
+                    &route.exchange,
+                    &route.routing_key,
+                )
+                .await
+        {
+            return Some(Err((rec.id, why)));
+        }
+        let edit = match edit_of(opts, &rec) {
+            Ok(e) => e,
+            Err(why) => return Some(Err((rec.id, why))),
+        };
+        let original = rec.id.to_string();
+        Some(
+            match requeue::prepare(&stored, &from.stamp, &self.publish_ids.next()) {
+                Ok(props) => Ok(Moving {
+                    props: edited(opts, edit.as_ref(), props, &original),
+                    body: edit.map(|e| e.payload.into_bytes()),
+                    id: rec.id,
+                    route,
+                }),
+                Err(why) => Err((rec.id, why.to_string())),
+            },
+        )
+    }
+
+    /// Records one publish outcome; a clean confirm queues the DLQ copy's acknowledgement.
+    fn settle(&mut self, (p, out): (Pending, Result<Outcome>)) {
+        self.bar.inc(1);
+        let Pending {
+            queue,
+            chan,
+            tag,
+            id,
+        } = p;
+        if !matches!(out, Ok(Outcome::Confirmed)) {
+            self.acks.not_moved(queue, chan);
+        }
+        match out {
+            Ok(Outcome::Confirmed) => self.acks.confirmed(queue, chan, tag, id),
+            Ok(Outcome::Returned { code, text }) => {
+                self.report.fail(
+                    id,
+                    format!(
+                        "returned by the broker as unroutable ({code} {text}); left in the DLQ"
+                    ),
+                );
+            }
+            Ok(Outcome::Nacked) => {
+                self.report.fail(
+                    id,
+                    "nacked by the broker (destination full or unavailable); left in the DLQ",
+                );
+            }
+            Err(e) => {
+                self.report.fail(
+                    id,
+                    "outcome unknown: the broker connection was lost; left in the DLQ",
+                );
+                self.report
+                    .stopped
+                    .get_or_insert_with(|| format!("broker: {e:#}"));
+            }
+        }
+    }
+
+    /// Records sent acknowledgements: a message moved once its DLQ copy is acknowledged.
+    fn count_acked(&mut self, acked: Vec<Acked>) {
+        for a in acked {
+            match a.result {
+                Ok(()) => {
+                    self.report.success();
+                    self.acked[a.queue] += 1;
+                    self.moved_now += 1;
+                }
+                Err(e) => {
+                    let why = redact::scrub(&e.to_string());
+                    self.report.fail(
+                        a.id,
+                        format!("published, but its DLQ copy could not be acknowledged ({why}): it is in both places"),
+                    );
+                    self.report
+                        .stopped
+                        .get_or_insert_with(|| "lost the channel to the DLQ".into());
+                }
+            }
+        }
+    }
+}
+
+/// Which taken messages the move pass sends.
+enum Picks<'a> {
+    /// Those the plan selected (hash of queue + id -> how many), if they still match.
+    Planned(HashMap<u64, u32>),
+    /// Those the selection matches now, up to `--limit`, with destination queues checked
+    /// the first time each is seen (the plan checked them all before anything moved).
+    Streaming {
+        selector: Selector<'a>,
+        destinations: HashMap<String, bool>,
+    },
+}
+
+impl Picks<'_> {
+    /// The message's record when it is to be moved.
+    fn pick(&mut self, queue: &str, d: &Delivery, opts: &Options) -> Option<DeadLetter> {
+        match self {
+            Picks::Planned(selected) => {
+                let rec = record::from_delivery(
+                    queue,
+                    d.exchange.as_str(),
+                    d.routing_key.as_str(),
+                    &d.properties,
+                    &d.data,
+                    &opts.record,
+                );
+                // Only what the plan selected, and only as many times as it was selected.
+                selected.get(&key(queue, &rec.id)).filter(|n| **n > 0)?;
+                matches!(opts.common.selection.matches(&rec), Ok(true)).then_some(rec)
+            }
+            Picks::Streaming { selector, .. } => record::selected(queue, d, &opts.record, selector),
+        }
+    }
+
+    /// `--limit` reached: nothing more is selected.
+    fn full(&self) -> bool {
+        match self {
+            Picks::Planned(_) => false,
+            Picks::Streaming { selector, .. } => selector.full(),
+        }
+    }
+
+    /// A picked message is being published.
+    fn taken(&mut self, queue: &str, id: &RecordId) {
+        if let Picks::Planned(selected) = self
+            && let Some(n) = selected.get_mut(&key(queue, id))
+        {
+            *n = n.saturating_sub(1);
+        }
+    }
+
+    /// Whether a destination queue exists (a passive declare the first time it is seen).
+    async fn check_destination(
+        &mut self,
+        conn: &lapin::Connection,
+        route: &Route,
+    ) -> Result<(), String> {
+        let Picks::Streaming { destinations, .. } = self else {
+            return Ok(());
+        };
+        let Some(queue) = route.queue() else {
+            return Ok(()); // an explicit target, checked before the run
+        };
+        let exists = match destinations.get(queue) {
+            Some(&e) => e,
+            None => {
+                let e = rabbit::passive_declare(conn, queue)
+                    .await
+                    .map_err(|e| format!("{e:#}; left in the DLQ"))?
+                    .is_some();
+                destinations.insert(queue.to_string(), e);
+                e
+            }
+        };
+        if exists {
+            Ok(())
+        } else {
+            Err(format!(
+                "destination queue {queue:?} does not exist; left in the DLQ (declare it or pass --to-queue)"
+            ))
+        }
+    }
+}
+
+/// The queue as it is now (its depth read again); `None` when it is gone.
+async fn as_now(conn: &lapin::Connection, q: &Checked) -> Result<Option<Checked>> {
+    let Some(depth) = rabbit::passive_declare(conn, &q.name).await? else {
+        return Ok(None);
+    };
+    let mut now = q.clone();
+    now.depth = depth;
+    Ok(Some(now))
+}
+
+/// How many messages stamped with this run's id are in the DLQs now (a read).
+async fn died_again(conn: &lapin::Connection, checked: &[Checked], replay_id: &str) -> Result<u64> {
+    let mut n = 0;
+    for q in checked {
+        let Some(now) = as_now(conn, q).await? else {
+            continue;
+        };
+        let spec = ReadSpec::for_checked(&now, None);
+        let (tx, mut rx) = mpsc::channel(256);
+        let id = replay_id.to_string();
+        let make = move |_: &str, _: &str, _: &str, p: &lapin::BasicProperties, _: &[u8]| {
+            let h = p.headers().clone().unwrap_or_default();
+            matches!(h.inner().get(requeue::REPLAY_ID), Some(lapin::types::AMQPValue::LongString(s)) if s.as_bytes() == id.as_bytes())
+        };
+        let read = async {
+            let r = reader::read_queue(conn, &spec, &make, &tx).await;
+            drop(tx);
+            r
+        };
+        let count = async {
+            let mut c = 0u64;
+            while let Some(Ok(hit)) = rx.recv().await {
+                c += u64::from(hit);
+            }
+            c
+        };
+        let (r, c) = tokio::join!(read, count);
+        r?;
+        n += c;
+    }
+    Ok(n)
+}
