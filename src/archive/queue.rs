@@ -241,23 +241,7 @@ async fn archive_and_delete(
             return Err(e.context("nothing was deleted from the queues"));
         }
     };
-    let mut deleted = 0u64;
-    let mut ack_error = None;
-    for (taker, tags) in taken {
-        for (channel, tag) in &tags {
-            match taker.ack(*channel, *tag).await {
-                Ok(()) => deleted += 1,
-                Err(e) => {
-                    ack_error.get_or_insert(e);
-                    break;
-                }
-            }
-        }
-        let held = taker.taken.saturating_sub(tags.len() as u64);
-        for note in taker.release(conn, held).await {
-            printer.warn(note);
-        }
-    }
+    let (deleted, ack_error) = ack_written(conn, printer, taken).await;
     bar.finish_and_clear();
     if let Some(w) = selector.warning() {
         printer.warn(w);
@@ -280,6 +264,33 @@ async fn archive_and_delete(
     printer.info(line);
     super::audit_end(audit, trailer.count, deleted);
     Ok(Exit::Ok)
+}
+
+/// Acknowledges what the archive holds (the rest goes back in place): how many, and the
+/// first error, after which a taker acknowledges nothing more.
+async fn ack_written(
+    conn: &lapin::Connection,
+    printer: &Printer,
+    taken: Vec<(Taker, Vec<(usize, u64)>)>,
+) -> (u64, Option<anyhow::Error>) {
+    let mut deleted = 0u64;
+    let mut ack_error = None;
+    for (taker, tags) in taken {
+        for (channel, tag) in &tags {
+            match taker.ack(*channel, *tag).await {
+                Ok(()) => deleted += 1,
+                Err(e) => {
+                    ack_error.get_or_insert(e);
+                    break;
+                }
+            }
+        }
+        let held = taker.taken.saturating_sub(tags.len() as u64);
+        for note in taker.release(conn, held).await {
+            printer.warn(note);
+        }
+    }
+    (deleted, ack_error)
 }
 
 /// Takes every message of every queue (held unacknowledged) and writes the selected ones;

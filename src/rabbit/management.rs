@@ -58,6 +58,41 @@ pub(crate) enum ApiError {
     },
 }
 
+/// The HTTP client: timeouts, and the TLS files' CA and client certificate on top of the
+/// system's roots.
+fn http_client(tls_files: &TlsFiles) -> Result<reqwest::Client, String> {
+    let mut builder = reqwest::Client::builder()
+        .timeout(TIMEOUT)
+        .connect_timeout(CONNECT_TIMEOUT)
+        .user_agent(concat!("dlq/", env!("CARGO_PKG_VERSION")));
+    // The broker's API sits behind the same CA as its AMQP port: trust the CA file here
+    // too, on top of the system's roots (the same platform verifier as lapin's).
+    if let Some(ca) = &tls_files.ca {
+        let certs = ca
+            .certs
+            .iter()
+            .map(|c| reqwest::Certificate::from_der(c))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("CA file {}: {e}", ca.path.display()))?;
+        builder = builder.tls_certs_merge(certs);
+    }
+    if let Some(id) = &tls_files.client {
+        let mut pem = id.cert_pem.clone();
+        pem.push(b'\n');
+        pem.extend_from_slice(&id.key_pem);
+        let identity = reqwest::Identity::from_pem(&pem).map_err(|_| {
+            format!(
+                "client certificate {} cannot be used for the management API",
+                id.cert_path.display()
+            )
+        })?;
+        builder = builder.identity(identity);
+    }
+    builder
+        .build()
+        .map_err(|e| format!("cannot set up an HTTP client: {e}"))
+}
+
 #[derive(Debug, serde::Deserialize)]
 struct Overview {
     rabbitmq_version: Option<String>,
@@ -111,36 +146,7 @@ impl Management {
             let p = format!("{}/", base.path());
             base.set_path(&p);
         }
-        let mut builder = reqwest::Client::builder()
-            .timeout(TIMEOUT)
-            .connect_timeout(CONNECT_TIMEOUT)
-            .user_agent(concat!("dlq/", env!("CARGO_PKG_VERSION")));
-        // The broker's API sits behind the same CA as its AMQP port: trust the CA file here
-        // too, on top of the system's roots (the same platform verifier as lapin's).
-        if let Some(ca) = &tls_files.ca {
-            let certs = ca
-                .certs
-                .iter()
-                .map(|c| reqwest::Certificate::from_der(c))
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| format!("CA file {}: {e}", ca.path.display()))?;
-            builder = builder.tls_certs_merge(certs);
-        }
-        if let Some(id) = &tls_files.client {
-            let mut pem = id.cert_pem.clone();
-            pem.push(b'\n');
-            pem.extend_from_slice(&id.key_pem);
-            let identity = reqwest::Identity::from_pem(&pem).map_err(|_| {
-                format!(
-                    "client certificate {} cannot be used for the management API",
-                    id.cert_path.display()
-                )
-            })?;
-            builder = builder.identity(identity);
-        }
-        let client = builder
-            .build()
-            .map_err(|e| format!("cannot set up an HTTP client: {e}"))?;
+        let client = http_client(tls_files)?;
         let shown = base.to_string();
         Ok(Management {
             client,

@@ -414,100 +414,19 @@ async fn consume_fifo<T: Send>(
     while report.read < want {
         let batch = window(bytes, report.read).min(want - report.read);
         let batch16 = u16::try_from(batch).unwrap_or(u16::MAX);
-        // Per-consumer prefetch: applies to the consumer created next.
-        ch.basic_qos(batch16, BasicQosOptions { global: false })
-            .await?;
-        let consumer = ch
-            .basic_consume(
-                q.into(),
-                format!("dlq-read-{n}").as_str().into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await?;
+        let consumer = open_window(ch, q, batch16, n).await?;
         *open_consumer = Some(consumer.tag());
         n += 1;
-        let mut stream = consumer.clone();
-        let mut got = 0u64;
-        let mut stalled = Duration::ZERO;
-        // One timer and one closed-receiver watch per consumer, not per delivery: creating
-        // them for every message cost more than decoding it. The timer is moved only when
-        // it fires, to IDLE after the last delivery.
-        let mut last = tokio::time::Instant::now();
-        let idle = tokio::time::sleep(IDLE);
-        tokio::pin!(idle);
-        let closed = tx.closed();
-        tokio::pin!(closed);
-        while got < u64::from(batch16) {
-            // What lapin already holds is taken without a wake-up (see `poll_pause`).
-            let ready = pause.and_then(|_| futures_util::FutureExt::now_or_never(stream.next()));
-            let next = if let Some(d) = ready {
-                d
-            } else {
-                tokio::select! {
-                    biased;
-                    _ = &mut closed, if !report.receiver_gone => {
-                        report.receiver_gone = true;
-                        if spec.read_all_to_keep_order() {
-                            continue;
-                        }
-                        return Ok(());
-                    }
-                    d = stream.next(), if pause.is_none() => d,
-                    _ = pause_reactor(pause.unwrap_or_default()), if pause.is_some() => continue,
-                    _ = &mut idle => {
-                        if last.elapsed() < IDLE {
-                            idle.as_mut().reset(last + IDLE);
-                            continue;
-                        }
-                        let why = ": another consumer is probably preferred (single active consumer, consumer priorities)";
-                        if !still_ready(ch, q, &mut stalled, why).await? {
-                            report.ended_short = true;
-                            return Ok(());
-                        }
-                        idle.as_mut().reset(tokio::time::Instant::now() + IDLE);
-                        continue;
-                    }
-                }
-            };
-            let d = match next {
-                None => {
-                    bail!("the broker cancelled dlq's consumer on {q:?} (was the queue deleted?)")
-                }
-                Some(Err(e)) => return Err(anyhow!(e)),
-                Some(Ok(d)) => d,
-            };
-            stalled = Duration::ZERO;
-            last = tokio::time::Instant::now();
-            got += 1;
-            report.read += 1;
-            report.last_tag = Some(d.delivery_tag);
-            bytes += d.data.len() as u64;
-            if spec.counts_returns {
-                report.note_delivery_count(delivery_count(&d.properties), spec.counted_limit);
-            }
-            if let Some(r) = renewal.as_mut() {
-                r.copy(0, &d).await;
-            }
-            if report.receiver_gone {
-                // Draining to the end (see `read_all_to_keep_order`): hold, do not decode.
-                continue;
-            }
-            let rec = make(
-                q,
-                d.exchange.as_str(),
-                d.routing_key.as_str(),
-                &d.properties,
-                &d.data,
-            );
-            // Only the channel remembers the delivery now: the body is gone with `d`.
-            drop(d);
-            if tx.send(Ok(rec)).await.is_err() {
-                report.receiver_gone = true;
-                if !spec.read_all_to_keep_order() {
-                    return Ok(());
-                }
-            }
+        let read = Window {
+            size: batch16,
+            pause,
+        };
+        if !read_window(
+            ch, spec, &read, &consumer, make, tx, report, renewal, &mut bytes,
+        )
+        .await?
+        {
+            return Ok(());
         }
         // No credit left on this consumer: cancel it so the next one continues in order.
         // Its messages stay unacknowledged on the channel until the final close (which
@@ -523,6 +442,142 @@ async fn consume_fifo<T: Send>(
         }
     }
     Ok(())
+}
+
+/// A read window's size and how its deliveries are polled.
+struct Window {
+    size: u16,
+    pause: Option<Duration>,
+}
+
+/// Reads one window's deliveries off `consumer`. `false`: stop reading (the receiver is
+/// gone, or the queue stopped delivering to dlq).
+#[allow(clippy::too_many_arguments)]
+async fn read_window<T: Send>(
+    ch: &Channel,
+    spec: &ReadSpec,
+    w: &Window,
+    consumer: &lapin::Consumer,
+    make: &Make<T>,
+    tx: &mpsc::Sender<Result<T>>,
+    report: &mut ReadReport,
+    renewal: &mut Option<Renewal>,
+    bytes: &mut u64,
+) -> Result<bool> {
+    let mut stream = consumer.clone();
+    let (q, pause) = (spec.queue.as_str(), w.pause);
+    let mut got = 0u64;
+    let mut stalled = Duration::ZERO;
+    // One timer and one closed-receiver watch per consumer, not per delivery: creating
+    // them for every message cost more than decoding it. The timer is moved only when
+    // it fires, to IDLE after the last delivery.
+    let mut last = tokio::time::Instant::now();
+    let idle = tokio::time::sleep(IDLE);
+    tokio::pin!(idle);
+    let closed = tx.closed();
+    tokio::pin!(closed);
+    while got < u64::from(w.size) {
+        // What lapin already holds is taken without a wake-up (see `poll_pause`).
+        let ready = pause.and_then(|_| futures_util::FutureExt::now_or_never(stream.next()));
+        let next = if let Some(d) = ready {
+            d
+        } else {
+            tokio::select! {
+                biased;
+                _ = &mut closed, if !report.receiver_gone => {
+                    report.receiver_gone = true;
+                    if spec.read_all_to_keep_order() {
+                        continue;
+                    }
+                    return Ok(false);
+                }
+                d = stream.next(), if pause.is_none() => d,
+                _ = pause_reactor(pause.unwrap_or_default()), if pause.is_some() => continue,
+                _ = &mut idle => {
+                    if last.elapsed() < IDLE {
+                        idle.as_mut().reset(last + IDLE);
+                        continue;
+                    }
+                    let why = ": another consumer is probably preferred (single active consumer, consumer priorities)";
+                    if !still_ready(ch, q, &mut stalled, why).await? {
+                        report.ended_short = true;
+                        return Ok(false);
+                    }
+                    idle.as_mut().reset(tokio::time::Instant::now() + IDLE);
+                    continue;
+                }
+            }
+        };
+        let d = match next {
+            None => {
+                bail!("the broker cancelled dlq's consumer on {q:?} (was the queue deleted?)")
+            }
+            Some(Err(e)) => return Err(anyhow!(e)),
+            Some(Ok(d)) => d,
+        };
+        stalled = Duration::ZERO;
+        last = tokio::time::Instant::now();
+        got += 1;
+        *bytes += d.data.len() as u64;
+        if !deliver(d, spec, make, tx, report, renewal).await {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// One read window: a consumer whose prefetch is the window's size.
+async fn open_window(ch: &Channel, q: &str, size: u16, n: u32) -> Result<lapin::Consumer> {
+    // Per-consumer prefetch: applies to the consumer created next.
+    ch.basic_qos(size, BasicQosOptions { global: false })
+        .await?;
+    let consumer = ch
+        .basic_consume(
+            q.into(),
+            format!("dlq-read-{n}").as_str().into(),
+            BasicConsumeOptions::default(),
+            FieldTable::default(),
+        )
+        .await?;
+    Ok(consumer)
+}
+
+/// One delivery, held: counted, copied when renewing, decoded and sent on while someone
+/// receives. `false`: stop reading (the receiver is gone and the order need not be kept).
+async fn deliver<T: Send>(
+    d: lapin::message::Delivery,
+    spec: &ReadSpec,
+    make: &Make<T>,
+    tx: &mpsc::Sender<Result<T>>,
+    report: &mut ReadReport,
+    renewal: &mut Option<Renewal>,
+) -> bool {
+    report.read += 1;
+    report.last_tag = Some(d.delivery_tag);
+    if spec.counts_returns {
+        report.note_delivery_count(delivery_count(&d.properties), spec.counted_limit);
+    }
+    if let Some(r) = renewal.as_mut() {
+        r.copy(0, &d).await;
+    }
+    if report.receiver_gone {
+        // Draining to the end (see `read_all_to_keep_order`): hold, do not decode.
+        return true;
+    }
+    let rec = make(
+        spec.queue.as_str(),
+        d.exchange.as_str(),
+        d.routing_key.as_str(),
+        &d.properties,
+        &d.data,
+    );
+    // Only the channel remembers the delivery now: the body is gone with `d`.
+    drop(d);
+    if tx.send(Ok(rec)).await.is_err() {
+        report.receiver_gone = true;
+        return spec.read_all_to_keep_order();
+    }
+    true
 }
 
 fn stream_args(offset: &str) -> FieldTable {

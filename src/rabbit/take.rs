@@ -106,6 +106,35 @@ impl Taker {
         (WINDOW_BYTES / avg).clamp(16, MAX_WINDOW)
     }
 
+    /// A new take window: its own channel, and a consumer whose prefetch is the window's size.
+    async fn open_window(&mut self, conn: &Connection) -> Result<()> {
+        let batch = self
+            .window()
+            .min(self.want - self.taken)
+            .min(u64::from(u16::MAX));
+        let ch = conn.create_channel().await?;
+        ch.basic_qos(batch as u16, BasicQosOptions { global: false })
+            .await?;
+        let consumer = ch
+            .basic_consume(
+                self.queue.as_str().into(),
+                format!("dlq-take-{}", self.consumers).as_str().into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await?;
+        self.channels.push(ch);
+        self.consumers += 1;
+        self.current = Some(Current {
+            consumer,
+            got: 0,
+            batch,
+            cancelled: false,
+            peeked: None,
+        });
+        Ok(())
+    }
+
     /// The next message in queue order, or `None` once the counted messages were taken.
     /// Acknowledge it with `delivery.acker`; anything not acknowledged goes back on release.
     pub(crate) async fn next(&mut self, conn: &Connection) -> Result<Option<Delivery>> {
@@ -115,30 +144,7 @@ impl Taker {
                 if self.taken >= self.want {
                     return Ok(None);
                 }
-                let batch = self
-                    .window()
-                    .min(self.want - self.taken)
-                    .min(u64::from(u16::MAX));
-                let ch = conn.create_channel().await?;
-                ch.basic_qos(batch as u16, BasicQosOptions { global: false })
-                    .await?;
-                let consumer = ch
-                    .basic_consume(
-                        q.as_str().into(),
-                        format!("dlq-take-{}", self.consumers).as_str().into(),
-                        BasicConsumeOptions::default(),
-                        FieldTable::default(),
-                    )
-                    .await?;
-                self.channels.push(ch);
-                self.consumers += 1;
-                self.current = Some(Current {
-                    consumer,
-                    got: 0,
-                    batch,
-                    cancelled: false,
-                    peeked: None,
-                });
+                self.open_window(conn).await?;
             }
             let cur = self.current.as_mut().expect("set above");
             let ch = self.channels.last().expect("a channel per consumer");

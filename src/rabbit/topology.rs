@@ -448,6 +448,68 @@ fn reachable_queues(
     }
 }
 
+/// What the dead-letter routing can reach: queue names, exchanges and their bindings.
+struct Graph<'a> {
+    names: &'a BTreeSet<&'a str>,
+    by_source: &'a BTreeMap<&'a str, Vec<&'a ApiBinding>>,
+    kinds: &'a BTreeMap<&'a str, &'a str>,
+}
+
+impl Graph<'_> {
+    /// The queues `queue`'s dead letters reach; a warning for each way they are dropped;
+    /// `None` when its dead-letter exchange does not exist.
+    fn reach(
+        &self,
+        queue: &str,
+        target: &DeadLetterTarget,
+        warnings: &mut Vec<String>,
+    ) -> Option<BTreeSet<String>> {
+        let mut reached = BTreeSet::new();
+        if target.exchange.is_empty() {
+            // The default exchange routes by queue name.
+            match &target.routing_key {
+                Some(k) if self.names.contains(k.as_str()) => {
+                    reached.insert(k.clone());
+                }
+                Some(k) => warnings.push(format!(
+                    "queue {} dead-letters to the default exchange with routing key {k:?}, \
+                     but no queue has that name: its dead letters are dropped",
+                    queue
+                )),
+                None => {}
+            }
+        } else if !self.kinds.contains_key(target.exchange.as_str()) {
+            warnings.push(format!(
+                "queue {} dead-letters to exchange {:?}, which does not exist: its dead letters are dropped",
+                queue, target.exchange
+            ));
+            return None;
+        } else {
+            reachable_queues(
+                &target.exchange,
+                target.routing_key.as_deref(),
+                self.by_source,
+                self.kinds,
+                &mut reached,
+                &mut BTreeSet::new(),
+            );
+            if reached.is_empty() {
+                warnings.push(format!(
+                    "queue {} dead-letters to exchange {:?}{}, which routes to no queue: its dead letters are dropped",
+                    queue,
+                    target.exchange,
+                    target
+                        .routing_key
+                        .as_deref()
+                        .map(|k| format!(" with routing key {k:?}"))
+                        .unwrap_or_default()
+                ));
+            }
+        }
+        Some(reached)
+    }
+}
+
 /// Every queue that receives dead letters (the DLQs) and which queues feed each of them.
 /// `policies[i]` is the effective policy of `queues[i]`.
 pub(crate) fn discover(
@@ -476,48 +538,14 @@ pub(crate) fn discover(
         let Some(target) = dead_letter_target(&q.arguments, policy) else {
             continue;
         };
-        let mut reached = BTreeSet::new();
-        if target.exchange.is_empty() {
-            // The default exchange routes by queue name.
-            match &target.routing_key {
-                Some(k) if names.contains(k.as_str()) => {
-                    reached.insert(k.clone());
-                }
-                Some(k) => warnings.push(format!(
-                    "queue {} dead-letters to the default exchange with routing key {k:?}, \
-                     but no queue has that name: its dead letters are dropped",
-                    q.name
-                )),
-                None => {}
-            }
-        } else if !kinds.contains_key(target.exchange.as_str()) {
-            warnings.push(format!(
-                "queue {} dead-letters to exchange {:?}, which does not exist: its dead letters are dropped",
-                q.name, target.exchange
-            ));
+        let graph = Graph {
+            names: &names,
+            by_source: &by_source,
+            kinds: &kinds,
+        };
+        let Some(reached) = graph.reach(&q.name, &target, &mut warnings) else {
             continue;
-        } else {
-            reachable_queues(
-                &target.exchange,
-                target.routing_key.as_deref(),
-                &by_source,
-                &kinds,
-                &mut reached,
-                &mut BTreeSet::new(),
-            );
-            if reached.is_empty() {
-                warnings.push(format!(
-                    "queue {} dead-letters to exchange {:?}{}, which routes to no queue: its dead letters are dropped",
-                    q.name,
-                    target.exchange,
-                    target
-                        .routing_key
-                        .as_deref()
-                        .map(|k| format!(" with routing key {k:?}"))
-                        .unwrap_or_default()
-                ));
-            }
-        }
+        };
         if is_hop(q, policy, &reached, &consumers) {
             hops.push(q.name.clone());
             continue;

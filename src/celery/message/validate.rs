@@ -95,31 +95,37 @@ fn validate_headers(msg: &TaskMessage, headers: &FieldTable) -> Result<(), Inval
         }
         _ => {}
     }
-    match get("timelimit") {
-        None | Some(AMQPValue::Void) => {}
-        Some(AMQPValue::FieldArray(items)) => {
-            let items = items.as_slice();
-            if items.len() != 2 {
-                return Err(InvalidTask::TimelimitLength { len: items.len() });
-            }
-            for (i, item) in items.iter().enumerate() {
-                let numeric =
-                    is_amqp_int(item) || matches!(item, AMQPValue::Float(_) | AMQPValue::Double(_));
-                if !(numeric || matches!(item, AMQPValue::Void)) {
-                    return Err(header_type(
-                        &format!("timelimit[{i}]"),
-                        item,
-                        "null or a number",
-                    ));
-                }
-            }
-        }
-        Some(v) => return Err(header_type("timelimit", v, "an array of 2")),
+    if let Some(v) = get("timelimit") {
+        check_timelimit(v)?;
     }
     for name in ["eta", "expires"] {
         match get(name) {
             None | Some(AMQPValue::Void) => {}
             Some(_) => return Err(InvalidTask::Scheduled { name }),
+        }
+    }
+    Ok(())
+}
+
+/// `[hard, soft]`, each null or a number: any other length crashes the worker's receive path.
+fn check_timelimit(v: &AMQPValue) -> Result<(), InvalidTask> {
+    let items = match v {
+        AMQPValue::Void => return Ok(()),
+        AMQPValue::FieldArray(items) => items.as_slice(),
+        v => return Err(header_type("timelimit", v, "an array of 2")),
+    };
+    if items.len() != 2 {
+        return Err(InvalidTask::TimelimitLength { len: items.len() });
+    }
+    for (i, item) in items.iter().enumerate() {
+        let numeric =
+            is_amqp_int(item) || matches!(item, AMQPValue::Float(_) | AMQPValue::Double(_));
+        if !(numeric || matches!(item, AMQPValue::Void)) {
+            return Err(header_type(
+                &format!("timelimit[{i}]"),
+                item,
+                "null or a number",
+            ));
         }
     }
     Ok(())
