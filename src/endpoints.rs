@@ -6,7 +6,7 @@ use crate::celery::redis::RedisBroker;
 use crate::celery::workers::Mailbox;
 use crate::error::usage;
 use crate::rabbit::Target;
-use crate::settings::{DatabaseUrl, TableName};
+use crate::source::table::{DatabaseUrl, TableName};
 use anyhow::Result;
 use std::path::PathBuf;
 

@@ -1,3 +1,5 @@
+//! The `dlq` binary: parse the command line, run it on a one-thread runtime, exit with its code.
+
 use std::process::ExitCode;
 
 // lapin parses every delivery on its own I/O thread and dlq frees it on another: glibc's

@@ -137,6 +137,17 @@ pub fn url(raw: &str) -> String {
     }
 }
 
+/// A password with `/`, `:` or `@` left as is splits the URL in the wrong place, and the
+/// parser then complains about the port: say what to do instead.
+pub(crate) fn encoding_hint(e: url::ParseError) -> &'static str {
+    match e {
+        url::ParseError::InvalidPort => {
+            " (if the user name or password contains / : @ # or ?, percent-encode it: / is %2F, : is %3A, @ is %40, # is %23, ? is %3F)"
+        }
+        _ => "",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,5 +3,5 @@
 
 pub use crate::rabbit::codec::properties_to_typed_json;
 pub use crate::rabbit::{Depth, passive_declare};
-pub use crate::settings::Dialect;
 pub use crate::source::table::testing::{Db, NewRow};
+pub use crate::source::table::url::Dialect;

@@ -64,6 +64,13 @@ pub(crate) struct TaskMessage {
     pub(crate) properties: BasicProperties,
 }
 
+impl TaskMessage {
+    /// The headers as JSON, as kombu's Redis transport stores them in its envelope.
+    pub(crate) fn headers_json(&self) -> Value {
+        crate::rabbit::codec::table_to_json(&self.headers)
+    }
+}
+
 /// Where a replayed task comes from; written into the provenance headers so that tasks and
 /// consumers can deduplicate replays.
 #[derive(Debug, Clone, PartialEq, Eq)]

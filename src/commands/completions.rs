@@ -1,3 +1,5 @@
+//! `dlq completions SHELL`: the shell completion script, generated from the clap definition.
+
 use crate::error::Exit;
 use anyhow::Result;
 

@@ -1,3 +1,5 @@
+//! Unit tests of the output layer: tables, stacking, wrapping, CSV.
+
 use super::*;
 
 #[test]

@@ -128,7 +128,7 @@ pub(crate) fn task(msg: &TaskMessage, queue: &str) -> (u8, Vec<u8>) {
         "body": B64.encode(&msg.body),
         "content-encoding": content_encoding,
         "content-type": content_type,
-        "headers": crate::rabbit::codec::table_to_json(&msg.headers),
+        "headers": msg.headers_json(),
         "properties": {
             "correlation_id": correlation_id,
             "reply_to": text(props.reply_to()).unwrap_or_default(),

@@ -20,7 +20,7 @@ use crate::model::{DeadLetter, RecordId};
 use crate::output::{Printer, Tabled, ellipsize};
 use crate::report::Report;
 use crate::select::{Selected, Selection};
-use crate::settings::Dialect;
+use crate::source::table::Dialect;
 use crate::source::table::{ClaimError, FailedTable};
 use crate::transform::Transform;
 use anyhow::Result;

@@ -107,10 +107,15 @@ fn reliability_cites_existing_tests() {
             continue;
         };
         let cited: Vec<&str> = cell.split('`').skip(1).step_by(2).collect();
+        // A source file's unit tests may sit beside it, in `<stem>/tests.rs`.
         let src_file = cited
             .iter()
             .find(|c| c.starts_with("src/") && c.ends_with(".rs"))
-            .map(|f| std::fs::read_to_string(root.join(f)).unwrap());
+            .map(|f| {
+                let beside = root.join(f.trim_end_matches(".rs")).join("tests.rs");
+                std::fs::read_to_string(root.join(f)).unwrap()
+                    + &std::fs::read_to_string(beside).unwrap_or_default()
+            });
         for c in &cited {
             let mut parts = c.split("::");
             let (file, name) = match (parts.next(), parts.next()) {

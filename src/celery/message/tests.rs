@@ -1,3 +1,5 @@
+//! Unit and property tests of Celery task messages: building, validation, reprs.
+
 use super::validate::{is_decimal_literal, is_uuid_hex};
 use super::*;
 use proptest::prelude::*;

@@ -1,3 +1,5 @@
+//! Unit and property tests of the AMQP <-> JSON codec.
+
 use super::*;
 use crate::rabbit::death::*;
 use lapin::types::generation::gen_field_table;

@@ -1,3 +1,5 @@
+//! Unit tests of the dead-letter topology: discovery, hops, delivery limits, read verdicts.
+
 use super::*;
 use serde_json::json;
 

@@ -2,7 +2,7 @@
 
 use super::FailedTable;
 use super::pool::{Pool, scrubbed};
-use crate::settings::DatabaseUrl;
+use crate::source::table::DatabaseUrl;
 use anyhow::{Context, Result, anyhow};
 use sqlx::Acquire;
 

@@ -25,14 +25,15 @@ mod schema;
 mod sql;
 #[doc(hidden)]
 pub(crate) mod testing;
+pub(crate) mod url;
 
 pub(crate) use archive::ArchiveSession;
 pub(crate) use claim::ClaimError;
 pub(crate) use ddl::init_statements;
+pub(crate) use url::{DatabaseUrl, Dialect, TableName};
 
 use crate::model::DeadLetter;
 use crate::select::Selection;
-use crate::settings::{DatabaseUrl, TableName};
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use futures_util::TryStreamExt;

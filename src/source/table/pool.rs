@@ -3,7 +3,7 @@
 
 use crate::error::usage;
 use crate::redact;
-use crate::settings::{DatabaseUrl, Dialect};
+use crate::source::table::{DatabaseUrl, Dialect};
 use anyhow::{Context, Result, anyhow};
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};

@@ -4,7 +4,7 @@
 use super::pool::{Pool, scrubbed};
 use super::sql::quote_ident;
 use crate::error::usage;
-use crate::settings::{Dialect, TableName};
+use crate::source::table::{Dialect, TableName};
 use anyhow::Result;
 
 /// How the id column is typed.

@@ -10,7 +10,7 @@ use super::schema::{FlagKind, IdKind, Layout, TimeKind};
 use crate::error::usage;
 use crate::model::RecordId;
 use crate::select::{ReplayedFilter, Selection};
-use crate::settings::{Dialect, TableName};
+use crate::source::table::{Dialect, TableName};
 use anyhow::Result;
 use chrono::{DateTime, NaiveDateTime, Utc};
 

@@ -4,7 +4,7 @@
 
 use super::pool::{self, Pool, bind_all, with_pool};
 use super::sql::{Bind, SqlBuilder, quote_ident};
-use crate::settings::{DatabaseUrl, Dialect, TableName};
+use crate::source::table::{DatabaseUrl, Dialect, TableName};
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use sqlx::{AssertSqlSafe, Row};
