@@ -129,13 +129,7 @@ impl Printer {
         if self.quiet {
             return;
         }
-        let mut t = self.new_table();
-        t.set_header(
-            columns
-                .iter()
-                .map(|c| self.header_cell(c))
-                .collect::<Vec<_>>(),
-        );
+        let mut t = self.headed_table(columns);
         for r in rows {
             t.add_row(r.iter().map(Cell::new).collect::<Vec<_>>());
         }
@@ -194,6 +188,18 @@ impl Printer {
         t
     }
 
+    /// A new table with `columns` as its header.
+    fn headed_table(&self, columns: &[&str]) -> Table {
+        let mut t = self.new_table();
+        t.set_header(
+            columns
+                .iter()
+                .map(|c| self.header_cell(c))
+                .collect::<Vec<_>>(),
+        );
+        t
+    }
+
     fn header_cell(&self, name: &str) -> Cell {
         let c = Cell::new(name);
         if self.color { c.fg(Color::Cyan) } else { c }
@@ -205,13 +211,7 @@ impl Printer {
         let mut out = io::BufWriter::new(stdout.lock());
         match self.format {
             OutputFormat::Table => {
-                let mut t = self.new_table();
-                t.set_header(
-                    columns
-                        .iter()
-                        .map(|c| self.header_cell(c))
-                        .collect::<Vec<_>>(),
-                );
+                let mut t = self.headed_table(columns);
                 for r in rows {
                     t.add_row(r.iter().map(|v| Cell::new(plain(v))).collect::<Vec<_>>());
                 }
@@ -487,16 +487,10 @@ impl<T: Tabled> RowWriter<T> {
     }
 
     pub(crate) fn finish(mut self) -> io::Result<u64> {
-        match self.printer.format {
-            OutputFormat::Table => self.flush_block()?,
-            OutputFormat::Json => {
-                self.out
-                    .write_all(if self.count == 0 { b"[]\n" } else { b"\n]\n" })?
-            }
-            _ => {}
+        if self.printer.format == OutputFormat::Table {
+            self.flush_block()?;
         }
-        self.out.flush()?;
-        Ok(self.count)
+        end_stream(&mut self.out, self.printer.format, self.count)
     }
 }
 
@@ -537,6 +531,16 @@ pub(crate) fn ellipsize(s: &str, max: usize) -> String {
 /// One RFC 4180 line. A cell a spreadsheet would run as a formula (starting with `=`, `+`,
 /// `-`, `@`, a tab or a carriage return) gets a leading `'`, as OWASP recommends for CSV
 /// injection: dead letters carry whatever a producer or an attacker put in them.
+/// Ends a streamed output: closes the JSON array (`[]` when nothing was written), flushes;
+/// returns how many items were written.
+fn end_stream(out: &mut impl Write, format: OutputFormat, count: u64) -> io::Result<u64> {
+    if format == OutputFormat::Json {
+        out.write_all(if count == 0 { b"[]\n" } else { b"\n]\n" })?;
+    }
+    out.flush()?;
+    Ok(count)
+}
+
 fn write_csv_line(out: &mut impl Write, fields: impl Iterator<Item = String>) -> io::Result<()> {
     let mut first = true;
     for f in fields {

@@ -181,16 +181,10 @@ impl RecordWriter {
 
     /// Ends the output (closing the JSON array) and returns how many records were written.
     pub(crate) fn finish(mut self) -> io::Result<u64> {
-        match self.printer.format {
-            OutputFormat::Table => self.flush_block()?,
-            OutputFormat::Json => {
-                self.out
-                    .write_all(if self.count == 0 { b"[]\n" } else { b"\n]\n" })?
-            }
-            _ => {}
+        if self.printer.format == OutputFormat::Table {
+            self.flush_block()?;
         }
-        self.out.flush()?;
-        Ok(self.count)
+        end_stream(&mut self.out, self.printer.format, self.count)
     }
 }
 

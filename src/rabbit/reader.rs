@@ -526,6 +526,17 @@ async fn read_window<T: Send>(
     Ok(true)
 }
 
+/// The record of a delivery, decoded from its parts.
+fn record_of<T>(q: &str, make: &Make<T>, d: &lapin::message::Delivery) -> T {
+    make(
+        q,
+        d.exchange.as_str(),
+        d.routing_key.as_str(),
+        &d.properties,
+        &d.data,
+    )
+}
+
 /// One read window: a consumer whose prefetch is the window's size.
 async fn open_window(ch: &Channel, q: &str, size: u16, n: u32) -> Result<lapin::Consumer> {
     // Per-consumer prefetch: applies to the consumer created next.
@@ -564,13 +575,7 @@ async fn deliver<T: Send>(
         // Draining to the end (see `read_all_to_keep_order`): hold, do not decode.
         return true;
     }
-    let rec = make(
-        spec.queue.as_str(),
-        d.exchange.as_str(),
-        d.routing_key.as_str(),
-        &d.properties,
-        &d.data,
-    );
+    let rec = record_of(spec.queue.as_str(), make, &d);
     // Only the channel remembers the delivery now: the body is gone with `d`.
     drop(d);
     if tx.send(Ok(rec)).await.is_err() {
@@ -589,20 +594,31 @@ fn stream_args(offset: &str) -> FieldTable {
     t
 }
 
+/// A stream consumer from `offset` ("first", "last"), with the stream prefetch.
+async fn stream_consumer(
+    ch: &Channel,
+    q: &str,
+    tag: &str,
+    offset: &str,
+) -> Result<lapin::Consumer> {
+    ch.basic_qos(STREAM_PREFETCH, BasicQosOptions::default())
+        .await?;
+    let consumer = ch
+        .basic_consume(
+            q.into(),
+            tag.into(),
+            BasicConsumeOptions::default(),
+            stream_args(offset),
+        )
+        .await?;
+    Ok(consumer)
+}
+
 /// The offset of the last message in a stream now, or `None` when it is empty.
 async fn stream_end(conn: &Connection, q: &str) -> Result<Option<i64>> {
     let ch = conn.create_channel().await?;
     let result = async {
-        ch.basic_qos(STREAM_PREFETCH, BasicQosOptions::default())
-            .await?;
-        let mut c = ch
-            .basic_consume(
-                q.into(),
-                "dlq-stream-end".into(),
-                BasicConsumeOptions::default(),
-                stream_args("last"),
-            )
-            .await?;
+        let mut c = stream_consumer(&ch, q, "dlq-stream-end", "last").await?;
         let mut end: Option<i64> = None;
         let mut unacked = 0u16;
         while let Ok(next) = tokio::time::timeout(LAST_CHUNK_IDLE, c.next()).await {
@@ -640,16 +656,7 @@ async fn read_stream<T: Send>(
     };
     let ch = conn.create_channel().await?;
     let result = async {
-        ch.basic_qos(STREAM_PREFETCH, BasicQosOptions::default())
-            .await?;
-        let mut c = ch
-            .basic_consume(
-                q.into(),
-                "dlq-stream-read".into(),
-                BasicConsumeOptions::default(),
-                stream_args("first"),
-            )
-            .await?;
+        let mut c = stream_consumer(&ch, q, "dlq-stream-read", "first").await?;
         let mut unacked = 0u16;
         loop {
             if spec.max.is_some_and(|m| report.read >= m) {
@@ -684,13 +691,7 @@ async fn read_stream<T: Send>(
                 unacked = 0;
             }
             report.read += 1;
-            let rec = make(
-                q,
-                d.exchange.as_str(),
-                d.routing_key.as_str(),
-                &d.properties,
-                &d.data,
-            );
+            let rec = record_of(q, make, &d);
             drop(d);
             if tx.send(Ok(rec)).await.is_err() {
                 report.receiver_gone = true;

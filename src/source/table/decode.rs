@@ -8,16 +8,6 @@ use anyhow::{Result, anyhow};
 use chrono::{DateTime, NaiveDateTime, TimeZone, Utc};
 use sqlx::{ColumnIndex, Decode, Row, Type};
 
-/// The record columns in `record_columns` order, for messages.
-const COLUMN_NAMES: [&str; 6] = [
-    "id",
-    "task_original",
-    "args",
-    "motivo",
-    "criada_em",
-    "reprocessada",
-];
-
 impl Layout {
     /// Display name for records' `location`.
     pub(super) fn location(&self) -> String {
@@ -43,8 +33,13 @@ impl Layout {
             IdKind::Text => RecordId::Text(row.try_get::<String, _>(0).map_err(scrubbed)?),
         };
         let text = |i: usize| -> Result<Option<String>> {
-            text_or_bytes(row, i)
-                .map_err(|e| anyhow!("row id {id}: column {}: {}", COLUMN_NAMES[i], scrubbed(e)))
+            text_or_bytes(row, i).map_err(|e| {
+                anyhow!(
+                    "row id {id}: column {}: {}",
+                    super::schema::REQUIRED_COLUMNS[i],
+                    scrubbed(e)
+                )
+            })
         };
         let task = text(1)?;
         let args = text(2)?;

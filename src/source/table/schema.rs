@@ -63,7 +63,8 @@ impl Layout {
     }
 }
 
-const REQUIRED_COLUMNS: [&str; 6] = [
+/// The columns dlq needs, in `record_columns` order (decoding names them in its messages).
+pub(super) const REQUIRED_COLUMNS: [&str; 6] = [
     "id",
     "task_original",
     "args",
