@@ -3,7 +3,7 @@
 //! broker: publishes, acknowledgements and renewals on the take channels, and give-backs.
 
 use super::gate;
-use super::plan::{Holding, Taken, edit_of, edited, key};
+use super::plan::{Holding, PublishIds, Taken, edit_of, edited, key};
 use super::route::{Route, destination};
 use super::{Dlq, Options, Session, release_all};
 use crate::error::Exit;
@@ -100,27 +100,6 @@ pub(crate) async fn stream(mut session: Session<'_>) -> Result<Exit> {
     let passed = mover.pass(None).await.map(|_| ());
     let ended = mover.end();
     session.finish(ended, None, passed).await
-}
-
-/// Correlation keys for publishes (the `dlq-publish-id` header): unique per publish, built
-/// from the run's id and a counter (a random id per message cost a system call each).
-pub(crate) struct PublishIds {
-    prefix: String,
-    next: u64,
-}
-
-impl PublishIds {
-    pub(crate) fn new(replay_id: &str) -> PublishIds {
-        PublishIds {
-            prefix: replay_id.to_string(),
-            next: 0,
-        }
-    }
-
-    pub(crate) fn next(&mut self) -> String {
-        self.next += 1;
-        format!("{}.{}", self.prefix, self.next)
-    }
 }
 
 /// State of the move phase.

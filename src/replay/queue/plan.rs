@@ -4,7 +4,6 @@
 //! `--dry-run`, stdout with the preview.
 
 use super::Options;
-use super::mover::PublishIds;
 use super::preview::MovePreview;
 use super::route::{Route, Routes, guarded_route};
 use super::{Dlq, Session};
@@ -349,6 +348,27 @@ fn diff_line(rec: &DeadLetter, e: &Edit) -> String {
         }
     }
     line
+}
+
+/// Correlation keys for publishes (the `dlq-publish-id` header): unique per publish, built
+/// from the run's id and a counter (a random id per message cost a system call each).
+pub(crate) struct PublishIds {
+    prefix: String,
+    next: u64,
+}
+
+impl PublishIds {
+    pub(crate) fn new(replay_id: &str) -> PublishIds {
+        PublishIds {
+            prefix: replay_id.to_string(),
+            next: 0,
+        }
+    }
+
+    pub(crate) fn next(&mut self) -> String {
+        self.next += 1;
+        format!("{}.{}", self.prefix, self.next)
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 
 use super::pool::{Pool, scrubbed, with_pool};
 use super::schema::{detect, read_columns};
-use super::sql::quote_ident;
+use super::url::quote_ident;
 use crate::source::table::{Dialect, TableName};
 use anyhow::Result;
 use sqlx::AssertSqlSafe;

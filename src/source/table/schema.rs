@@ -2,7 +2,7 @@
 //! database's catalogue, so that queries bind and decode values the way the columns compare.
 
 use super::pool::{Pool, scrubbed};
-use super::sql::quote_ident;
+use super::url::quote_ident;
 use crate::error::usage;
 use crate::source::table::{Dialect, TableName};
 use anyhow::Result;

@@ -10,7 +10,7 @@ use super::schema::{FlagKind, IdKind, Layout, TimeKind};
 use crate::error::usage;
 use crate::model::RecordId;
 use crate::select::{ReplayedFilter, Selection};
-use crate::source::table::{Dialect, TableName};
+use crate::source::table::Dialect;
 use anyhow::Result;
 use chrono::{DateTime, NaiveDateTime, Utc};
 
@@ -59,17 +59,6 @@ impl SqlBuilder {
             sql,
             binds: self.binds,
         }
-    }
-}
-
-pub(super) fn quote_ident(dialect: Dialect, t: &TableName) -> String {
-    let q = |s: &str| match dialect {
-        Dialect::MySql => format!("`{s}`"),
-        _ => format!("\"{s}\""),
-    };
-    match &t.schema {
-        Some(s) => format!("{}.{}", q(s), q(&t.name)),
-        None => q(&t.name),
     }
 }
 
@@ -424,6 +413,8 @@ fn time_bind(kind: TimeKind, t: DateTime<Utc>) -> Bind {
 mod tests {
     use super::*;
     use crate::source::table::schema::TableSchema;
+    use crate::source::table::TableName;
+    use crate::source::table::url::quote_ident;
     use chrono::TimeZone;
 
     /// What `dlq init` creates, as each database reports it.

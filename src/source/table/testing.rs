@@ -3,7 +3,8 @@
 //! internals. Nothing in dlq itself calls it.
 
 use super::pool::{self, Pool, bind_all, with_pool};
-use super::sql::{Bind, SqlBuilder, quote_ident};
+use super::sql::{Bind, SqlBuilder};
+use super::url::quote_ident;
 use crate::source::table::{DatabaseUrl, Dialect, TableName};
 use anyhow::Result;
 use chrono::{DateTime, Utc};

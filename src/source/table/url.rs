@@ -119,6 +119,18 @@ impl DatabaseUrl {
     }
 }
 
+/// The table's name as an SQL identifier of `dialect`, quoted.
+pub(crate) fn quote_ident(dialect: Dialect, t: &TableName) -> String {
+    let q = |s: &str| match dialect {
+        Dialect::MySql => format!("`{s}`"),
+        _ => format!("\"{s}\""),
+    };
+    match &t.schema {
+        Some(s) => format!("{}.{}", q(s), q(&t.name)),
+        None => q(&t.name),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
