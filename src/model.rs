@@ -62,6 +62,15 @@ pub(crate) struct DeadLetter {
     pub(crate) replayed: bool,
     /// The JSON value; bytes that are not JSON as `{"base64": "..."}`.
     pub(crate) payload: Value,
+    /// Queue only: the framework that recognised the message (`celery`, `dramatiq`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) framework: Option<String>,
+    /// Queue only: how many times the framework retried the task before it died.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) retries: Option<u64>,
+    /// Queue only: how many times dlq replayed this message before (it died again since).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub(crate) replay_count: u32,
     /// Queue only: application headers, readable form.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) headers: Option<Value>,
@@ -88,6 +97,13 @@ pub(crate) struct DeadLetter {
     pub(crate) origin: Option<String>,
 }
 
+/// The header dlq counts its replays of a message in (the replay loop guard).
+pub(crate) const REPLAY_COUNT: &str = "dlq-replay-count";
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
 impl DeadLetter {
     /// A record with nothing but where it is and its id: tests set the rest.
     #[cfg(test)]
@@ -101,6 +117,9 @@ impl DeadLetter {
             created_at: None,
             replayed: false,
             payload: Value::Null,
+            framework: None,
+            retries: None,
+            replay_count: 0,
             headers: None,
             death: None,
             properties: None,

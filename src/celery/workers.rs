@@ -356,19 +356,31 @@ pub(crate) struct TaskVerdict {
 /// the (mapped) name. Sorted by stored name. Suggestions: registered names (of any worker)
 /// closest to the sent name — exact match of the last dotted/colon segment first, then small
 /// edit distance (Levenshtein ≤ 1/3 of the length), at most 3, each with its worker(s).
+/// `unit` names what is counted: "row" (a table) or "message" (a queue).
 pub(crate) fn check(
     workers: &[Worker],
     queue: &str,
     tasks: &BTreeMap<String, u64>,
     map: &TaskMap,
+    unit: &str,
 ) -> Vec<TaskVerdict> {
     tasks
         .iter()
-        .map(|(stored, &rows)| verdict(workers, queue, stored, rows, map.sent_name(stored)))
+        .map(|(stored, &rows)| {
+            let count = count_text(rows, unit);
+            verdict(workers, queue, stored, rows, map.sent_name(stored), &count)
+        })
         .collect()
 }
 
-fn verdict(workers: &[Worker], queue: &str, stored: &str, rows: u64, sent: &str) -> TaskVerdict {
+fn verdict(
+    workers: &[Worker],
+    queue: &str,
+    stored: &str,
+    rows: u64,
+    sent: &str,
+    count: &str,
+) -> TaskVerdict {
     let registers = |w: &&Worker| w.tasks.iter().any(|t| t == sent);
     let (consumers, others): (Vec<&Worker>, Vec<&Worker>) =
         workers.iter().partition(|w| consumes(w, queue));
@@ -379,8 +391,8 @@ fn verdict(workers: &[Worker], queue: &str, stored: &str, rows: u64, sent: &str)
         .collect();
     let problem = runners.is_empty().then(|| {
         let head = match stored == sent {
-            true => format!("{stored} ({})", rows_text(rows)),
-            false => format!("{stored} ({}, sent as {sent})", rows_text(rows)),
+            true => format!("{stored} ({count})"),
+            false => format!("{stored} ({count}, sent as {sent})"),
         };
         let elsewhere: Vec<&Worker> = others.into_iter().filter(registers).collect();
         if elsewhere.is_empty() {
@@ -496,10 +508,10 @@ fn consumes_text(w: &Worker) -> String {
     format!("{} consumes {}", w.name, queues.join(", "))
 }
 
-fn rows_text(rows: u64) -> String {
-    match rows {
-        1 => "1 row".to_owned(),
-        n => format!("{n} rows"),
+fn count_text(n: u64, unit: &str) -> String {
+    match n {
+        1 => format!("1 {unit}"),
+        n => format!("{n} {unit}s"),
     }
 }
 
@@ -570,6 +582,7 @@ mod tests {
             "celery",
             &tasks(&[("tasks.a", 2)]),
             &TaskMap::default(),
+            "row",
         );
         assert_eq!(
             v,
@@ -595,6 +608,7 @@ mod tests {
             "celery",
             &tasks(&[("liberar_acesso_curso", 50)]),
             &TaskMap::default(),
+            "row",
         );
         assert!(v[0].runners.is_empty());
         assert_eq!(
@@ -626,6 +640,7 @@ mod tests {
             "celery",
             &tasks(&[("send_mail", 1)]),
             &TaskMap::default(),
+            "row",
         );
         assert_eq!(
             v[0].problem.as_deref(),
@@ -644,7 +659,13 @@ mod tests {
             worker("w2@h", &["other"], &["x"]),
             worker("w3@h", &[], &["x"]),
         ];
-        let v = check(&ws, "celery", &tasks(&[("x", 3)]), &TaskMap::default());
+        let v = check(
+            &ws,
+            "celery",
+            &tasks(&[("x", 3)]),
+            &TaskMap::default(),
+            "row",
+        );
         assert!(v[0].runners.is_empty());
         assert_eq!(
             v[0].problem.as_deref(),
@@ -664,6 +685,7 @@ mod tests {
             "celery",
             &tasks(&[("zzz", 4), ("old", 7), ("tasks.b", 1)]),
             &map,
+            "row",
         );
         let order: Vec<&str> = v.iter().map(|t| t.stored.as_str()).collect();
         assert_eq!(order, ["old", "tasks.b", "zzz"]);
@@ -679,7 +701,13 @@ mod tests {
 
     #[test]
     fn check_with_no_workers_refuses_everything_plainly() {
-        let v = check(&[], "q", &tasks(&[("a", 1), ("b", 2)]), &TaskMap::default());
+        let v = check(
+            &[],
+            "q",
+            &tasks(&[("a", 1), ("b", 2)]),
+            &TaskMap::default(),
+            "row",
+        );
         assert_eq!(v.len(), 2);
         assert_eq!(
             v[0].problem.as_deref(),

@@ -67,6 +67,7 @@ fn lower_request(settings: &Settings, a: ReplayArgs, now: DateTime<Utc>) -> Resu
     }
     let Some(queues) = queues else {
         // Tasks go to Celery's default queue unless told otherwise.
+        let target_is_default = common.target.is_none();
         let target = common
             .target
             .take()
@@ -74,6 +75,7 @@ fn lower_request(settings: &Settings, a: ReplayArgs, now: DateTime<Utc>) -> Resu
         return Ok(Request::Table(replay::table::Options {
             common,
             target,
+            target_is_default,
             canary,
         }));
     };

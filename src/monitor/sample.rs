@@ -145,8 +145,8 @@ async fn read_head(
         motivo_headers: spec.motivo_headers.clone(),
         ..Default::default()
     };
-    let make = move |_: &str, _: &str, _: &str, p: &lapin::BasicProperties, _: &[u8]| {
-        record::reason_and_time(p, &record_opts)
+    let make = move |_: &str, _: &str, _: &str, p: &lapin::BasicProperties, body: &[u8]| {
+        record::reason_and_time(p, body, &record_opts)
     };
     let collect = async {
         let mut reasons: HashMap<String, u64> = HashMap::new();

@@ -83,7 +83,7 @@ impl RecordWriter {
     /// The cells of one record's table row.
     fn row(&self, r: &DeadLetter) -> Vec<Cell> {
         let p = &self.printer;
-        let replayed = Cell::new(if r.replayed { "yes" } else { "no" });
+        let replayed = Cell::new(replayed_text(r));
         let replayed = if p.color && r.replayed {
             replayed.fg(Color::Green)
         } else {
@@ -150,7 +150,14 @@ impl RecordWriter {
                     .unwrap_or_else(|| "-".into()),
             ),
         ]);
-        t.add_row(vec![key("replayed"), Cell::new(r.replayed)]);
+        t.add_row(vec![key("replayed"), Cell::new(replayed_text(r))]);
+        if let Some(f) = &r.framework {
+            let retries = r
+                .retries
+                .map(|n| format!(", {n} retries"))
+                .unwrap_or_default();
+            t.add_row(vec![key("framework"), Cell::new(format!("{f}{retries}"))]);
+        }
         t.add_row(vec![
             key("motivo"),
             Cell::new(r.motivo.as_deref().unwrap_or("-")),
@@ -280,4 +287,14 @@ fn death_text(d: &Value) -> String {
 
 fn pretty(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+}
+
+/// A table row is replayed or not; a queue message that dlq replayed before and that died
+/// again says how many times (it is pending again: it is in the DLQ).
+fn replayed_text(r: &DeadLetter) -> String {
+    match (r.replayed, r.replay_count) {
+        (true, _) => "yes".into(),
+        (false, 0) => "no".into(),
+        (false, n) => format!("no (replayed {n}x before)"),
+    }
 }

@@ -464,6 +464,22 @@ pub(crate) fn celery_task_name(headers: Option<&FieldTable>) -> Option<String> {
     string_header(headers, "task")
 }
 
+/// An integer header (any AMQP integer, or a string of digits); `None` when missing or not
+/// an integer.
+pub(crate) fn header_int(headers: Option<&FieldTable>, name: &str) -> Option<i64> {
+    Some(match get(headers?, name)? {
+        AMQPValue::ShortShortInt(n) => i64::from(*n),
+        AMQPValue::ShortShortUInt(n) => i64::from(*n),
+        AMQPValue::ShortInt(n) => i64::from(*n),
+        AMQPValue::ShortUInt(n) => i64::from(*n),
+        AMQPValue::LongInt(n) => i64::from(*n),
+        AMQPValue::LongUInt(n) => i64::from(*n),
+        AMQPValue::LongLongInt(n) => *n,
+        AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes()).trim().parse().ok()?,
+        _ => return None,
+    })
+}
+
 /// A text header, trimmed; `None` when missing, empty or not a string.
 pub(crate) fn string_header(headers: Option<&FieldTable>, name: &str) -> Option<String> {
     let s = match get(headers?, name)? {

@@ -19,7 +19,7 @@
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable, LongString};
 
-pub(crate) const REPLAY_COUNT: &str = "dlq-replay-count";
+pub(crate) use crate::model::REPLAY_COUNT;
 pub(crate) const REPLAY_ID: &str = "dlq-replay-id";
 pub(crate) const REPLAYED_AT: &str = "dlq-replayed-at";
 pub(crate) const REPLAYED_FROM: &str = "dlq-replayed-from";
@@ -68,23 +68,7 @@ pub(crate) const TRANSFORM: &str = "dlq-transform";
 
 /// How many times dlq replayed this message already.
 pub(crate) fn replay_count(headers: Option<&FieldTable>) -> i64 {
-    let Some(v) = headers.and_then(|h| h.inner().get(REPLAY_COUNT)) else {
-        return 0;
-    };
-    match v {
-        AMQPValue::ShortShortInt(n) => i64::from(*n),
-        AMQPValue::ShortShortUInt(n) => i64::from(*n),
-        AMQPValue::ShortInt(n) => i64::from(*n),
-        AMQPValue::ShortUInt(n) => i64::from(*n),
-        AMQPValue::LongInt(n) => i64::from(*n),
-        AMQPValue::LongUInt(n) => i64::from(*n),
-        AMQPValue::LongLongInt(n) => *n,
-        AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes())
-            .trim()
-            .parse()
-            .unwrap_or(0),
-        _ => 0,
-    }
+    crate::rabbit::death::header_int(headers, REPLAY_COUNT).unwrap_or(0)
 }
 
 fn long(s: impl Into<String>) -> AMQPValue {

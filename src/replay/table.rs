@@ -35,6 +35,8 @@ pub(crate) struct Options {
     pub(crate) common: ReplayCommon,
     /// Where the tasks go (the Celery default queue unless told otherwise).
     pub(crate) target: Target,
+    /// `target` is Celery's default queue, not one the operator named.
+    pub(crate) target_is_default: bool,
     /// `--canary N --canary-wait D`: replay N rows, wait, and stop if their failure came back.
     pub(crate) canary: Option<super::Canary>,
 }
@@ -110,6 +112,28 @@ impl RunContext {
     }
 }
 
+/// Celery's default queue is missing: the refusal names the queues the live workers consume
+/// (asked only when the worker check is on), which `--to-queue` can name.
+async fn with_worker_queues(e: anyhow::Error, d: &Dispatcher, opts: &Options) -> anyhow::Error {
+    let check = &opts.common.workers;
+    let live = match check.enabled {
+        true => d.workers(check.timeout).await.unwrap_or_default(),
+        false => Vec::new(),
+    };
+    let queues: std::collections::BTreeSet<&str> = live
+        .iter()
+        .flat_map(|w| w.queues.iter().map(String::as_str))
+        .collect();
+    if queues.is_empty() {
+        return e;
+    }
+    let names: Vec<String> = queues.iter().map(|q| format!("{q:?}")).collect();
+    crate::error::usage(format!(
+        "{e:#}; the live Celery workers consume {}: pass --to-queue NAME",
+        names.join(", ")
+    ))
+}
+
 /// plan -> worker check -> gate -> run -> report.
 pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options) -> Result<Exit> {
     let db = endpoints.require_database()?;
@@ -124,7 +148,14 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
     };
     // The broker comes first: an unknown target refuses the replay before any planning output.
     let dispatcher = Dispatcher::connect(&endpoints.celery, &endpoints.mailbox).await?;
-    let target_note = super::note_target(printer, dispatcher.check_target(&opts.target).await?);
+    let facts = match dispatcher.check_target(&opts.target).await {
+        Ok(facts) => facts,
+        Err(e) if opts.target_is_default => {
+            return Err(with_worker_queues(e, &dispatcher, &opts).await);
+        }
+        Err(e) => return Err(e),
+    };
+    let target_note = super::note_target(printer, facts);
     let plan = plan_rows(&ctx, printer, &opts).await?;
     print_plan(printer, &ctx, &opts, &plan, &dispatcher, target_note);
     let adding = plan.ids.len() as u64;

@@ -50,7 +50,7 @@ pub(crate) async fn ensure_runnable(
             describe_queue(queue),
         )));
     }
-    let verdicts = workers::check(&live, queue, tasks, &check.map);
+    let verdicts = workers::check(&live, queue, tasks, &check.map, "row");
     let refused: Vec<&str> = verdicts
         .iter()
         .filter_map(|v| v.problem.as_deref())
@@ -143,7 +143,13 @@ impl<'a> TaskGate<'a> {
             ("*", any_queue(live.to_vec()))
         };
         let tasks = BTreeMap::from([(task, 1)]);
-        let verdict = workers::check(&live, queue, &tasks, &workers::TaskMap::default());
+        let verdict = workers::check(
+            &live,
+            queue,
+            &tasks,
+            &workers::TaskMap::default(),
+            "message",
+        );
         match verdict.into_iter().find_map(|v| v.problem) {
             Some(p) => Err(format!("{p}; left in the DLQ")),
             None => Ok(()),

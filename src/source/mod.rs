@@ -1,4 +1,5 @@
 //! Where dead letters live: the failed-task table and RabbitMQ queues.
+pub(crate) mod framework;
 pub(crate) mod queue;
 pub(crate) mod summary;
 pub(crate) mod table;

@@ -12,10 +12,12 @@
 //! * `task`: the Celery `task` header, else the queue the message goes back to (see
 //!   `DeathInfo::origin_queue`).
 
+use super::framework::{self, Facts};
+use crate::model::REPLAY_COUNT;
 use crate::model::{DeadLetter, RecordId, SourceKind, payload_from_bytes};
 use crate::output::Printer;
 use crate::rabbit::codec::{properties_to_json, properties_to_typed_json, table_to_json};
-use crate::rabbit::death::{DeathInfo, celery_task_name, parse_deaths, reason_text, string_header};
+use crate::rabbit::death::{DeathInfo, header_int, parse_deaths, reason_text};
 use crate::select::Selection;
 use anyhow::Result;
 use base64::Engine as _;
@@ -151,20 +153,34 @@ pub(crate) fn content_id(stored: &BasicProperties, body: &[u8]) -> String {
     format!("h:{}", hex::encode(&digest[..8]))
 }
 
-/// The stable id: see the module docs.
-pub(crate) fn record_id(stored: &BasicProperties, body: &[u8]) -> String {
+/// The stable id (see the module docs): the message id, else the framework's own id, else a
+/// hash of the content.
+fn record_id_with(stored: &BasicProperties, body: &[u8], facts: Option<&Facts>) -> String {
     if let Some(m) = stored.message_id().as_ref().map(|m| m.as_str().trim())
         && !m.is_empty()
     {
         return m.to_owned();
     }
-    let headers = stored.headers().as_ref();
-    if celery_task_name(headers).is_some()
-        && let Some(id) = string_header(headers, "id")
-    {
-        return id;
+    match facts.and_then(|f| f.id.clone()) {
+        Some(id) => id,
+        None => content_id(stored, body),
     }
-    content_id(stored, body)
+}
+
+/// The reason: RabbitMQ's death reason and the error headers, then the error the framework
+/// kept in the message when neither already says it.
+fn reason(
+    headers: Option<&FieldTable>,
+    deaths: &DeathInfo,
+    facts: Option<&Facts>,
+    extra: &[String],
+) -> Option<String> {
+    let said = reason_text(headers, deaths, extra);
+    match (said, facts.and_then(|f| f.error.as_deref())) {
+        (Some(s), Some(e)) if !s.contains(e) => Some(format!("{s}: {e}")),
+        (None, Some(e)) => Some(e.to_owned()),
+        (said, _) => said,
+    }
 }
 
 /// When the message was dead-lettered: the latest `x-death` time, else `timestamp`.
@@ -185,12 +201,14 @@ fn dead_lettered_at(deaths: &DeathInfo, props: &BasicProperties) -> Option<DateT
 /// Only what a `list` sample needs (reason and time), without decoding the rest.
 pub(crate) fn reason_and_time(
     props: &BasicProperties,
+    body: &[u8],
     opts: &RecordOptions,
 ) -> (Option<String>, Option<DateTime<Utc>>) {
     let headers = props.headers().as_ref();
     let deaths = parse_deaths(headers);
+    let facts = framework::recognise(headers, body);
     (
-        reason_text(headers, &deaths, &opts.motivo_headers),
+        reason(headers, &deaths, facts.as_ref(), &opts.motivo_headers),
         dead_lettered_at(&deaths, props),
     )
 }
@@ -209,19 +227,28 @@ pub(crate) fn from_delivery(
     let deaths = parse_deaths(headers);
     let stored = stored_properties(props);
     let created_at = dead_lettered_at(&deaths, props);
-    let task = celery_task_name(headers).or_else(|| deaths.origin_queue().map(str::to_owned));
+    let facts = framework::recognise(headers, body);
+    let task = facts
+        .as_ref()
+        .and_then(|f| f.task.clone())
+        .or_else(|| deaths.origin_queue().map(str::to_owned));
     DeadLetter {
         source: SourceKind::Queue,
         location: queue.to_owned(),
         id: RecordId::Text(if parts.id {
-            record_id(&stored, body)
+            record_id_with(&stored, body, facts.as_ref())
         } else {
             String::new()
         }),
         task,
-        motivo: reason_text(headers, &deaths, &opts.motivo_headers),
+        motivo: reason(headers, &deaths, facts.as_ref(), &opts.motivo_headers),
         created_at,
         replayed: false,
+        replay_count: header_int(headers, REPLAY_COUNT)
+            .and_then(|n| u32::try_from(n).ok())
+            .unwrap_or(0),
+        retries: facts.as_ref().and_then(|f| f.retries),
+        framework: facts.map(|f| f.framework.to_owned()),
         payload: if parts.payload {
             payload_from_bytes(body)
         } else {

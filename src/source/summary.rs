@@ -223,12 +223,18 @@ fn discovered(
     // Celery's own delayed delivery (5.5+, quorum queues) is a chain of TTL hops that
     // dead-letter into each other and into the work queues; a TTL wait queue that
     // dead-letters back into consumed queues is a retry loop. Neither feeds a DLQ.
-    let (delay, retry): (Vec<&String>, Vec<&String>) =
-        v.topology.hops.iter().partition(|h| is_delay_hop(h));
-    if !delay.is_empty() {
+    let retry: Vec<&String> = v
+        .topology
+        .hops
+        .iter()
+        .filter(|h| !is_delay_hop(h))
+        .collect();
+    // Counted among all queues: the top level of the chain is fed by no queue and so is
+    // neither a hop nor a DLQ in the topology.
+    let delay = v.queues.keys().filter(|q| is_delay_hop(q)).count();
+    if delay > 0 {
         listing.remarks.push(format!(
-            "Celery's delayed-delivery queues were recognised ({} celery_delayed_* queue(s)): they are TTL hops of countdown/eta tasks into the work queues, not dead-letter queues; neither they nor the queues they feed are listed as DLQs",
-            delay.len()
+            "Celery's delayed-delivery queues were recognised ({delay} celery_delayed_* queue(s)): they are TTL hops of countdown/eta tasks into the work queues, not dead-letter queues; neither they nor the queues they feed are listed as DLQs"
         ));
     }
     if !retry.is_empty() {
@@ -387,8 +393,8 @@ async fn sample(
         motivo_headers: opts.motivo_headers.clone(),
         ..Default::default()
     };
-    let make = move |_: &str, _: &str, _: &str, p: &lapin::BasicProperties, _: &[u8]| {
-        record::reason_and_time(p, &record_opts)
+    let make = move |_: &str, _: &str, _: &str, p: &lapin::BasicProperties, body: &[u8]| {
+        record::reason_and_time(p, body, &record_opts)
     };
     let collect = async {
         let mut reasons: HashMap<String, u64> = HashMap::new();

@@ -7,6 +7,7 @@ mod audit;
 mod bad_input;
 mod bench_smoke;
 mod disruptive;
+mod dramatiq;
 mod faults;
 mod generated;
 mod operate;

@@ -549,6 +549,28 @@ async fn canary_stops_when_replayed_messages_die_again() {
     // All ten are in the DLQ: 8 never moved, 2 died again.
     b.wait_depth(DLQ, 10).await;
     worker.abort();
+    // The two that died again say they were replayed once; they are pending again.
+    let recs = b.run(&["inspect", "-Q", DLQ, "-o", "json"]).await.json();
+    let counts: Vec<u64> = recs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["replay_count"].as_u64().unwrap_or(0))
+        .collect();
+    assert_eq!(counts.iter().filter(|&&n| n == 1).count(), 2, "{recs}");
+    assert_eq!(counts.len(), 10, "{recs}");
+    let again = recs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["replay_count"] == 1)
+        .unwrap();
+    let id = again["id"].as_str().unwrap();
+    let full = b
+        .run(&["inspect", "-Q", DLQ, "--id", id, "--full"])
+        .await
+        .ok();
+    assert!(full.contains("no (replayed 1x before)"), "{full}");
     // With the cause fixed (no failing worker), the canary passes and the rest follows.
     let run = b
         .run(&[

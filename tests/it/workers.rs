@@ -45,6 +45,17 @@ async fn short_names_are_refused_and_task_map_runs_each_once() {
         CeleryWorker::start_app("tasks", &queue, &[("DLQ_TEST_BROKER", &b.amqp_url())]).await;
     b.wait_queue(&queue).await;
 
+    // Celery's default queue does not exist here: the refusal names what the workers consume.
+    let err = db
+        .dlq(&["replay", "--yes"])
+        .fails(2, "target queue \"celery\" does not exist");
+    assert!(
+        err.contains(&format!(
+            "the live Celery workers consume {queue:?}: pass --to-queue"
+        )),
+        "{err}"
+    );
+
     let run = db.dlq(&["replay", "--to-queue", &queue, "--yes"]);
     let err = run.fails(2, "liberar_acesso_curso (50 rows)");
     assert!(

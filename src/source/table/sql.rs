@@ -412,8 +412,8 @@ fn time_bind(kind: TimeKind, t: DateTime<Utc>) -> Bind {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::source::table::schema::TableSchema;
     use crate::source::table::TableName;
+    use crate::source::table::schema::TableSchema;
     use crate::source::table::url::quote_ident;
     use chrono::TimeZone;
 
