@@ -40,3 +40,40 @@ pub fn exit_for(err: &anyhow::Error) -> Exit {
         Exit::Failure
     }
 }
+
+/// The error and its causes, `: ` apart, each said once: lapin's and std's I/O errors repeat
+/// their source in their own text, which `{:#}` would print twice
+/// (`IO error: Connection reset by peer (os error 104): Connection reset by peer (os error 104)`).
+pub fn describe(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causes_already_said_are_not_repeated() {
+        let io = std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            "Connection reset by peer",
+        );
+        let e = anyhow::Error::new(io).context("IO error: Connection reset by peer");
+        assert_eq!(describe(&e), "IO error: Connection reset by peer");
+        let e = anyhow::anyhow!("broker gone").context("replaying q.dlq");
+        assert_eq!(describe(&e), "replaying q.dlq: broker gone");
+        let e = usage("bad flag");
+        assert_eq!(describe(&e), "bad flag");
+    }
+}

@@ -87,7 +87,7 @@ pub async fn run(cli: cli::Cli) -> Exit {
             }) {
                 return Exit::Ok;
             }
-            eprintln!("error: {}", redact::scrub(&format!("{e:#}")));
+            eprintln!("error: {}", redact::scrub(&error::describe(&e)));
             error::exit_for(&e)
         }
     }

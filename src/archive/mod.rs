@@ -177,29 +177,13 @@ impl ArchiveWriter {
             Sink::File {
                 final_path,
                 partial,
-                mut out,
+                out,
             } => {
-                // Dropping the encoder stack runs FileSync's drop-free finish below.
-                out.flush().context("flushing the archive")?;
-                drop(out);
-                let f = File::open(&partial).context("reopening the archive to sync it")?;
-                f.sync_all().context("fsync of the archive")?;
-                if final_path.exists() {
-                    return Err(usage(format!(
-                        "archive file {} appeared while writing",
-                        final_path.display()
-                    )));
-                }
-                std::fs::rename(&partial, &final_path).context("moving the archive into place")?;
-                if let Some(dir) = final_path.parent() {
-                    let dir = if dir.as_os_str().is_empty() {
-                        Path::new(".")
-                    } else {
-                        dir
-                    };
-                    File::open(dir)
-                        .and_then(|d| d.sync_all())
-                        .context("fsync of the archive's directory")?;
+                // A failure here (a full disk at the last flush) must not leave the partial
+                // file behind, keeping the disk full.
+                if let Err(e) = install(&final_path, &partial, out) {
+                    let _ = std::fs::remove_file(&partial);
+                    return Err(e);
                 }
             }
         }
@@ -223,6 +207,33 @@ impl Drop for ArchiveWriter {
             let _ = std::fs::remove_file(partial);
         }
     }
+}
+
+/// Flushes, fsyncs and renames a finished archive into place, then fsyncs its directory.
+fn install(final_path: &Path, partial: &Path, mut out: Box<dyn Write>) -> Result<()> {
+    // Dropping the encoder stack runs FileSync's drop-free finish below.
+    out.flush().context("flushing the archive")?;
+    drop(out);
+    let f = File::open(partial).context("reopening the archive to sync it")?;
+    f.sync_all().context("fsync of the archive")?;
+    if final_path.exists() {
+        return Err(usage(format!(
+            "archive file {} appeared while writing",
+            final_path.display()
+        )));
+    }
+    std::fs::rename(partial, final_path).context("moving the archive into place")?;
+    if let Some(dir) = final_path.parent() {
+        let dir = if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        };
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .context("fsync of the archive's directory")?;
+    }
+    Ok(())
 }
 
 /// A file whose `flush` also reaches the OS; `sync_all` is done separately in `finish`.

@@ -33,6 +33,9 @@ use topology::{QueueFacts, QueueKind, ReadVerdict, Version};
 
 /// A dead broker address must fail fast, not hang a cron job.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Heartbeat asked for unless the URL says `?heartbeat=N`: a stalled network is noticed after
+/// two missed beats (20 s), not the broker default's 120 s.
+const DEFAULT_HEARTBEAT_SECS: u16 = 10;
 /// Records in flight between the reader and the command: bounds memory.
 pub(crate) const CHANNEL_DEPTH: usize = 256;
 
@@ -115,10 +118,12 @@ impl Target {
         };
         let vhost = vhost.map(str::to_owned).unwrap_or(url_vhost);
         // Keep the URL's tuning parameters (heartbeat, frame_max, ...).
-        let query = raw
+        let mut query = raw
             .parse::<AMQPUri>()
             .map(|q| q.query)
             .unwrap_or_else(|_| AMQPQueryString::default());
+        // The broker's 60 s would notice a stalled network only after 120 s.
+        query.heartbeat = query.heartbeat.or(Some(DEFAULT_HEARTBEAT_SECS));
         let port = u.port().unwrap_or_else(|| scheme.default_port());
         let uri = AMQPUri {
             scheme,
@@ -589,6 +594,7 @@ mod tests {
         assert_eq!(t.uri.authority.userinfo.password, "p@ss");
         assert_eq!(t.vhost, "prod");
         assert_eq!(t.uri.query.heartbeat, Some(7));
+        assert_eq!(target("amqp://h", None).uri.query.heartbeat, Some(10));
         assert_eq!(t.shown, "amqp://app:***@10.1.2.3:5673/prod?heartbeat=7");
         assert_eq!(target("amqp://h/%2f", None).vhost, "/");
         assert_eq!(target("amqp://h", None).vhost, "/");

@@ -476,3 +476,114 @@ fn a_server_that_is_not_rabbitmq_is_named_as_such() {
         .run()
         .fails(1, "is this the AMQP port");
 }
+
+/// A TCP proxy to the broker that can stall: it stops forwarding in both directions but
+/// keeps both sockets open, as a network that silently drops everything does.
+struct StallProxy {
+    port: u16,
+    stalled: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl StallProxy {
+    async fn start(to: String) -> StallProxy {
+        use std::sync::atomic::Ordering;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let stalled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = stalled.clone();
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let server = tokio::net::TcpStream::connect(&to).await.unwrap();
+                let (cr, cw) = client.into_split();
+                let (sr, sw) = server.into_split();
+                for (mut from, mut into) in [(cr, sw), (sr, cw)].map(|(r, w)| (r, w)) {
+                    let flag = flag.clone();
+                    tokio::spawn(async move {
+                        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                        let mut buf = vec![0u8; 64 * 1024];
+                        loop {
+                            let Ok(n) = from.read(&mut buf).await else {
+                                break;
+                            };
+                            if n == 0 {
+                                break;
+                            }
+                            while flag.load(Ordering::SeqCst) {
+                                tokio::time::sleep(Duration::from_millis(50)).await;
+                            }
+                            if into.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                        // Stalled: hold the socket open, say nothing.
+                        std::future::pending::<()>().await;
+                    });
+                }
+            }
+        });
+        StallProxy { port, stalled }
+    }
+
+    fn stall(&self) {
+        self.stalled
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// #31.5: a network that stalls mid-replay is noticed by dlq's own heartbeat (10 s: about
+/// 20 s, not the broker default's 120 s); the run stops with an error, nothing is lost, and a
+/// re-run over a healthy network finishes.
+#[tokio::test]
+async fn a_stalled_network_is_noticed_in_seconds_and_loses_nothing() {
+    let b = Broker::new("fault-stall").await;
+    let n = 2000;
+    fill(&b, n).await;
+    let proxy = StallProxy::start(crate::target::amqp_addr()).await;
+    let url = b.amqp_url().replace(
+        &crate::target::amqp_addr(),
+        &format!("127.0.0.1:{}", proxy.port),
+    );
+    let api = format!("http://{}/", crate::target::api_addr());
+    let child = crate::common::dlq_command()
+        .env(
+            "XDG_CONFIG_HOME",
+            std::env::temp_dir().join("dlq-tests-no-config"),
+        )
+        .env("DLQ_AMQP_URL", &url)
+        .env("DLQ_MANAGEMENT_URL", &api)
+        .args(["replay", "-Q", DLQ, "--yes", "--rate", "200"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_moved(&b, 100).await;
+    proxy.stall();
+    let stalled_at = Instant::now();
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap())
+        .await
+        .unwrap();
+    let took = stalled_at.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("no heartbeat received"), "{stderr}");
+    assert!(stderr.contains("still in the DLQ"), "{stderr}");
+    assert!(
+        took < Duration::from_secs(60),
+        "noticed after {took:?}: {stderr}"
+    );
+    // The broker drops the silent connection too (missed heartbeats): what dlq held goes
+    // back to the DLQ.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while b.depth(DLQ).await + b.depth(MAIN).await < n as u32 {
+        assert!(
+            Instant::now() < deadline,
+            "messages still held after the stall"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    check_conserved(&b, n, 64).await;
+    b.run(&["replay", "-Q", DLQ, "--yes"]).await.ok();
+    b.wait_depth(DLQ, 0).await;
+    assert_eq!(ids_in(&b, MAIN).await.len(), n);
+    b.delete().await;
+}

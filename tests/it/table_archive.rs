@@ -332,6 +332,36 @@ async fn full_disk_deletes_nothing() {
     let _ = std::process::Command::new("umount")
         .arg(mnt.path())
         .status();
+
+    // 10 rows fit in the 64 KiB write buffer: the disk fills at the final flush, and the
+    // partial file must not stay behind keeping the disk full.
+    let mnt = tempfile::tempdir().unwrap();
+    let status = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4k", "tmpfs"])
+        .arg(mnt.path())
+        .status()
+        .expect("mount is available");
+    assert!(status.success(), "mounting a small tmpfs needs root");
+    let file = mnt.path().join("b.ndjson");
+    let run = db.dlq(&[
+        "archive",
+        "--limit",
+        "10",
+        "--to",
+        file.to_str().unwrap(),
+        "--delete",
+        "--yes",
+    ]);
+    assert_eq!(run.code(), 1, "{}", run.stderr());
+    assert!(run.stderr().contains("No space left"), "{}", run.stderr());
+    assert_eq!(count(&db).await, 5_000, "nothing deleted");
+    assert!(
+        std::fs::read_dir(mnt.path()).unwrap().next().is_none(),
+        "no partial file left after a failed final flush"
+    );
+    let _ = std::process::Command::new("umount")
+        .arg(mnt.path())
+        .status();
     db.drop().await;
 }
 
