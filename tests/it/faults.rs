@@ -496,15 +496,12 @@ impl StallProxy {
                 let server = tokio::net::TcpStream::connect(&to).await.unwrap();
                 let (cr, cw) = client.into_split();
                 let (sr, sw) = server.into_split();
-                for (mut from, mut into) in [(cr, sw), (sr, cw)].map(|(r, w)| (r, w)) {
+                for (mut from, mut into) in [(cr, sw), (sr, cw)] {
                     let flag = flag.clone();
                     tokio::spawn(async move {
                         use tokio::io::{AsyncReadExt, AsyncWriteExt};
                         let mut buf = vec![0u8; 64 * 1024];
-                        loop {
-                            let Ok(n) = from.read(&mut buf).await else {
-                                break;
-                            };
+                        while let Ok(n) = from.read(&mut buf).await {
                             if n == 0 {
                                 break;
                             }
