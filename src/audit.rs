@@ -4,7 +4,6 @@
 //! fsynced, so a run killed with kill -9 leaves its start record. A start record that cannot
 //! be written refuses the run: nothing is changed without a trace.
 
-use crate::endpoints::Endpoints;
 use crate::error::Exit;
 use crate::output::{Printer, Tabled};
 use crate::report::Report;
@@ -69,9 +68,10 @@ pub(crate) struct Audit {
 }
 
 impl Audit {
-    pub(crate) fn new(endpoints: &Endpoints, printer: &Printer, subject: Subject) -> Audit {
+    /// `log`: the audit trail's path (`None` refuses a run that changes something).
+    pub(crate) fn new(log: Option<&Path>, printer: &Printer, subject: Subject) -> Audit {
         Audit {
-            path: endpoints.audit_log.clone(),
+            path: log.map(Path::to_path_buf),
             file: None,
             subject,
             printer: printer.clone(),

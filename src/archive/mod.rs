@@ -528,7 +528,7 @@ pub(crate) fn audit(
         selection,
         run_id: uuid::Uuid::new_v4().to_string(),
     };
-    delete.then(|| crate::audit::Audit::new(endpoints, printer, subject))
+    delete.then(|| crate::audit::Audit::new(endpoints.audit_log.as_deref(), printer, subject))
 }
 
 /// The end record of an archive --delete: `deleted` of the archived records removed.

@@ -368,7 +368,7 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
     }
     print_plan(printer, &opts, &plan, &broker.describe(), note);
     let mut audit = crate::audit::Audit::new(
-        endpoints,
+        endpoints.audit_log.as_deref(),
         printer,
         crate::audit::Subject {
             action: "restore",

@@ -171,7 +171,7 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
     )
     .await?;
     let mut audit = crate::audit::Audit::new(
-        endpoints,
+        endpoints.audit_log.as_deref(),
         printer,
         crate::audit::Subject {
             action: "replay",

@@ -146,7 +146,7 @@ impl<'a> Session<'a> {
             selection: opts.common.selection.describe(),
             run_id: replay_id.clone(),
         };
-        let audit = Audit::new(endpoints, printer, subject);
+        let audit = Audit::new(endpoints.audit_log.as_deref(), printer, subject);
         Ok(Session {
             endpoints,
             printer,
