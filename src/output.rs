@@ -10,6 +10,22 @@ use std::io::{self, Write};
 
 mod records;
 
+/// Where notices that arrive outside a command's own flow go (the broker blocking
+/// publishing): the command's printer, set once at start-up.
+static NOTICES: std::sync::OnceLock<Printer> = std::sync::OnceLock::new();
+
+pub(crate) fn set_notices(printer: &Printer) {
+    let _ = NOTICES.set(printer.clone());
+}
+
+/// A warning from outside the command's flow, through the printer when one is set.
+pub(crate) fn notice(msg: impl AsRef<str>) {
+    match NOTICES.get() {
+        Some(p) => p.warn(msg),
+        None => eprintln!("warning: {}", msg.as_ref()),
+    }
+}
+
 /// How data is written on stdout (`-o`, or `output` in the config file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]

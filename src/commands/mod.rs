@@ -40,6 +40,7 @@ async fn run_command(cli: Cli) -> Result<Exit> {
         Err(e) => return Err(e),
     };
     let printer = settings.printer();
+    crate::output::set_notices(&printer);
     crate::audit::set_read_trail(settings.endpoints.audit_log.clone(), printer.clone());
     let (s, p, now) = (&settings, &printer, chrono::Utc::now());
     match cli.command {

@@ -197,8 +197,29 @@ pub(crate) async fn connect(t: &Target) -> Result<Connection> {
             t.shown,
             CONNECT_TIMEOUT.as_secs()
         )),
-        Ok(Ok(c)) => Ok(c),
+        Ok(Ok(c)) => {
+            tokio::spawn(watch_flow(c.events_listener()));
+            Ok(c)
+        }
         Ok(Err(e)) => Err(connect_error(&e, t)),
+    }
+}
+
+/// Says at once when the broker blocks this connection's publishing (a memory or disk
+/// alarm) and when it lets it go: otherwise a replay just stops moving, silently.
+async fn watch_flow(events: impl futures_util::Stream<Item = lapin::Event>) {
+    use futures_util::StreamExt;
+    futures_util::pin_mut!(events);
+    while let Some(event) = events.next().await {
+        match event {
+            lapin::Event::ConnectionBlocked(reason) => crate::output::notice(format!(
+                "the broker blocked publishing ({reason}: a memory or disk alarm); dlq waits until it clears, or stops after what is in flight on Ctrl-C"
+            )),
+            lapin::Event::ConnectionUnblocked => {
+                crate::output::notice("the broker unblocked publishing: going on")
+            }
+            _ => {}
+        }
     }
 }
 

@@ -584,3 +584,113 @@ async fn a_stalled_network_is_noticed_in_seconds_and_loses_nothing() {
     assert_eq!(ids_in(&b, MAIN).await.len(), n);
     b.delete().await;
 }
+
+/// #31.4: a memory alarm blocks publishing mid-replay (on a node of the test's own, never the
+/// shared one): dlq names it at once and waits; once the alarm clears it says so and the
+/// replay finishes, every message moved once.
+#[tokio::test]
+async fn a_blocked_broker_is_named_at_once_and_the_replay_finishes_after() {
+    use crate::support::node::OwnNode;
+    use lapin::options::{ConfirmSelectOptions, QueueDeclareOptions};
+    let node = tokio::task::spawn_blocking(|| OwnNode::start("blocked"))
+        .await
+        .unwrap();
+    let conn = lapin::Connection::connect(&node.amqp_url(), Default::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    for q in [DLQ, MAIN] {
+        ch.queue_declare(
+            q.into(),
+            QueueDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    }
+    let n = 500;
+    for i in 0..n {
+        let props = BasicProperties::default()
+            .with_message_id(format!("m-{i}").as_str().into())
+            .with_headers(table(vec![("x-first-death-queue", ls(MAIN))]));
+        ch.basic_publish(
+            "".into(),
+            DLQ.into(),
+            BasicPublishOptions::default(),
+            b"{}",
+            props,
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+    node.memory_alarm(true);
+    let mut child = crate::common::dlq_command()
+        .env(
+            "XDG_CONFIG_HOME",
+            std::env::temp_dir().join("dlq-tests-no-config"),
+        )
+        .env("DLQ_AMQP_URL", node.amqp_url())
+        .env("DLQ_MANAGEMENT_URL", node.api_url())
+        .args(["replay", "-Q", DLQ, "--yes"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut said = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !said
+        .iter()
+        .any(|l: &String| l.contains("the broker blocked publishing"))
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => said.push(line),
+            Err(_) => panic!("no blocked notice within 30 s: {said:#?}"),
+        }
+    }
+    assert!(said.iter().any(|l| l.contains("alarm")), "{said:#?}");
+    node.memory_alarm(false);
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    said.extend(rx.try_iter());
+    assert!(status.success(), "{said:#?}");
+    assert!(
+        said.iter().any(|l| l.contains("unblocked publishing")),
+        "{said:#?}"
+    );
+    let depth = |q: &'static str| {
+        let ch = ch.clone();
+        async move {
+            ch.queue_declare(
+                q.into(),
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
+                FieldTable::default(),
+            )
+            .await
+            .unwrap()
+            .message_count()
+        }
+    };
+    assert_eq!((depth(MAIN).await, depth(DLQ).await), (n, 0));
+    drop(conn);
+}

@@ -5,4 +5,5 @@
 pub mod broker;
 pub mod celery_worker;
 pub mod common;
+pub mod node;
 pub mod target;

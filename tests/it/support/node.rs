@@ -1,0 +1,143 @@
+//! A RabbitMQ node of a test's own (the host's RabbitMQ 3.10 package, its own node name,
+//! ports and data directory), for faults that would disturb every other test on the shared
+//! node: memory alarms. Stopped and removed on drop.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+pub struct OwnNode {
+    pub name: String,
+    pub amqp_port: u16,
+    pub api_port: u16,
+    dir: PathBuf,
+}
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl OwnNode {
+    pub fn start(tag: &str) -> OwnNode {
+        let (amqp_port, api_port, dist_port) = (free_port(), free_port(), free_port());
+        let name = format!("dlq-{tag}-{}@localhost", std::process::id());
+        let dir = std::env::temp_dir().join(format!("dlq-node-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("mnesia")).unwrap();
+        std::fs::create_dir_all(dir.join("log")).unwrap();
+        std::fs::write(
+            dir.join("rabbitmq.conf"),
+            format!(
+                "listeners.tcp.local = 127.0.0.1:{amqp_port}\nmanagement.tcp.port = {api_port}\n\
+                 management.tcp.ip = 127.0.0.1\n"
+            ),
+        )
+        .unwrap();
+        std::fs::write(dir.join("enabled_plugins"), "[rabbitmq_management].\n").unwrap();
+        let status = Command::new("/usr/lib/rabbitmq/bin/rabbitmq-server")
+            .arg("-detached")
+            .env("RABBITMQ_NODENAME", &name)
+            .env("RABBITMQ_NODE_PORT", amqp_port.to_string())
+            .env("RABBITMQ_DIST_PORT", dist_port.to_string())
+            .env("RABBITMQ_MNESIA_BASE", dir.join("mnesia"))
+            .env("RABBITMQ_LOG_BASE", dir.join("log"))
+            .env("RABBITMQ_CONFIG_FILE", dir.join("rabbitmq"))
+            .env("RABBITMQ_ENABLED_PLUGINS_FILE", dir.join("enabled_plugins"))
+            .env("RABBITMQ_PID_FILE", dir.join("pid"))
+            // The same Erlang cookie as rabbitmqctl's (it runs as the rabbitmq user).
+            .env("HOME", "/var/lib/rabbitmq")
+            .status()
+            .expect("RabbitMQ's rabbitmq-server (Debian package)");
+        assert!(status.success(), "starting RabbitMQ node {name}");
+        let node = OwnNode {
+            name,
+            amqp_port,
+            api_port,
+            dir,
+        };
+        node.wait_for_api();
+        node
+    }
+
+    fn wait_for_api(&self) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let url = format!("http://127.0.0.1:{}/api/overview", self.api_port);
+        while Command::new("curl")
+            .args(["-fsS", "-u", "guest:guest", &url])
+            .output()
+            .map(|o| !o.status.success())
+            .unwrap_or(true)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "node {} did not start",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    pub fn amqp_url(&self) -> String {
+        format!("amqp://guest:guest@127.0.0.1:{}/%2f", self.amqp_port)
+    }
+
+    pub fn api_url(&self) -> String {
+        format!("http://127.0.0.1:{}/", self.api_port)
+    }
+
+    /// `rabbitmqctl -n NODE ARGS`.
+    pub fn ctl(&self, args: &[&str]) {
+        let out = Command::new("rabbitmqctl")
+            .args(["-q", "-n", &self.name])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "rabbitmqctl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl OwnNode {
+    /// Sets (or clears) a memory alarm and waits until the node reports it.
+    pub fn memory_alarm(&self, on: bool) {
+        self.ctl(&[
+            "set_vm_memory_high_watermark",
+            if on { "0.0000001" } else { "0.4" },
+        ]);
+        let url = format!("http://127.0.0.1:{}/api/nodes", self.api_port);
+        let want = format!("\"mem_alarm\":{on}");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let out = Command::new("curl")
+                .args(["-fsS", "-u", "guest:guest", &url])
+                .output()
+                .unwrap();
+            if String::from_utf8_lossy(&out.stdout).contains(&want) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} never reported {want}",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for OwnNode {
+    fn drop(&mut self) {
+        let _ = Command::new("rabbitmqctl")
+            .args(["-q", "-n", &self.name, "stop"])
+            .output();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
