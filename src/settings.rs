@@ -172,28 +172,6 @@ fn warn_if_readable_by_others(path: &Path) {
 #[cfg(not(unix))]
 fn warn_if_readable_by_others(_: &Path) {}
 
-/// `--redis-key-prefix` (env DLQ_REDIS_KEY_PREFIX) and `--redis-wait-replicas`, each
-/// falling back to the profile, then the top level.
-fn redis_options(
-    g: &GlobalArgs,
-    env: Env,
-    profile: &ConfigSection,
-    base: &ConfigSection,
-) -> (String, Option<u32>) {
-    let prefix = g
-        .redis_key_prefix
-        .clone()
-        .or_else(|| non_empty(env("DLQ_REDIS_KEY_PREFIX")))
-        .or_else(|| profile.redis_key_prefix.clone())
-        .or_else(|| base.redis_key_prefix.clone())
-        .unwrap_or_default();
-    let replicas = g
-        .redis_wait_replicas
-        .or(profile.redis_wait_replicas)
-        .or(base.redis_wait_replicas);
-    (prefix, replicas)
-}
-
 /// `--color` (else the config's `color`): `auto` colours a terminal unless `NO_COLOR` is set.
 fn colour(choice: Option<ColorChoice>, env: Env, terminal: Terminal) -> bool {
     let no_color = env("NO_COLOR").is_some_and(|v| !v.is_empty());
@@ -432,7 +410,15 @@ impl Layers<'_> {
         rabbit: &RabbitTarget,
         tls_files: TlsFiles,
     ) -> Result<CeleryBroker> {
-        let (key_prefix, wait_replicas) = redis_options(g, self.env, self.profile, self.base);
+        let key_prefix = self
+            .pick(&g.redis_key_prefix, &["DLQ_REDIS_KEY_PREFIX"], |c| {
+                &c.redis_key_prefix
+            })
+            .unwrap_or_default();
+        let wait_replicas = g
+            .redis_wait_replicas
+            .or(self.profile.redis_wait_replicas)
+            .or(self.base.redis_wait_replicas);
         let sep = self.pick(&g.redis_sep, &["DLQ_REDIS_SEP"], |c| &c.redis_sep);
         if sep.as_deref() == Some("") {
             return Err(usage(

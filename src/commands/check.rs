@@ -205,7 +205,7 @@ pub(crate) async fn run(settings: &Settings, printer: &Printer, opts: Options) -
     };
     let figures = match monitor::gather(&settings.endpoints, &req).await {
         Ok(f) => f,
-        Err(e) => return unknown(printer, &format!("{e:#}")),
+        Err(e) => return unknown(printer, &crate::error::describe(&e)),
     };
     for w in &figures.warnings {
         printer.warn(w);
@@ -235,7 +235,7 @@ pub(crate) async fn run(settings: &Settings, printer: &Printer, opts: Options) -
 /// file): there is no printer yet, so the plain first line only.
 pub(crate) fn unknown_before_settings(e: &anyhow::Error) -> Exit {
     use std::io::Write as _;
-    let reason = redact::scrub(&format!("{e:#}"));
+    let reason = redact::scrub(&crate::error::describe(e));
     eprintln!("error: {reason}");
     let _ = writeln!(std::io::stdout(), "DLQ UNKNOWN - {reason}");
     Status::Unknown.exit()

@@ -55,21 +55,6 @@ fn assert_pair(recs: &[Value], action: &str, source: &str, counts: [u64; 4], exi
     start["run_id"].as_str().unwrap().to_string()
 }
 
-fn rows(n: usize) -> Vec<crate::common::Row> {
-    (0..n)
-        .map(|i| {
-            let args = format!(r#"{{"n": {i}}}"#);
-            row(
-                "liberar_acesso_curso",
-                Some(&args),
-                "IntegrityError",
-                "2026-11-30T10:00:00Z",
-                false,
-            )
-        })
-        .collect()
-}
-
 /// A table on SQLite whose replays go to a `celery` queue on a fresh virtual host.
 async fn table_setup(prefix: &str, n: usize) -> (Broker, TestDb) {
     let b = Broker::new(prefix).await;
@@ -77,7 +62,7 @@ async fn table_setup(prefix: &str, n: usize) -> (Broker, TestDb) {
     let mut db = TestDb::new(Dialect::Sqlite, prefix).await;
     db.amqp_url = b.amqp_url();
     db.init();
-    db.insert(&rows(n)).await;
+    db.insert(&crate::common::tagged_rows(n, "audit")).await;
     (b, db)
 }
 

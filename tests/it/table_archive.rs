@@ -295,74 +295,50 @@ async fn overlapping_archive_runs_are_locked_out() {
     db.drop().await;
 }
 
-/// A disk that fills up mid-archive: the command fails and no row is deleted.
+/// A disk that fills up mid-archive, or at the final flush: the command fails, no row is
+/// deleted, and no partial file stays behind.
 #[tokio::test]
 async fn full_disk_deletes_nothing() {
     let db = big_table(5_000).await;
+    // The disk fills mid-write.
+    archive_onto_full_disk(&db, "64k", &["--older-than", "30d"], "no partial file left").await;
+    // 10 rows fit in the 64 KiB write buffer: the disk fills at the final flush, and the
+    // partial file must not stay behind keeping the disk full.
+    archive_onto_full_disk(
+        &db,
+        "4k",
+        &["--limit", "10"],
+        "no partial file left after a failed final flush",
+    )
+    .await;
+    db.drop().await;
+}
+
+/// `archive --delete` of `selection` onto a tmpfs of `size`: it fails for lack of space,
+/// deletes nothing, and leaves nothing on the disk.
+async fn archive_onto_full_disk(db: &TestDb, size: &str, selection: &[&str], leftover: &str) {
     let mnt = tempfile::tempdir().unwrap();
     let status = std::process::Command::new("mount")
-        .args([
-            "-t",
-            "tmpfs",
-            "-o",
-            "size=64k",
-            "tmpfs",
-            mnt.path().to_str().unwrap(),
-        ])
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(mnt.path())
         .status()
         .expect("mount is available");
     assert!(status.success(), "mounting a small tmpfs needs root");
     let file = mnt.path().join("a.ndjson");
-    let run = db.dlq(&[
-        "archive",
-        "--older-than",
-        "30d",
-        "--to",
-        file.to_str().unwrap(),
-        "--delete",
-        "--yes",
-    ]);
+    let mut args = vec!["archive"];
+    args.extend_from_slice(selection);
+    args.extend(["--to", file.to_str().unwrap(), "--delete", "--yes"]);
+    let run = db.dlq(&args);
     assert_eq!(run.code(), 1, "{}", run.stderr());
     assert!(run.stderr().contains("No space left"), "{}", run.stderr());
-    assert_eq!(count(&db).await, 5_000, "nothing deleted");
+    assert_eq!(count(db).await, 5_000, "nothing deleted");
     assert!(
         std::fs::read_dir(mnt.path()).unwrap().next().is_none(),
-        "no partial file left"
+        "{leftover}"
     );
     let _ = std::process::Command::new("umount")
         .arg(mnt.path())
         .status();
-
-    // 10 rows fit in the 64 KiB write buffer: the disk fills at the final flush, and the
-    // partial file must not stay behind keeping the disk full.
-    let mnt = tempfile::tempdir().unwrap();
-    let status = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=4k", "tmpfs"])
-        .arg(mnt.path())
-        .status()
-        .expect("mount is available");
-    assert!(status.success(), "mounting a small tmpfs needs root");
-    let file = mnt.path().join("b.ndjson");
-    let run = db.dlq(&[
-        "archive",
-        "--limit",
-        "10",
-        "--to",
-        file.to_str().unwrap(),
-        "--delete",
-        "--yes",
-    ]);
-    assert_eq!(run.code(), 1, "{}", run.stderr());
-    assert!(run.stderr().contains("No space left"), "{}", run.stderr());
-    assert_eq!(count(&db).await, 5_000, "nothing deleted");
-    assert!(
-        std::fs::read_dir(mnt.path()).unwrap().next().is_none(),
-        "no partial file left after a failed final flush"
-    );
-    let _ = std::process::Command::new("umount")
-        .arg(mnt.path())
-        .status();
-    db.drop().await;
 }
 
 /// A restore journal belongs to one archive: the same path written again by a new archive

@@ -3,11 +3,11 @@
 //! adds nothing), so RabbitMQ's death reason is all there is.
 
 use super::Facts;
-use crate::rabbit::death::{header_int, string_header};
+use crate::rabbit::death::{celery_task_name, header_int, string_header};
 use lapin::types::FieldTable;
 
 pub(super) fn recognise(headers: Option<&FieldTable>, _body: &[u8]) -> Option<Facts> {
-    let task = string_header(headers, "task")?;
+    let task = celery_task_name(headers)?;
     Some(Facts {
         framework: "celery",
         id: string_header(headers, "id"),
