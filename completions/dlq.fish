@@ -209,6 +209,7 @@ complete -c dlq -n "__fish_dlq_using_subcommand replay" -l max-replays -d 'Refus
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l canary -d 'Replay N first and stop if any of them fails again (a message back in its DLQ; a row the app stored again: same task, same args)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l canary-wait -d 'How long to watch the canary messages' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l transform -d 'jq program over each selected record\'s JSON (as --where sees it); its output, the edited record, gives the new .payload (and, for queue messages, .headers)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l follow-timeout -d 'How long to wait for the outcomes after the last task was sent' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l task-map -d 'Send rows stored under task OLD as task NEW (repeatable; config key task_map)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l worker-timeout -d 'How long to wait for the workers\' answers (Celery remote control)' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
@@ -241,6 +242,9 @@ complete -c dlq -n "__fish_dlq_using_subcommand replay" -l only-replayed -d 'Sel
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l dry-run -d 'Print the plan and what would be done, change nothing'
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -s y -l yes -d 'Do not ask for confirmation'
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l plan-first -d 'Queue replay with --yes: take and select everything before moving anything (as without --yes), so a missing destination refuses the whole run'
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l follow -d 'Follow every replayed task to its outcome (succeeded, failed again, retried, not seen) through Celery\'s task events; exit 3 unless every one succeeded'
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l enable-events -d 'Turn task events on for the run where the workers have them off (Celery\'s enable_events), and off again at the end'
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l mark-on-success -d 'Mark a row reprocessada only once its task succeeded (rows whose task failed again or was not seen stay pending)'
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l no-worker-check -d 'Send Celery tasks without asking the workers first: you accept that a worker discards a task it does not register'
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -s q -l quiet -d 'Print only data and errors'
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'

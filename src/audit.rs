@@ -54,6 +54,9 @@ pub(crate) struct Record {
     /// Why the run was refused or stopped, scrubbed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) reason: Option<String>,
+    /// `--follow`: the tasks' outcomes in total (succeeded, failed again, not seen ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) outcomes: Option<serde_json::Value>,
 }
 
 /// The audit handle of one run.
@@ -142,6 +145,7 @@ impl Audit {
         r.skipped = Some(report.skipped_count);
         r.exit = Some(exit as u8);
         r.reason = report.stopped.as_deref().map(crate::redact::scrub);
+        r.outcomes = report.follow.as_ref().map(|f| f.totals());
         self.ended = true;
         self.write_or_warn(&r);
     }
@@ -165,6 +169,7 @@ impl Audit {
             skipped: None,
             exit: None,
             reason: None,
+            outcomes: None,
         }
     }
 

@@ -384,8 +384,35 @@ pub struct ReplayArgs {
     /// edited record, gives the new .payload (and, for queue messages, .headers)
     #[arg(long, value_name = "JQ", help_heading = "Replay")]
     pub transform: Option<String>,
+    #[command(flatten, next_help_heading = "Follow")]
+    pub follow: FollowArgs,
     #[command(flatten, next_help_heading = "Celery workers")]
     pub workers: WorkerCheckArgs,
+}
+
+/// After Celery tasks are sent: what became of each (Celery's task events).
+#[derive(Debug, Args, Default, Clone)]
+pub struct FollowArgs {
+    /// Follow every replayed task to its outcome (succeeded, failed again, retried, not
+    /// seen) through Celery's task events; exit 3 unless every one succeeded
+    #[arg(long)]
+    pub follow: bool,
+    /// How long to wait for the outcomes after the last task was sent
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "5m",
+        requires = "follow"
+    )]
+    pub follow_timeout: String,
+    /// Turn task events on for the run where the workers have them off (Celery's
+    /// enable_events), and off again at the end
+    #[arg(long, requires = "follow")]
+    pub enable_events: bool,
+    /// Mark a row reprocessada only once its task succeeded (rows whose task failed again
+    /// or was not seen stay pending)
+    #[arg(long, requires = "follow")]
+    pub mark_on_success: bool,
 }
 
 /// Before Celery tasks are sent: which live workers will run them.

@@ -31,6 +31,12 @@ pub(crate) struct Report {
     /// The run stopped because its canary failed again: running it again repeats the failure.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub(crate) canary_failed: bool,
+    /// `--follow`: the task ids sent and confirmed, in order (what is followed).
+    #[serde(skip)]
+    pub(crate) sent_tasks: Vec<String>,
+    /// `--follow`: what became of each sent task.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) follow: Option<crate::replay::follow::Outcomes>,
 }
 
 impl Report {
@@ -97,13 +103,16 @@ impl Report {
         }
         self.stopped = self.stopped.take().or(later.stopped);
         self.canary_failed |= later.canary_failed;
+        self.sent_tasks.extend(later.sent_tasks);
     }
 
-    /// 1 when the run stopped early, 3 when some items failed, else 0.
+    /// 1 when the run stopped early, 3 when some items failed (or, followed, did not succeed),
+    /// else 0.
     pub(crate) fn exit(&self) -> Exit {
+        let unfinished = self.follow.as_ref().is_some_and(|f| !f.all_succeeded());
         if self.stopped.is_some() {
             Exit::Failure
-        } else if self.failed_count > 0 {
+        } else if self.failed_count > 0 || unfinished {
             Exit::Partial
         } else {
             Exit::Ok

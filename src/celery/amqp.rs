@@ -1,5 +1,7 @@
 //! Celery tasks over RabbitMQ: published with `mandatory` and publisher confirms.
 
+use super::control::{Answer, Call};
+use super::events::Feed;
 use super::message::TaskMessage;
 use super::sent::{Pending, Sent};
 use super::workers::{self, Worker};
@@ -49,6 +51,14 @@ impl AmqpDispatch {
 
     pub(crate) async fn workers(&self, timeout: Duration) -> Result<Vec<Worker>> {
         workers::ask_amqp(&self.conn, &self.mailbox, timeout).await
+    }
+
+    pub(crate) async fn call(&self, calls: &[Call], timeout: Duration) -> Result<Vec<Answer>> {
+        workers::call_amqp(&self.conn, &self.mailbox, calls, timeout).await
+    }
+
+    pub(crate) async fn events(&self) -> Result<Feed> {
+        Feed::amqp(&self.conn).await
     }
 
     pub(crate) async fn sender(&self, window: usize, rate: Option<f64>) -> Result<AmqpSender> {

@@ -5,6 +5,8 @@
 //! branch in the replay logic.
 
 use super::amqp::AmqpDispatch;
+use super::control::{Answer, Call};
+use super::events::Feed;
 use super::message::TaskMessage;
 use super::redis::RedisDispatch;
 use super::workers::{Mailbox, Worker};
@@ -72,6 +74,22 @@ impl Dispatcher {
         match self {
             Dispatcher::Amqp(d) => d.workers(timeout).await,
             Dispatcher::Redis(d) => d.workers(timeout).await,
+        }
+    }
+
+    /// Sends remote-control `calls` and collects the answers (see `control`).
+    pub(crate) async fn call(&self, calls: &[Call], timeout: Duration) -> Result<Vec<Answer>> {
+        match self {
+            Dispatcher::Amqp(d) => d.call(calls, timeout).await,
+            Dispatcher::Redis(d) => d.call(calls, timeout).await,
+        }
+    }
+
+    /// A subscription to Celery's events on this broker.
+    pub(crate) async fn events(&self) -> Result<Feed> {
+        match self {
+            Dispatcher::Amqp(d) => d.events().await,
+            Dispatcher::Redis(d) => d.events().await,
         }
     }
 

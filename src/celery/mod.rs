@@ -2,7 +2,9 @@
 //! broker its workers read (`dispatch`).
 
 pub(crate) mod amqp;
+pub(crate) mod control;
 pub(crate) mod dispatch;
+pub(crate) mod events;
 pub(crate) mod message;
 pub(crate) mod redis;
 pub(crate) mod sent;

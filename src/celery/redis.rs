@@ -2,9 +2,11 @@
 //! kombu's JSON envelope onto the queue's list per task (pipelined within `--window`), and
 //! Celery's remote control over kombu's Redis fanout for the worker check.
 
+use super::control::{self, Answer, Call, Ticket};
+use super::events::Feed;
 use super::message::TaskMessage;
 use super::sent::{Pending, Sent};
-use super::workers::{Mailbox, Worker, parse_reply, request_body, tidy};
+use super::workers::{self, Mailbox, Worker};
 use crate::error::usage;
 use crate::model::Target;
 use crate::model::TargetFacts;
@@ -14,8 +16,8 @@ use anyhow::{Context, Result, anyhow};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesOrdered;
 use redis::aio::MultiplexedConnection;
+use serde_json::Value;
 
-use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::sync::{mpsc, oneshot};
 
@@ -24,8 +26,6 @@ use crate::redis::{Endpoint, Redis, said};
 
 /// Celery's default exchange: the binding set a worker adds its queues to.
 const DEFAULT_EXCHANGE: &str = "celery";
-/// The only methods ever sent, both read-only: the same mailbox accepts `shutdown`.
-const METHODS: [&str; 2] = ["registered", "active_queues"];
 /// How long `WAIT` gives replicas to acknowledge a push (ms).
 const WAIT_MS: u64 = 1000;
 /// The longest single BRPOP while collecting replies: the deadline is checked in between.
@@ -60,6 +60,8 @@ impl std::fmt::Debug for RedisBroker {
 
 pub(crate) struct RedisDispatch {
     redis: Redis,
+    /// For the pub/sub connection `--follow` opens.
+    pubsub_at: Box<(Endpoint, TlsFiles)>,
     /// kombu's `global_keyprefix`.
     prefix: String,
     /// kombu's `sep` once given (`--redis-sep`) or read from a binding (see `detect_sep`);
@@ -89,6 +91,7 @@ impl RedisDispatch {
         let endpoint = Endpoint::parse(&broker.url)?;
         let d = RedisDispatch {
             redis: endpoint.connect(&broker.tls_files).await?,
+            pubsub_at: Box::new((endpoint.clone(), broker.tls_files.clone())),
             prefix: broker.key_prefix.clone(),
             sep: std::sync::Mutex::new(broker.sep.clone()),
             mailbox,
@@ -200,6 +203,13 @@ impl RedisDispatch {
     }
 
     pub(crate) async fn workers(&self, timeout: Duration) -> Result<Vec<Worker>> {
+        let answers = self.call(&workers::check_calls(), timeout).await?;
+        Ok(workers::workers_from(&answers))
+    }
+
+    /// Sends `calls` over kombu's Redis fanout and collects the answers until `timeout`, or
+    /// until every named worker answered.
+    pub(crate) async fn call(&self, calls: &[Call], timeout: Duration) -> Result<Vec<Answer>> {
         let oid = uuid::Uuid::new_v4().to_string();
         let reply_queue = format!("{oid}.{}", self.mailbox.reply);
         // The reply exchange is direct: a worker's answer reaches our list only through this
@@ -210,54 +220,60 @@ impl RedisDispatch {
         let mut bind = redis::cmd("SADD");
         bind.arg(&binding).arg(&member);
         let _: i64 = self.query(&bind, "asking the Celery workers").await?;
-        let answers = self.ask(&oid, &reply_queue, timeout).await;
+        let answers = self.ask(calls, &oid, &reply_queue, timeout).await;
         // Removed whatever happened, so that nothing lingers (late answers included: without
         // the binding they are dropped by the worker's publish).
         let mut pipe = redis::pipe();
         pipe.cmd("SREM").arg(&binding).arg(&member).ignore();
         pipe.cmd("DEL").arg(keys.queues(&reply_queue)).ignore();
         let _: Result<()> = self.query_all(&pipe, "cleaning up the reply list").await;
-        let answers = answers
-            .with_context(|| format!("asking the Celery workers over {}", self.mailbox.request))?;
-        Ok(answers.into_values().map(tidy).collect())
+        answers.with_context(|| format!("asking the Celery workers over {}", self.mailbox.request))
     }
 
-    /// Publishes both requests and collects the answers by worker until `timeout`.
+    /// Celery's events on this broker (`--follow`).
+    pub(crate) async fn events(&self) -> Result<Feed> {
+        let (endpoint, tls) = &*self.pubsub_at;
+        let pubsub = endpoint.pubsub(tls).await?;
+        Feed::redis(pubsub, &self.prefix, self.redis.db).await
+    }
+
+    /// Publishes the requests and collects the answers until `timeout`.
     async fn ask(
         &self,
+        calls: &[Call],
         oid: &str,
         reply_queue: &str,
         timeout: Duration,
-    ) -> Result<BTreeMap<String, Worker>> {
+    ) -> Result<Vec<Answer>> {
         let deadline = tokio::time::Instant::now() + timeout;
         let channel = self
             .keys()
             .fanout_channel(self.redis.db, &self.mailbox.request);
         let expires = (unix_now() + timeout).as_secs_f64();
-        let mut tickets = Vec::new();
+        let mut tickets: Vec<Ticket> = Vec::new();
         let mut listeners = 0;
-        for method in METHODS {
+        for call in calls {
             let ticket = uuid::Uuid::new_v4().to_string();
-            let body = request_body(&self.mailbox, method, &ticket, oid);
+            let body = control::request_body(&self.mailbox, call, &ticket, oid);
             let mut publish = redis::cmd("PUBLISH");
             publish
                 .arg(&channel)
                 .arg(envelope::request(&body, &self.mailbox.request, expires));
             listeners += self.query::<i64>(&publish, "publishing").await?;
-            tickets.push((ticket, method));
+            tickets.push((ticket, call.method));
         }
         // PUBLISH counts the subscribers that got it: none means no worker is listening.
         if listeners == 0 {
-            return Ok(BTreeMap::new());
+            return Ok(Vec::new());
         }
         let key = self.keys().queue(reply_queue, 0);
-        let mut workers = BTreeMap::new();
-        while let Some(raw) = self.next_reply(&key, deadline).await? {
-            if let Some((method, name, names)) = answer(&raw, &tickets) {
-                merge(&mut workers, method, name, names);
-            }
+        let mut answers = Vec::new();
+        while !control::all_answered(&answers, calls)
+            && let Some(raw) = self.next_reply(&key, deadline).await?
+        {
+            answers.extend(answer(&raw, &tickets));
         }
-        Ok(workers)
+        Ok(answers)
     }
 
     /// The next element of the reply list, or None once the deadline passed.
@@ -397,28 +413,11 @@ async fn send(
     (reply, out)
 }
 
-/// One reply element: the method its ticket answers, the worker and the names it lists.
-fn answer(
-    raw: &[u8],
-    tickets: &[(String, &'static str)],
-) -> Option<(&'static str, String, Vec<String>)> {
+/// One reply element, matched to its call by its ticket header.
+fn answer(raw: &[u8], tickets: &[Ticket]) -> Option<Answer> {
     let got = envelope::open(raw)?;
-    let ticket = got.headers.get("ticket")?.as_str()?;
-    let &(_, method) = tickets.iter().find(|(t, _)| t == ticket)?;
-    let (name, names) = parse_reply(method, &got.body)?;
-    Some((method, name, names))
-}
-
-fn merge(workers: &mut BTreeMap<String, Worker>, method: &str, name: String, names: Vec<String>) {
-    let w = workers.entry(name.clone()).or_insert_with(|| Worker {
-        name,
-        queues: Vec::new(),
-        tasks: Vec::new(),
-    });
-    match method {
-        "registered" => w.tasks.extend(names),
-        _ => w.queues.extend(names),
-    }
+    let ticket = got.headers.get("ticket").and_then(Value::as_str);
+    control::answer(tickets, ticket, &got.body)
 }
 
 fn unix_now() -> Duration {
@@ -430,6 +429,7 @@ fn unix_now() -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::celery::control::Method;
     use serde_json::json;
 
     #[test]
@@ -442,22 +442,16 @@ mod tests {
             .to_string()
         };
         let tickets = vec![
-            ("t1".to_owned(), "registered"),
-            ("t2".to_owned(), "active_queues"),
+            ("t1".to_owned(), Method::Registered),
+            ("t2".to_owned(), Method::ActiveQueues),
         ];
-        let got = answer(
-            reply("t1", r#"{"w@h": ["a", "b [rate_limit=1/s]"]}"#).as_bytes(),
-            &tickets,
-        );
-        assert_eq!(
-            got,
-            Some(("registered", "w@h".into(), vec!["a".into(), "b".into()]))
-        );
+        let got = answer(reply("t1", r#"{"w@h": ["a"]}"#).as_bytes(), &tickets).unwrap();
+        assert_eq!((got.method, got.host.as_str()), (Method::Registered, "w@h"));
         let got = answer(
             reply("t2", r#"{"w@h": [{"name": "q"}]}"#).as_bytes(),
             &tickets,
         );
-        assert_eq!(got, Some(("active_queues", "w@h".into(), vec!["q".into()])));
+        assert_eq!(got.unwrap().method, Method::ActiveQueues);
         assert_eq!(
             answer(reply("other", r#"{"w@h": []}"#).as_bytes(), &tickets),
             None

@@ -17,7 +17,9 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, Consumer, ExchangeKind};
-use serde_json::{Value, json};
+use serde_json::Value;
+
+use super::control::{self, Answer, Call, Method, Ticket};
 
 use crate::rabbit::CLOSE_LIMIT;
 use crate::rabbit::publish::{exchange_exists, scrubbed};
@@ -43,9 +45,6 @@ impl Mailbox {
 /// Celery's `control_queue_expires` (10 s), which kombu sets as the reply queue's `x-expires`:
 /// a backstop should the explicit delete below never reach the broker.
 const REPLY_QUEUE_EXPIRES_MS: i32 = 10_000;
-/// The only methods ever sent, both read-only: the same mailbox accepts `shutdown`.
-const REGISTERED: &str = "registered";
-const ACTIVE_QUEUES: &str = "active_queues";
 
 /// One live worker as it answered.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -55,15 +54,35 @@ pub(crate) struct Worker {
     pub(crate) tasks: Vec<String>,
 }
 
+/// The worker check's two read-only questions.
+pub(crate) fn check_calls() -> [Call; 2] {
+    [
+        Call::all(Method::Registered),
+        Call::all(Method::ActiveQueues),
+    ]
+}
+
 /// Asks every worker on the connection's vhost, once: one `registered` and one `active_queues`
 /// broadcast (both sent at once, both answered into one reply queue), collecting replies until
 /// `timeout`. Workers sorted by name, queues and tasks sorted. An empty Vec means no worker answered.
-/// Leaves nothing behind on the broker (reply queue auto-deleted / exclusive; channel closed).
 pub(crate) async fn ask_amqp(
     conn: &Connection,
     mailbox: &Mailbox,
     timeout: Duration,
 ) -> Result<Vec<Worker>> {
+    let answers = call_amqp(conn, mailbox, &check_calls(), timeout).await?;
+    Ok(workers_from(&answers))
+}
+
+/// Sends `calls` at once and collects the answers until `timeout`, or until every named worker
+/// answered. Leaves nothing behind on the broker (reply queue auto-deleted / exclusive; channel
+/// closed).
+pub(crate) async fn call_amqp(
+    conn: &Connection,
+    mailbox: &Mailbox,
+    calls: &[Call],
+    timeout: Duration,
+) -> Result<Vec<Answer>> {
     // Every worker declares the request exchange when it starts listening: without it no
     // worker ever listened on this vhost, and nothing needs creating to know that.
     if !exchange_exists(conn, &mailbox.request).await? {
@@ -72,7 +91,7 @@ pub(crate) async fn ask_amqp(
     let ch = conn.create_channel().await.map_err(scrubbed)?;
     let oid = uuid::Uuid::new_v4().to_string();
     let reply_queue = format!("{oid}.{}", mailbox.reply);
-    let answers = ask_on(&ch, mailbox, &oid, &reply_queue, timeout).await;
+    let answers = ask_on(&ch, mailbox, calls, &oid, &reply_queue, timeout).await;
     // Deleted now rather than left to auto-delete / x-expires, so that nothing lingers even
     // when the close is slow; after an error the channel is gone and the exclusive queue with
     // the connection.
@@ -80,27 +99,26 @@ pub(crate) async fn ask_amqp(
         .queue_delete(reply_queue.as_str().into(), QueueDeleteOptions::default())
         .await;
     let _ = tokio::time::timeout(CLOSE_LIMIT, ch.close(200, "dlq: workers asked".into())).await;
-    let answers =
-        answers.with_context(|| format!("asking the Celery workers over {}", mailbox.request))?;
-    Ok(answers.into_values().map(tidy).collect())
+    answers.with_context(|| format!("asking the Celery workers over {}", mailbox.request))
 }
 
-/// Opens the reply queue, sends both requests and collects the answers by worker.
+/// Opens the reply queue, sends the requests and collects the answers.
 async fn ask_on(
     ch: &Channel,
     mailbox: &Mailbox,
+    calls: &[Call],
     oid: &str,
     reply_queue: &str,
     timeout: Duration,
-) -> Result<BTreeMap<String, Worker>> {
+) -> Result<Vec<Answer>> {
     // Bound and consumed before the requests go out: a quick worker's answer must find it.
     let replies = open_reply_queue(ch, &mailbox.reply, oid, reply_queue).await?;
     let deadline = tokio::time::Instant::now() + timeout;
     let mut tickets = Vec::new();
-    for method in [REGISTERED, ACTIVE_QUEUES] {
-        tickets.push((request(ch, mailbox, method, oid, timeout).await?, method));
+    for call in calls {
+        tickets.push((request(ch, mailbox, call, oid, timeout).await?, call.method));
     }
-    collect(replies, &tickets, deadline).await
+    collect(replies, &tickets, calls, deadline).await
 }
 
 /// The reply queue, bound to the reply exchange by `oid`, with a consumer on it.
@@ -157,14 +175,15 @@ async fn open_reply_queue(
     consumer.map_err(scrubbed)
 }
 
-/// Answers to our tickets until the deadline, merged by worker hostname.
+/// Answers to our tickets until the deadline (or until every named worker answered).
 async fn collect(
     mut replies: Consumer,
-    tickets: &[(String, &'static str)],
+    tickets: &[Ticket],
+    calls: &[Call],
     deadline: tokio::time::Instant,
-) -> Result<BTreeMap<String, Worker>> {
-    let mut workers = BTreeMap::new();
-    loop {
+) -> Result<Vec<Answer>> {
+    let mut answers = Vec::new();
+    while !control::all_answered(&answers, calls) {
         let next = tokio::select! {
             d = replies.next() => d,
             _ = tokio::time::sleep_until(deadline) => break,
@@ -172,37 +191,22 @@ async fn collect(
         // None: the broker cancelled the consumer; keep what came.
         let Some(delivery) = next else { break };
         let delivery = delivery.map_err(scrubbed)?;
-        // Other tickets are someone else's (or a late answer to nothing we asked).
         let ticket = header_str(&delivery.properties, "ticket");
-        let Some(&(_, method)) = tickets.iter().find(|(t, _)| Some(t.as_str()) == ticket) else {
-            continue;
-        };
-        let Some((name, names)) = parse_reply(method, &delivery.data) else {
-            continue;
-        };
-        let w = workers.entry(name.clone()).or_insert_with(|| Worker {
-            name,
-            queues: Vec::new(),
-            tasks: Vec::new(),
-        });
-        match method {
-            REGISTERED => w.tasks.extend(names),
-            _ => w.queues.extend(names),
-        }
+        answers.extend(control::answer(tickets, ticket, &delivery.data));
     }
-    Ok(workers)
+    Ok(answers)
 }
 
-/// Publishes one broadcast request exactly as kombu's `Mailbox._publish` does; returns its ticket.
+/// Publishes one request exactly as kombu's `Mailbox._publish` does; returns its ticket.
 async fn request(
     ch: &Channel,
     mailbox: &Mailbox,
-    method: &str,
+    call: &Call,
     oid: &str,
     timeout: Duration,
 ) -> Result<String> {
     let ticket = uuid::Uuid::new_v4().to_string();
-    let body = request_body(mailbox, method, &ticket, oid);
+    let body = control::request_body(mailbox, call, &ticket, oid);
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default();
@@ -241,55 +245,48 @@ fn header_str<'a>(props: &'a BasicProperties, key: &str) -> Option<&'a str> {
     }
 }
 
-/// One reply body, `{"<hostname>": <result>}`: the hostname and the names it lists (task names
-/// for `registered`, queue names for `active_queues`). None for anything else, including a
-/// worker's `{"error": "..."}` when its handler failed.
-pub(crate) fn parse_reply(method: &str, body: &[u8]) -> Option<(String, Vec<String>)> {
-    let Value::Object(reply) = serde_json::from_slice(body).ok()? else {
-        return None;
-    };
-    // kombu's Node.dispatch always answers with exactly one entry.
-    if reply.len() != 1 {
-        return None;
+/// The worker check's answers, by worker, whichever broker they came over.
+pub(crate) fn workers_from(answers: &[Answer]) -> Vec<Worker> {
+    let mut workers: BTreeMap<String, Worker> = BTreeMap::new();
+    for a in answers {
+        let Some(names) = names(a.method, &a.result) else {
+            continue;
+        };
+        let w = workers.entry(a.host.clone()).or_insert_with(|| Worker {
+            name: a.host.clone(),
+            queues: Vec::new(),
+            tasks: Vec::new(),
+        });
+        match a.method {
+            Method::Registered => w.tasks.extend(names),
+            _ => w.queues.extend(names),
+        }
     }
-    let (host, result) = reply.into_iter().next()?;
+    workers.into_values().map(tidy).collect()
+}
+
+/// The names one answer lists: task names for `registered`, queue names for `active_queues`.
+/// None for anything else, including a worker's `{"error": "..."}` when its handler failed.
+fn names(method: Method, result: &Value) -> Option<Vec<String>> {
     let items = result.as_array()?;
     let name = |item: &Value| -> Option<String> {
         let name = match method {
             // With no taskinfoitems the worker falls back to exchange, routing_key and
             // rate_limit, and appends those set: `tasks.a [rate_limit=10/m]`.
-            REGISTERED => item.as_str()?.split(' ').next()?,
-            ACTIVE_QUEUES => item.get("name")?.as_str()?,
+            Method::Registered => item.as_str()?.split(' ').next()?,
+            Method::ActiveQueues => item.get("name")?.as_str()?,
             _ => return None,
         };
         Some(name.trim().to_owned()).filter(|n| !n.is_empty())
     };
-    if method != REGISTERED && method != ACTIVE_QUEUES {
+    if !matches!(method, Method::Registered | Method::ActiveQueues) {
         return None;
     }
-    Some((host, items.iter().filter_map(name).collect()))
-}
-
-/// Sorted and deduplicated: a worker may list a queue twice (two bindings).
-/// The body kombu's `Mailbox._publish` sends for a broadcast with a reply, on any broker.
-pub(crate) fn request_body(mailbox: &Mailbox, method: &str, ticket: &str, oid: &str) -> Value {
-    let arguments = match method {
-        REGISTERED => json!({"taskinfoitems": []}),
-        _ => json!({}),
-    };
-    json!({
-        "method": method,
-        "arguments": arguments,
-        "destination": null,
-        "pattern": null,
-        "matcher": null,
-        "ticket": ticket,
-        "reply_to": {"exchange": mailbox.reply, "routing_key": oid},
-    })
+    Some(items.iter().filter_map(name).collect())
 }
 
 /// Sorted and deduplicated, whichever broker the answers came over.
-pub(crate) fn tidy(mut w: Worker) -> Worker {
+fn tidy(mut w: Worker) -> Worker {
     w.queues.sort();
     w.queues.dedup();
     w.tasks.sort();
@@ -735,11 +732,17 @@ mod tests {
         assert_eq!(closeness("tasks.", "x."), None);
     }
 
+    fn parsed(method: Method, body: &[u8]) -> Option<(String, Vec<String>)> {
+        let tickets = vec![("t".to_owned(), method)];
+        let a = control::answer(&tickets, Some("t"), body)?;
+        Some((a.host.clone(), names(a.method, &a.result)?))
+    }
+
     #[test]
     fn parses_registered_replies_as_celery_sends_them() {
         let body = br#"{"w1@vm": ["tasks.add [rate_limit=10/m]", "tasks.liberar_acesso_curso"]}"#;
         assert_eq!(
-            parse_reply(REGISTERED, body),
+            parsed(Method::Registered, body),
             Some((
                 "w1@vm".into(),
                 vec!["tasks.add".into(), "tasks.liberar_acesso_curso".into()]
@@ -747,7 +750,7 @@ mod tests {
         );
         let empty = br#"{"celery@host1": []}"#;
         assert_eq!(
-            parse_reply(REGISTERED, empty),
+            parsed(Method::Registered, empty),
             Some(("celery@host1".into(), vec![]))
         );
     }
@@ -763,7 +766,7 @@ mod tests {
             "no_declare": null, "expires": null, "message_ttl": null, "max_length": null,
             "max_length_bytes": null, "max_priority": null}]}"#;
         assert_eq!(
-            parse_reply(ACTIVE_QUEUES, body),
+            parsed(Method::ActiveQueues, body),
             Some(("w1@vm".into(), vec!["somequeue".into()]))
         );
     }
@@ -771,10 +774,34 @@ mod tests {
     #[test]
     fn ignores_errors_other_methods_and_garbage() {
         let error = br#"{"w1@vm": {"error": "KeyError('x')"}}"#;
-        assert_eq!(parse_reply(REGISTERED, error), None);
-        assert_eq!(parse_reply("ping", br#"{"w1@vm": {"ok": "pong"}}"#), None);
-        assert_eq!(parse_reply(REGISTERED, br#"{"a": [], "b": []}"#), None);
-        assert_eq!(parse_reply(REGISTERED, b"not json"), None);
-        assert_eq!(parse_reply(REGISTERED, b"[1]"), None);
+        assert_eq!(parsed(Method::Registered, error), None);
+        assert_eq!(
+            parsed(Method::Heartbeat, br#"{"w1@vm": {"ok": "pong"}}"#),
+            None
+        );
+        assert_eq!(parsed(Method::Registered, br#"{"a": [], "b": []}"#), None);
+        assert_eq!(parsed(Method::Registered, b"not json"), None);
+        assert_eq!(parsed(Method::Registered, b"[1]"), None);
+    }
+
+    #[test]
+    fn answers_fold_into_workers() {
+        let a = |method, host: &str, result: Value| Answer {
+            method,
+            host: host.into(),
+            result,
+        };
+        let got = workers_from(&[
+            a(Method::Registered, "w2", serde_json::json!(["b", "a", "a"])),
+            a(
+                Method::ActiveQueues,
+                "w2",
+                serde_json::json!([{"name": "q"}]),
+            ),
+            a(Method::Heartbeat, "w1", serde_json::json!({"ok": "pong"})),
+        ]);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].tasks, vec!["a", "b"]);
+        assert_eq!(got[0].queues, vec!["q"]);
     }
 }

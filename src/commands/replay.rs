@@ -57,6 +57,15 @@ fn lower_request(settings: &Settings, a: ReplayArgs, now: DateTime<Utc>) -> Resu
         return Err(usage("--max-replays must be at least 1"));
     }
     let canary = canary(&a)?;
+    let follow = follow(&a)?;
+    if follow.is_some() && queues.is_some() {
+        return Err(usage(
+            "--follow applies to table replays for now (queue and archive replays do not follow yet)",
+        ));
+    }
+    if follow.is_some() && a.from_file.is_some() {
+        return Err(usage("--follow with --from-file is not supported yet"));
+    }
     let mut common = common(settings, &a, now)?;
     if let Some(file) = a.from_file {
         return Ok(Request::Restore(replay::restore::Options {
@@ -77,6 +86,7 @@ fn lower_request(settings: &Settings, a: ReplayArgs, now: DateTime<Utc>) -> Resu
             target,
             target_is_default,
             canary,
+            follow,
         }));
     };
     Ok(Request::Queue(replay::queue::Options {
@@ -150,5 +160,30 @@ fn canary(a: &ReplayArgs) -> Result<Option<Canary>> {
     Ok(Some(Canary {
         count,
         wait: wait.to_std().unwrap_or_default(),
+    }))
+}
+
+/// `--follow` with its timeout, `--enable-events` and `--mark-on-success`.
+fn follow(a: &ReplayArgs) -> Result<Option<replay::follow::Follow>> {
+    let f = &a.follow;
+    if !f.follow {
+        return Ok(None);
+    }
+    let timeout = when::parse_duration(&f.follow_timeout)
+        .map_err(|e| usage(format!("--follow-timeout: {e}")))?
+        .to_std()
+        .unwrap_or_default();
+    if timeout.is_zero() {
+        return Err(usage("--follow-timeout must be more than 0s"));
+    }
+    if a.workers.no_worker_check {
+        return Err(usage(
+            "--follow needs the workers' answers: it cannot be combined with --no-worker-check",
+        ));
+    }
+    Ok(Some(replay::follow::Follow {
+        timeout,
+        enable_events: f.enable_events,
+        mark_on_success: f.mark_on_success,
     }))
 }

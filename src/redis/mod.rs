@@ -133,6 +133,20 @@ impl Endpoint {
         })
     }
 
+    /// A pub/sub connection of its own (kombu's fanout: Celery's events and remote control).
+    pub(crate) async fn pubsub(&self, tls: &TlsFiles) -> Result<redis::aio::PubSub> {
+        let client = self.client(tls)?;
+        match tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub()).await {
+            Err(_) => Err(anyhow!(
+                "cannot connect to Redis at {}: no answer within {} s",
+                self.place,
+                CONNECT_TIMEOUT.as_secs()
+            )),
+            Ok(Err(e)) => Err(self.connect_error(&e)),
+            Ok(Ok(p)) => Ok(p),
+        }
+    }
+
     fn client(&self, tls: &TlsFiles) -> Result<Client> {
         let opened = if self.tls {
             let certs = TlsCertificates {

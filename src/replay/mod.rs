@@ -1,6 +1,7 @@
 //! Replays: table rows re-dispatched as Celery tasks; queue messages moved back.
 
 mod acks;
+pub(crate) mod follow;
 pub(crate) mod queue;
 pub(crate) mod requeue;
 pub(crate) mod restore;

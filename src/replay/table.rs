@@ -10,6 +10,7 @@
 //! docs/BENCHMARKS-HISTORY.md.)
 
 use super::ReplayCommon;
+use super::follow::{Follow, Tracker, Watch};
 use super::{Target, print_plan_groups};
 use crate::celery::dispatch::{Dispatcher, Pending, Sent, TaskSender};
 use crate::celery::workers::TaskMap;
@@ -39,6 +40,8 @@ pub(crate) struct Options {
     pub(crate) target_is_default: bool,
     /// `--canary N --canary-wait D`: replay N rows, wait, and stop if their failure came back.
     pub(crate) canary: Option<super::Canary>,
+    /// `--follow`: each task followed to its outcome through Celery's events.
+    pub(crate) follow: Option<Follow>,
 }
 
 /// What the plan pass found.
@@ -57,7 +60,8 @@ struct Plan {
 /// How one row ended.
 #[derive(Clone)]
 enum RowEvent {
-    Replayed,
+    /// Confirmed by the broker, with the task id it went out with.
+    Replayed(String),
     Failed(String),
     Skipped(String),
     /// The run must stop (broker or database gone); the row is left un-marked.
@@ -170,6 +174,14 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
         &plan.tasks,
     )
     .await?;
+    let timeout = opts.common.workers.timeout;
+    let mut watch = match opts.follow {
+        Some(f) => Some(Watch::start(&dispatcher, f, &opts.target, timeout).await?),
+        None => None,
+    };
+    if let Some(w) = &watch {
+        printer.info(w.describe());
+    }
     let mut audit = crate::audit::Audit::new(
         endpoints.audit_log.as_deref(),
         printer,
@@ -194,7 +206,24 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
         return Ok(exit);
     }
     let sender = dispatcher.sender(shape.window, opts.common.rate).await?;
-    let report = replay_rows(printer, ctx, sender, plan, opts, &shape).await;
+    if let Some(w) = watch.as_mut()
+        && let Err(e) = w.enable(&dispatcher, timeout).await
+    {
+        let left_on = w.finish(&dispatcher, timeout).await;
+        let mut report = Report::new("replay");
+        report.stopped = Some(format!("{e:#}"));
+        super::print_report(printer, &report, "replayed", &mut audit);
+        left_on.into_iter().for_each(|w| printer.warn_always(w));
+        return Ok(report.exit());
+    }
+    let table = ctx.table.clone();
+    let mut report = replay_rows(printer, ctx, sender, plan, opts, &shape, watch.as_ref()).await;
+    if let Some(w) = watch.as_mut() {
+        follow_through(printer, &table, w, &mut report).await;
+        if let Some(left_on) = w.finish(&dispatcher, timeout).await {
+            printer.warn_always(left_on);
+        }
+    }
     super::print_report(printer, &report, "replayed", &mut audit);
     if report.canary_failed {
         // Nothing was in flight, and running it again would fail the same way.
@@ -208,6 +237,44 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
         ));
     }
     Ok(report.exit())
+}
+
+/// `--follow`: waits for the sent tasks' outcomes, marks the rows whose task succeeded
+/// (`--mark-on-success`), prints the outcomes and puts them in the report.
+async fn follow_through(
+    printer: &Printer,
+    table: &FailedTable,
+    watch: &Watch,
+    report: &mut Report,
+) {
+    let sent = std::mem::take(&mut report.sent_tasks);
+    if sent.is_empty() {
+        return;
+    }
+    let follow = watch.follow;
+    printer.info(format!(
+        "following {} task(s) for up to {}s (Ctrl-C stops following; what was sent stays sent)",
+        sent.len(),
+        follow.timeout.as_secs()
+    ));
+    let outcomes = watch.wait(printer, &sent, follow.timeout).await;
+    if follow.mark_on_success {
+        let ok = outcomes.succeeded_from();
+        match table.mark(&ok, Utc::now()).await {
+            Ok(()) => printer.info(format!(
+                "marked {} row(s) reprocessada (their task succeeded); {} left pending",
+                ok.len(),
+                outcomes.followed - ok.len() as u64
+            )),
+            Err(e) => {
+                report.stopped = Some(format!(
+                    "database: marking the rows whose task succeeded: {e:#}; they stay pending and a new run replays them again"
+                ))
+            }
+        }
+    }
+    outcomes.print(printer, "row");
+    report.follow = Some(outcomes);
 }
 
 /// The plan pass (and the dry run's view of every message).
@@ -291,6 +358,7 @@ async fn replay_rows(
     plan: Plan,
     opts: Options,
     shape: &Shape,
+    watch: Option<&Watch>,
 ) -> Report {
     let mut report = Report::new("replay");
     for (id, why) in plan.invalid {
@@ -303,6 +371,8 @@ async fn replay_rows(
         map: ctx.map.clone(),
         transform: opts.common.transform.clone(),
         origin: ctx.origin(&RecordId::Text(String::new())),
+        tracker: watch.map(Watch::tracker),
+        mark_on_confirm: !opts.follow.is_some_and(|f| f.mark_on_success),
     });
     let mut ids = plan.ids;
     let Some(super::Canary { count, wait }) = opts.canary else {
@@ -314,6 +384,28 @@ async fn replay_rows(
     let tried = ids.len();
     report.absorb(replay_ids(printer, &shared, &sender, ids, shape).await);
     if report.stopped.is_some() || report.succeeded == 0 {
+        return report;
+    }
+    if let Some(w) = watch {
+        // Followed: the canary's own tasks say whether they ran.
+        printer.info(format!(
+            "canary: {} row(s) replayed; waiting up to {}s for their tasks' outcomes",
+            report.succeeded,
+            wait.as_secs()
+        ));
+        let o = w.wait(printer, &report.sent_tasks, wait).await;
+        if o.all_succeeded() {
+            printer.info("canary: every task succeeded; replaying the rest");
+            report.absorb(replay_ids(printer, &shared, &sender, rest, shape).await);
+        } else {
+            report.canary_failed = true;
+            report.stopped = Some(format!(
+                "canary failed: {} of {} canary task(s) did not succeed ({}); the rest were not replayed",
+                o.followed - o.succeeded,
+                o.followed,
+                o.summary()
+            ));
+        }
         return report;
     }
     printer.info(format!(
@@ -414,12 +506,18 @@ async fn replay_ids(
     }
     drop(tx);
 
+    let following = shared.tracker.is_some();
     let bar = printer.progress(Some(ids.len() as u64), "replaying");
     let interrupted = super::stop_on_signal(stop.clone());
     while let Some((id, ev)) = rx.recv().await {
         bar.inc(1);
         match ev {
-            RowEvent::Replayed => report.success(),
+            RowEvent::Replayed(task_id) => {
+                report.success();
+                if following {
+                    report.sent_tasks.push(task_id);
+                }
+            }
             RowEvent::Failed(why) => report.fail(id, why),
             RowEvent::Skipped(why) => report.skip(id, why),
             RowEvent::Fatal(why) => {
@@ -447,6 +545,10 @@ struct Shared {
     transform: Option<Arc<Transform>>,
     /// Provenance of the run; each row fills in its id.
     origin: ReplayOrigin,
+    /// `--follow`: each task is registered before it is sent.
+    tracker: Option<Tracker>,
+    /// Rows are marked when the broker confirms (not with `--mark-on-success`).
+    mark_on_confirm: bool,
 }
 
 /// The Celery message for one row: its stored args, or what `--transform` made of them (the
@@ -543,7 +645,7 @@ async fn replay_group(
         };
         claimed.insert(rec.id.clone());
         match submit_row(shared, publisher, &rec).await {
-            Ok(outcome) => pending.push((rec.id, outcome)),
+            Ok((task_id, outcome)) => pending.push((rec.id, task_id, outcome)),
             Err(ev) => events.push((rec.id, ev)),
         }
     }
@@ -556,9 +658,9 @@ async fn replay_group(
         }
     }
     let mut confirmed = Vec::new();
-    for (id, outcome) in pending {
+    for (id, task_id, outcome) in pending {
         match outcome.await {
-            Ok(Sent::Delivered) => confirmed.push(id),
+            Ok(Sent::Delivered) => confirmed.push((id, task_id)),
             Ok(Sent::Refused(why)) => {
                 events.push((id, RowEvent::Failed(format!("{why}; not marked"))))
             }
@@ -566,16 +668,26 @@ async fn replay_group(
         }
     }
     // Mark what the broker confirmed, even when the run stops: those are delivered. With
-    // nothing confirmed, the claim rolls back when dropped.
-    if !confirmed.is_empty() {
-        let marked = claim.mark_and_commit(&confirmed, Utc::now()).await;
-        let event = match marked {
-            Ok(()) => RowEvent::Replayed,
+    // nothing confirmed, or with `--mark-on-success` (marked once their tasks succeeded), the
+    // claim rolls back when dropped.
+    if confirmed.is_empty() {
+        return events;
+    }
+    let marked = match shared.mark_on_confirm {
+        true => {
+            let ids: Vec<RecordId> = confirmed.iter().map(|(id, _)| id.clone()).collect();
+            claim.mark_and_commit(&ids, Utc::now()).await
+        }
+        false => Ok(()),
+    };
+    for (id, task_id) in confirmed {
+        let event = match &marked {
+            Ok(()) => RowEvent::Replayed(task_id),
             Err(e) => RowEvent::Fatal(format!(
                 "database: {e} (published but not marked; the next run publishes it again)"
             )),
         };
-        events.extend(confirmed.into_iter().map(|id| (id, event.clone())));
+        events.push((id, event));
     }
     events
 }
@@ -586,7 +698,7 @@ async fn submit_row(
     shared: &Shared,
     publisher: &TaskSender,
     rec: &DeadLetter,
-) -> Result<Pending, RowEvent> {
+) -> Result<(String, Pending), RowEvent> {
     // The row may have changed since the plan: replay only what still matches.
     if !matches!(shared.sel.matches(rec), Ok(true)) {
         return Err(RowEvent::Skipped("no longer matches the selection".into()));
@@ -598,10 +710,15 @@ async fn submit_row(
     let transform = shared.transform.as_deref();
     let (msg, _) =
         row_message(rec, &shared.map, transform, &row_origin).map_err(RowEvent::Failed)?;
-    publisher
+    let task_id = msg.task_id.clone();
+    if let Some(t) = &shared.tracker {
+        t.expect(rec.id.clone(), &task_id, &msg.task);
+    }
+    let pending = publisher
         .submit(msg, &shared.target)
         .await
-        .map_err(|e| RowEvent::Fatal(format!("broker: {e:#}")))
+        .map_err(|e| RowEvent::Fatal(format!("broker: {e:#}")))?;
+    Ok((task_id, pending))
 }
 
 /// The message a dry run shows for one row.

@@ -9,6 +9,7 @@ mod bench_smoke;
 mod disruptive;
 mod dramatiq;
 mod faults;
+mod follow;
 mod generated;
 mod operate;
 mod queue_archive;

@@ -55,6 +55,26 @@ impl FailedTable {
     }
 }
 
+impl FailedTable {
+    /// Marks `ids` replayed outside any claim (`--mark-on-success`: once their tasks
+    /// succeeded), a few hundred per statement, each statement committed.
+    pub(crate) async fn mark(&self, ids: &[RecordId], at: DateTime<Utc>) -> Result<()> {
+        for chunk in ids.chunks(500) {
+            let stmt = self.layout.mark_stmt(chunk, at)?;
+            let mut tx = self.pool.begin(false).await.map_err(scrubbed)?;
+            with_tx!(&mut tx, |t| {
+                bind_all!(sqlx::query(AssertSqlSafe(stmt.sql)), stmt.binds)
+                    .execute(&mut **t)
+                    .await
+                    .map(|_| ())
+            })
+            .map_err(scrubbed)?;
+            tx.commit().await.map_err(scrubbed)?;
+        }
+        Ok(())
+    }
+}
+
 impl Claim<'_> {
     /// Marks `confirmed` replayed (at `at`, where the table records when) and commits.
     pub(crate) async fn mark_and_commit(

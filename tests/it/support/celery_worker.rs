@@ -41,6 +41,16 @@ impl CeleryWorker {
     /// `DLQ_TEST_BROKER` in `env` it runs on that broker URL (e.g. a test's own vhost) and is
     /// ready once its log says so; otherwise once it consumes `queue` on the default vhost.
     pub async fn start_app(app: &str, queue: &str, env: &[(&str, &str)]) -> CeleryWorker {
+        Self::start_events(app, queue, env, Events::Off).await
+    }
+
+    /// `start_app` with the worker's events as `events` says.
+    pub async fn start_events(
+        app: &str,
+        queue: &str,
+        env: &[(&str, &str)],
+        events: Events,
+    ) -> CeleryWorker {
         let dir = tempfile::tempdir().unwrap();
         let record = dir.path().join("runs.ndjson");
         std::fs::write(&record, "").unwrap();
@@ -56,13 +66,13 @@ impl CeleryWorker {
             "solo",
             "--without-gossip",
             "--without-mingle",
-            "--without-heartbeat",
             "--loglevel=INFO",
             "-Q",
             queue,
             "-n",
             &format!("{queue}@%h"),
         ])
+        .args(events.flags())
         .current_dir(crate::common::repo_root().join("tests/celery"))
         .env("DLQ_TEST_RECORD", &record)
         .env("DLQ_TEST_BROKER", crate::target::amqp_url("/"))
@@ -142,6 +152,27 @@ impl CeleryWorker {
         }
         tokio::time::sleep(Duration::from_millis(300)).await;
         self.runs()
+    }
+}
+
+/// What a test worker sends on Celery's event exchange.
+#[derive(Debug, Clone, Copy)]
+pub enum Events {
+    /// Nothing at all (no -E, no heartbeats): the default for tests.
+    Off,
+    /// Worker heartbeats only: Celery's default (`enable_events` can add task events).
+    WorkerOnly,
+    /// Task events too (`-E`).
+    Task,
+}
+
+impl Events {
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            Events::Off => &["--without-heartbeat"],
+            Events::WorkerOnly => &[],
+            Events::Task => &["-E"],
+        }
     }
 }
 

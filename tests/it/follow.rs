@@ -1,0 +1,397 @@
+//! `dlq replay --follow`: every replayed task followed to its outcome through Celery's task
+//! events, with stock Celery workers (tests/celery/follow_tasks.py) on RabbitMQ (a vhost of the
+//! test's own) and on Redis (a key prefix of the test's own). The tasks' args decide their
+//! outcome: `falhar` fails again with IntegrityError, `tentar_de_novo` retries once then
+//! succeeds, `dormir` sleeps.
+
+use crate::broker::Broker;
+use crate::celery_worker::{CeleryWorker, Events};
+use crate::common::*;
+use crate::target::redis_url;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+const APP: &str = "follow_tasks";
+
+fn pedido(id: i64, extra: &str) -> Row {
+    let args = format!(r#"{{"pedido_id": {id}{extra}}}"#);
+    row(
+        "processar_pagamento",
+        Some(&args),
+        "IntegrityError: duplicate key",
+        "2026-12-01T10:00:00Z",
+        false,
+    )
+}
+
+/// Rows 1-4 succeed, 5-6 fail again, 7 retries once then succeeds.
+fn mixed() -> Vec<Row> {
+    let mut rows: Vec<Row> = (1..=4).map(|i| pedido(i, "")).collect();
+    rows.push(pedido(5, r#", "falhar": true"#));
+    rows.push(pedido(6, r#", "falhar": true"#));
+    rows.push(pedido(7, r#", "tentar_de_novo": true"#));
+    rows
+}
+
+async fn pending_ids(db: &TestDb) -> BTreeSet<i64> {
+    let mut ids = BTreeSet::new();
+    for id in 1..=20 {
+        let n = db
+            .scalar_i64(&format!(
+                "SELECT COUNT(*) FROM {{t}} WHERE id = {id} AND (reprocessada = false OR reprocessada IS NULL)"
+            ))
+            .await;
+        if n > 0 {
+            ids.insert(id);
+        }
+    }
+    ids
+}
+
+/// A RabbitMQ vhost of the test's own, a table, and a worker reading `queue` with `events`.
+async fn rabbit_setup(
+    name: &str,
+    rows: &[Row],
+    events: Events,
+) -> (Broker, TestDb, CeleryWorker, String) {
+    let b = Broker::new(name).await;
+    let mut db = TestDb::new(Dialect::Postgres, name).await;
+    db.amqp_url = b.amqp_url();
+    db.init();
+    db.insert(rows).await;
+    let queue = unique(name);
+    let env = [("DLQ_TEST_BROKER", b.amqp_url())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let worker = CeleryWorker::start_events(APP, &queue, &env, events).await;
+    b.wait_queue(&queue).await;
+    (b, db, worker, queue)
+}
+
+/// Some tasks fail again: the report splits them by outcome and fingerprint, names the row
+/// each came from, exits 3, and `--mark-on-success` leaves exactly those rows pending. The
+/// workers had task events on (-E): dlq does not turn them off at the end.
+#[tokio::test]
+async fn failed_again_stay_pending_and_are_named_on_rabbitmq() {
+    let (b, db, worker, queue) = rabbit_setup("fw_mixed", &mixed(), Events::Task).await;
+    let args = [
+        "replay",
+        "--to-queue",
+        &queue,
+        "--follow",
+        "--enable-events",
+        "--mark-on-success",
+        "--follow-timeout",
+        "60s",
+        "--yes",
+        "-o",
+        "json",
+    ];
+    let run = db.dlq(&args);
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    let report: Value = serde_json::from_str(&run.stdout()).unwrap();
+    let f = &report["follow"];
+    assert_eq!(f["followed"], 7, "{f}");
+    assert_eq!(f["succeeded"], 5, "{f}");
+    assert_eq!(f["failed"], 2, "{f}");
+    assert_eq!(f["retried"], 1, "{f}");
+    assert_eq!(f["not_seen"], 0, "{f}");
+    let tasks = f["tasks"].as_array().unwrap();
+    let failed: BTreeSet<i64> = tasks
+        .iter()
+        .filter(|t| t["outcome"] == "failed")
+        .map(|t| t["from"].as_i64().unwrap())
+        .collect();
+    assert_eq!(failed, BTreeSet::from([5, 6]));
+    assert!(
+        f["failures"][0]["example"]
+            .as_str()
+            .unwrap()
+            .contains("IntegrityError"),
+        "{f}"
+    );
+    // Each task went out with its own id, and that id is what the worker ran.
+    let runs = worker.wait_runs(8).await;
+    let ran: BTreeSet<&str> = runs
+        .iter()
+        .map(|r| r["task_id"].as_str().unwrap())
+        .collect();
+    let followed: BTreeSet<&str> = tasks
+        .iter()
+        .map(|t| t["task_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ran, followed);
+    assert_eq!(pending_ids(&db).await, BTreeSet::from([5, 6]));
+    let err = run.stderr();
+    assert!(err.contains("row 5 → task "), "{err}");
+    assert!(
+        err.contains("failed again: IntegrityError('duplicate key value pedido_id=5')"),
+        "{err}"
+    );
+    assert!(
+        err.contains("followed 7: 5 succeeded, 2 failed again"),
+        "{err}"
+    );
+    assert!(
+        !worker.log().contains("disabled by remote"),
+        "{}",
+        worker.log()
+    );
+    // The audit trail's end record carries the totals.
+    drop(worker);
+    db.drop().await;
+    b.delete().await;
+}
+
+/// Without `--mark-on-success` rows are marked at the broker's confirm, as before; a task
+/// slower than `--follow-timeout` is reported unfinished and the exit is 3.
+#[tokio::test]
+async fn a_slow_task_is_reported_unfinished_when_the_timeout_passes() {
+    let rows = [pedido(1, r#", "dormir": 8"#)];
+    let (b, db, worker, queue) = rabbit_setup("fw_slow", &rows, Events::Task).await;
+    let started = Instant::now();
+    let run = db.dlq(&[
+        "replay",
+        "--to-queue",
+        &queue,
+        "--follow",
+        "--enable-events",
+        "--follow-timeout",
+        "2s",
+        "--yes",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "waited for the slow task"
+    );
+    let report: Value = serde_json::from_str(&run.stdout()).unwrap();
+    let f = &report["follow"];
+    // A solo worker sends its buffered task events only between tasks: the sleeping one is
+    // "not seen" there (a prefork worker says "started").
+    let late = f["unfinished"].as_u64().unwrap() + f["not_seen"].as_u64().unwrap();
+    assert_eq!((f["succeeded"].as_u64(), late), (Some(0), 1), "{f}");
+    assert!(
+        f["stopped"]
+            .as_str()
+            .unwrap()
+            .contains("--follow-timeout 2s"),
+        "{f}"
+    );
+    assert!(run.stderr().contains("row 1 → task "), "{}", run.stderr());
+    assert!(pending_ids(&db).await.is_empty(), "marked at the confirm");
+    worker.wait_runs(1).await;
+    drop(worker);
+    db.drop().await;
+    b.delete().await;
+}
+
+/// A worker that sends no events at all cannot be followed, even with --enable-events:
+/// refused before anything is sent.
+#[tokio::test]
+async fn a_worker_without_events_is_refused_before_anything_is_sent() {
+    let (b, db, worker, queue) = rabbit_setup("fw_off", &mixed(), Events::Off).await;
+    let run = db.dlq(&[
+        "replay",
+        "--to-queue",
+        &queue,
+        "--follow",
+        "--enable-events",
+        "--yes",
+    ]);
+    let err = run.fails(2, "send no events at all");
+    assert!(err.contains("nothing was sent"), "{err}");
+    assert_eq!(b.depth(&queue).await, 0);
+    assert_eq!(pending_ids(&db).await.len(), 7);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(worker.runs().is_empty());
+    drop(worker);
+    db.drop().await;
+    b.delete().await;
+}
+
+/// One test's corner of the shared Redis.
+struct RedisSpace {
+    prefix: String,
+    queue: String,
+}
+
+impl RedisSpace {
+    fn dlq(&self, db: &TestDb, args: &[&str]) -> Run {
+        Dlq::new()
+            .env("DLQ_DATABASE_URL", &db.url)
+            .env("DLQ_TABLE", &db.table)
+            .env("DLQ_BROKER_URL", &redis_url())
+            .env("DLQ_REDIS_KEY_PREFIX", &self.prefix)
+            .args(args)
+            .run()
+    }
+
+    async fn clean(&self) {
+        let mut c = redis::Client::open(redis_url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{}*", self.prefix))
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        for k in keys {
+            let _: () = redis::cmd("DEL").arg(k).query_async(&mut c).await.unwrap();
+        }
+    }
+
+    async fn waiting(&self) -> i64 {
+        let mut c = redis::Client::open(redis_url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        redis::cmd("LLEN")
+            .arg(format!("{}{}", self.prefix, self.queue))
+            .query_async(&mut c)
+            .await
+            .unwrap()
+    }
+}
+
+/// On Redis, with Celery's default worker (task events off): `--follow` alone refuses before
+/// anything is sent; `--enable-events` turns them on for the run and off again after (the
+/// worker's own log says both), every task is followed to success and every row marked.
+#[tokio::test]
+async fn enable_events_turns_them_on_and_off_again_on_redis() {
+    let db = TestDb::with_rows(Dialect::Sqlite, "fw_redis", &mixed()[..4]).await;
+    let space = RedisSpace {
+        prefix: format!("{}:", unique("dlqt_fw")),
+        queue: unique("fw_redis"),
+    };
+    let url = redis_url();
+    let env = [
+        ("DLQ_TEST_BROKER", url.as_str()),
+        ("DLQ_TEST_KEYPREFIX", space.prefix.as_str()),
+    ];
+    let worker = CeleryWorker::start_events(APP, &space.queue, &env, Events::WorkerOnly).await;
+
+    let follow = ["replay", "--to-queue", &space.queue, "--follow", "--yes"];
+    let err = space.dlq(&db, &follow).fails(2, "--enable-events");
+    assert!(err.contains("cannot tell whether worker(s)"), "{err}");
+    assert_eq!(space.waiting().await, 0);
+    assert_eq!(pending_ids(&db).await.len(), 4);
+
+    let run = space.dlq(
+        &db,
+        &[
+            "replay",
+            "--to-queue",
+            &space.queue,
+            "--follow",
+            "--enable-events",
+            "--mark-on-success",
+            "--yes",
+        ],
+    );
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    assert!(
+        run.stderr().contains("followed 4: 4 succeeded"),
+        "{}",
+        run.stderr()
+    );
+    assert!(pending_ids(&db).await.is_empty());
+    assert_eq!(worker.wait_runs(4).await.len(), 4);
+    let log = worker.log();
+    assert!(
+        log.contains("Events of group {task} enabled by remote"),
+        "{log}"
+    );
+    assert!(
+        log.contains("Events of group {task} disabled by remote"),
+        "{log}"
+    );
+    drop(worker);
+    space.clean().await;
+    db.drop().await;
+}
+
+/// The canary decides from its tasks' outcomes: the first task fails again, so the rest are
+/// never sent and stay pending.
+#[tokio::test]
+async fn a_followed_canary_stops_on_its_tasks_failure() {
+    let mut rows = vec![pedido(1, r#", "falhar": true"#)];
+    rows.extend((2..=5).map(|i| pedido(i, "")));
+    let (b, db, worker, queue) = rabbit_setup("fw_canary", &rows, Events::Task).await;
+    let run = db.dlq(&[
+        "replay",
+        "--to-queue",
+        &queue,
+        "--follow",
+        "--enable-events",
+        "--canary",
+        "1",
+        "--canary-wait",
+        "30s",
+        "--yes",
+    ]);
+    let err = run.stderr();
+    assert_ne!(run.code(), 0, "{err}");
+    assert!(
+        err.contains("canary failed: 1 of 1 canary task(s) did not succeed"),
+        "{err}"
+    );
+    assert_eq!(worker.wait_runs(1).await.len(), 1, "only the canary ran");
+    assert_eq!(pending_ids(&db).await, BTreeSet::from([2, 3, 4, 5]));
+    drop(worker);
+    db.drop().await;
+    b.delete().await;
+}
+
+/// dlq killed while following: what was sent stays sent and ran; rows are as the README says
+/// (marked at the confirm without `--mark-on-success`; pending with it, so a new run replays
+/// them again).
+#[tokio::test]
+async fn killed_mid_follow_loses_nothing() {
+    let rows = [pedido(1, r#", "dormir": 4"#), pedido(2, r#", "dormir": 4"#)];
+    let (b, db, worker, queue) = rabbit_setup("fw_kill", &rows, Events::Task).await;
+    let mut child = dlq_command()
+        .env("DLQ_DATABASE_URL", &db.url)
+        .env("DLQ_TABLE", &db.table)
+        .env("DLQ_AMQP_URL", &db.amqp_url)
+        .env(
+            "XDG_CONFIG_HOME",
+            std::env::temp_dir().join("dlq-tests-no-config"),
+        )
+        .args([
+            "replay",
+            "--to-queue",
+            &queue,
+            "--follow",
+            "--enable-events",
+            "--mark-on-success",
+            "--yes",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Until the first task runs: both were sent and dlq is following.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while worker.runs().is_empty() {
+        assert!(Instant::now() < deadline, "{}", worker.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+    let runs: Vec<Value> = worker.wait_runs(2).await;
+    assert_eq!(runs.len(), 2, "both sent tasks ran once");
+    assert_eq!(
+        pending_ids(&db).await,
+        BTreeSet::from([1, 2]),
+        "not marked: no success seen"
+    );
+    drop(worker);
+    db.drop().await;
+    b.delete().await;
+}
