@@ -9,13 +9,12 @@
 
 use anyhow::Result;
 use futures_util::StreamExt;
-use lapin::options::{
-    BasicConsumeOptions, ExchangeDeclareOptions, QueueBindOptions, QueueDeclareOptions,
-};
+use lapin::options::ExchangeDeclareOptions;
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection, Consumer, ExchangeKind};
 use serde_json::Value;
 
+use crate::rabbit::private;
 use crate::rabbit::publish::scrubbed;
 use crate::redis::envelope;
 
@@ -86,34 +85,8 @@ impl Feed {
             .await
             .map_err(scrubbed)?;
         let queue = format!("dlq-follow.{}", uuid::Uuid::new_v4());
-        let private = QueueDeclareOptions {
-            exclusive: true,
-            auto_delete: true,
-            ..Default::default()
-        };
-        ch.queue_declare(queue.as_str().into(), private, none())
-            .await
-            .map_err(scrubbed)?;
-        for key in ["task.#", "worker.#"] {
-            ch.queue_bind(
-                queue.as_str().into(),
-                EXCHANGE.into(),
-                key.into(),
-                QueueBindOptions::default(),
-                none(),
-            )
-            .await
-            .map_err(scrubbed)?;
-        }
-        let consume = BasicConsumeOptions {
-            no_ack: true,
-            exclusive: true,
-            ..Default::default()
-        };
-        let consumer = ch
-            .basic_consume(queue.as_str().into(), "dlq-follow".into(), consume, none())
-            .await
-            .map_err(scrubbed)?;
+        let bindings = [(EXCHANGE, "task.#"), (EXCHANGE, "worker.#")];
+        let consumer = private::listen(&ch, &queue, none(), &bindings, "dlq-follow").await?;
         Ok(Feed::Amqp { _ch: ch, consumer })
     }
 

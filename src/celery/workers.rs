@@ -11,10 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use futures_util::StreamExt;
-use lapin::options::{
-    BasicConsumeOptions, BasicPublishOptions, ExchangeDeclareOptions, QueueBindOptions,
-    QueueDeclareOptions, QueueDeleteOptions,
-};
+use lapin::options::{BasicPublishOptions, ExchangeDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection, Consumer, ExchangeKind};
 use serde_json::Value;
@@ -145,34 +142,8 @@ async fn open_reply_queue(
         "x-expires".into(),
         AMQPValue::LongInt(REPLY_QUEUE_EXPIRES_MS),
     );
-    let private = QueueDeclareOptions {
-        exclusive: true,
-        auto_delete: true,
-        ..Default::default()
-    };
-    ch.queue_declare(reply_queue.into(), private, args)
-        .await
-        .map_err(scrubbed)?;
-    let bind = QueueBindOptions::default();
-    ch.queue_bind(
-        reply_queue.into(),
-        reply_exchange.into(),
-        oid.into(),
-        bind,
-        none(),
-    )
-    .await
-    .map_err(scrubbed)?;
-    let consume = BasicConsumeOptions {
-        no_ack: true,
-        exclusive: true,
-        ..Default::default()
-    };
-    let tag = "dlq-workers".into();
-    let consumer = ch
-        .basic_consume(reply_queue.into(), tag, consume, none())
-        .await;
-    consumer.map_err(scrubbed)
+    let bindings = [(reply_exchange, oid)];
+    crate::rabbit::private::listen(ch, reply_queue, args, &bindings, "dlq-workers").await
 }
 
 /// Answers to our tickets until the deadline (or until every named worker answered).

@@ -10,6 +10,7 @@
 pub(crate) mod codec;
 pub(crate) mod death;
 pub(crate) mod management;
+pub(crate) mod private;
 pub(crate) mod publish;
 pub(crate) mod reader;
 mod renew;

@@ -87,7 +87,15 @@ async fn failed_again_stay_pending_and_are_named_on_rabbitmq() {
         "-o",
         "json",
     ];
-    let run = db.dlq(&args);
+    let audit = tempfile::tempdir().unwrap();
+    let log = audit.path().join("audit.ndjson");
+    let run = Dlq::new()
+        .env("DLQ_DATABASE_URL", &db.url)
+        .env("DLQ_TABLE", &db.table)
+        .env("DLQ_AMQP_URL", &db.amqp_url)
+        .env("DLQ_AUDIT_LOG", log.to_str().unwrap())
+        .args(&args)
+        .run();
     assert_eq!(run.code(), 3, "{}", run.stderr());
     let report: Value = serde_json::from_str(&run.stdout()).unwrap();
     let f = &report["follow"];
@@ -138,6 +146,15 @@ async fn failed_again_stay_pending_and_are_named_on_rabbitmq() {
         worker.log()
     );
     // The audit trail's end record carries the totals.
+    let trail = std::fs::read_to_string(&log).unwrap();
+    let end: Value = trail
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|r| r["event"] == "end")
+        .unwrap_or_else(|| panic!("no end record:\n{trail}"));
+    assert_eq!(end["outcomes"]["failed"], 2, "{end}");
+    assert_eq!(end["outcomes"]["succeeded"], 5, "{end}");
+    assert_eq!(end["exit"], 3, "{end}");
     drop(worker);
     db.drop().await;
     b.delete().await;
