@@ -63,8 +63,10 @@ fn lower_request(settings: &Settings, a: ReplayArgs, now: DateTime<Utc>) -> Resu
             "--follow applies to table replays for now (queue and archive replays do not follow yet)",
         ));
     }
-    if follow.is_some() && a.from_file.is_some() {
-        return Err(usage("--follow with --from-file is not supported yet"));
+    if follow.is_some_and(|f| f.mark_on_success) && a.from_file.is_some() {
+        return Err(usage(
+            "--mark-on-success applies to table replays: a restore keeps its journal at the broker's confirm",
+        ));
     }
     let mut common = common(settings, &a, now)?;
     if let Some(file) = a.from_file {
@@ -72,6 +74,7 @@ fn lower_request(settings: &Settings, a: ReplayArgs, now: DateTime<Utc>) -> Resu
             file,
             common,
             canary,
+            follow,
         }));
     }
     let Some(queues) = queues else {

@@ -9,6 +9,7 @@
 //! resumes (duplicates are limited to the publishes in flight when a run dies: `--window`).
 
 use super::ReplayCommon;
+use super::follow::{Follow, Tracker, Watch};
 use super::requeue::{self, Stamp};
 use super::{Target, print_plan_groups, print_report};
 use crate::archive::{self, Journal};
@@ -37,6 +38,8 @@ pub(crate) struct Options {
     /// `--canary N --canary-wait D` (archives of table rows): restore N, wait, and stop if
     /// the app stored their failures again.
     pub(crate) canary: Option<super::Canary>,
+    /// `--follow` (archives of table rows): each task followed to its outcome.
+    pub(crate) follow: Option<Follow>,
 }
 
 /// What every archived record becomes before it is published.
@@ -48,6 +51,8 @@ struct Context<'a> {
     max_replays: u32,
     map: crate::celery::workers::TaskMap,
     transform: Option<std::sync::Arc<crate::transform::Transform>>,
+    /// `--follow`: each task registered before it is sent.
+    tracker: Option<Tracker>,
 }
 
 /// One archived record, ready to send: a Celery task (through the dispatcher) or a RabbitMQ
@@ -58,6 +63,14 @@ enum Prepared {
 }
 
 impl Prepared {
+    /// A Celery task's id: what `--follow` follows.
+    fn task_id(&self) -> Option<String> {
+        match self {
+            Prepared::Task(m, _) => Some(m.task_id.clone()),
+            Prepared::Message(_) => None,
+        }
+    }
+
     /// (exchange, routing key): for the plan and the dry run.
     fn route(&self) -> (String, String) {
         match self {
@@ -342,7 +355,12 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
     let canary_table = canary_table(endpoints, opts.canary.is_some(), kind).await?;
     let amqp_target = endpoints.rabbit.clone();
     let broker = Broker::open(endpoints, kind).await?;
-    let ctx = Context {
+    if opts.follow.is_some() && kind == SourceKind::Queue {
+        return Err(usage(
+            "--follow on a restore applies to archives of table rows (queue archives: not yet)",
+        ));
+    }
+    let mut ctx = Context {
         kind,
         target: &opts.common.target,
         replay_id: uuid::Uuid::new_v4().to_string(),
@@ -350,6 +368,7 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
         max_replays: opts.common.max_replays,
         map: opts.common.workers.map.clone(),
         transform: opts.common.transform.clone(),
+        tracker: None,
     };
     let done = journal.done().clone();
     let mut plan = plan_archive(printer, &ctx, &opts, &done)?;
@@ -365,6 +384,17 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
             .unwrap_or_else(|| Target::Queue(celery::DEFAULT_CELERY_QUEUE.into()));
         super::workers::ensure_runnable(printer, d, &opts.common.workers, &target, &plan.tasks)
             .await?;
+    }
+    let timeout = opts.common.workers.timeout;
+    let mut watch = match (&broker, opts.follow) {
+        (Broker::Celery(d), Some(f)) => {
+            Some(Watch::start(d, f, &celery_target(&opts), timeout).await?)
+        }
+        _ => None,
+    };
+    ctx.tracker = watch.as_ref().map(Watch::tracker);
+    if let Some(w) = &watch {
+        printer.info(w.describe());
     }
     print_plan(printer, &opts, &plan, &broker.describe(), note);
     let mut audit = crate::audit::Audit::new(
@@ -384,6 +414,16 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
     let sender = broker
         .sender(opts.common.window.get(), opts.common.rate)
         .await?;
+    if let (Some(w), Broker::Celery(d)) = (watch.as_mut(), &broker)
+        && let Err(e) = w.enable(d, timeout).await
+    {
+        let left_on = w.finish(d, timeout).await;
+        let mut report = Report::new("replay");
+        report.stopped = Some(format!("{e:#}"));
+        print_report(printer, &report, "replayed", &mut audit);
+        left_on.into_iter().for_each(|w| printer.warn_always(w));
+        return Ok(report.exit());
+    }
     let mut report = Report::new("replay");
     for (id, why) in std::mem::take(&mut plan.invalid) {
         report.fail(id, why);
@@ -397,12 +437,19 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
                 opts: &opts,
                 sender: &sender,
                 planned,
+                watch: watch.as_ref(),
             };
             with_canary(&sent, &mut report, &mut journal, table, &plan.first, canary).await?;
         }
         _ => report.absorb(
             restore_records(printer, &ctx, &opts, &sender, &mut journal, planned, None).await?,
         ),
+    }
+    if let (Some(w), Broker::Celery(d)) = (watch.as_mut(), &broker) {
+        follow_through(printer, w, &mut report).await;
+        if let Some(left_on) = w.finish(d, timeout).await {
+            printer.warn_always(left_on);
+        }
     }
     print_report(printer, &report, "replayed", &mut audit);
     if report.stopped.is_some() {
@@ -411,6 +458,32 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
         );
     }
     Ok(report.exit())
+}
+
+/// Where archived table rows go: `--to-queue`/`--to-exchange`, else Celery's default queue.
+fn celery_target(opts: &Options) -> Target {
+    opts.common
+        .target
+        .clone()
+        .unwrap_or_else(|| Target::Queue(celery::DEFAULT_CELERY_QUEUE.into()))
+}
+
+/// `--follow`: waits for the sent tasks' outcomes, prints them and puts them in the report
+/// (the journal already holds every confirmed record: a re-run does not send them again).
+async fn follow_through(printer: &Printer, watch: &Watch, report: &mut Report) {
+    let sent = std::mem::take(&mut report.sent_tasks);
+    if sent.is_empty() {
+        return;
+    }
+    let timeout = watch.follow.timeout;
+    printer.info(format!(
+        "following {} task(s) for up to {}s (Ctrl-C stops following; what was sent stays sent)",
+        sent.len(),
+        timeout.as_secs()
+    ));
+    let outcomes = watch.wait(printer, &sent, timeout).await;
+    outcomes.print(printer, "archived record");
+    report.follow = Some(outcomes);
 }
 
 /// Where a failure coming back would show, for `--canary`: checked before anything is sent.
@@ -484,6 +557,8 @@ struct Sending<'a> {
     opts: &'a Options,
     sender: &'a Sender,
     planned: u64,
+    /// `--follow`: the canary decides from its tasks' outcomes.
+    watch: Option<&'a Watch>,
 }
 
 /// Restores the first `n` records, waits, and restores the rest only if none of them was
@@ -511,6 +586,25 @@ async fn with_canary(
         .await?,
     );
     if report.stopped.is_some() || report.succeeded == 0 {
+        return Ok(());
+    }
+    if let Some(w) = s.watch {
+        let o = w.wait(s.printer, &report.sent_tasks, wait).await;
+        if o.all_succeeded() {
+            s.printer
+                .info("canary: every task succeeded; restoring the rest");
+            let rest =
+                restore_records(s.printer, s.ctx, s.opts, s.sender, journal, s.planned, None);
+            report.absorb(rest.await?);
+        } else {
+            report.canary_failed = true;
+            report.stopped = Some(format!(
+                "canary failed: {} of {} canary task(s) did not succeed ({}); the rest were not restored",
+                o.followed - o.succeeded,
+                o.followed,
+                o.summary()
+            ));
+        }
         return Ok(());
     }
     s.printer.info(format!(
@@ -648,16 +742,20 @@ async fn restore_records(
         .take_while(move |_| !stop_reading.load(std::sync::atomic::Ordering::SeqCst))
         .filter_map(|r| match r {
             Err(e) => Some(Err(e)),
-            Ok((n, rec)) => ctx.prepare(&rec).ok().map(|m| Ok((n, rec.id, m))),
+            Ok((n, rec)) => ctx.prepare(&rec).ok().map(|m| Ok((n, rec, m))),
         })
         .take(take.unwrap_or(usize::MAX));
     let outcomes = futures_util::stream::iter(source)
         .then(|r| {
             async move {
-                let (n, id, m) = r?;
+                let (n, rec, m) = r?;
+                let task_id = m.task_id();
+                if let (Some(t), Prepared::Task(msg, _)) = (&ctx.tracker, &m) {
+                    t.expect(rec.id.clone(), &msg.task_id, &msg.task);
+                }
                 // Submitted in file order; the outcome is awaited by `buffered` below.
                 let outcome = sender.submit(m).await?;
-                Ok::<_, anyhow::Error>((n, id, outcome))
+                Ok::<_, anyhow::Error>((n, (rec.id, task_id), outcome))
             }
         })
         .map(|r| async move {
@@ -674,7 +772,7 @@ async fn restore_records(
             // Outcomes already in flight are still recorded; no new publish starts.
             report.stopped = Some("interrupted".into());
         }
-        let (n, id, outcome) = match item {
+        let (n, (id, task_id), outcome) = match item {
             Ok(x) => x,
             Err(e) => {
                 report.stopped = Some(format!("{e:#}"));
@@ -685,6 +783,9 @@ async fn restore_records(
             Ok(Sent::Delivered) => {
                 journal.record(n)?;
                 report.success();
+                if let (Some(_), Some(t)) = (&ctx.tracker, task_id) {
+                    report.sent_tasks.push(t);
+                }
             }
             Ok(Sent::Refused(why)) => report.fail(id, why),
             Err(e) => {

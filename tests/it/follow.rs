@@ -412,3 +412,66 @@ async fn killed_mid_follow_loses_nothing() {
     db.drop().await;
     b.delete().await;
 }
+
+/// An archive of table rows restored with `--follow`: each task followed to its outcome, the
+/// one that fails again named by its archived record; a re-run sends nothing (the journal).
+#[tokio::test]
+async fn a_followed_restore_names_what_failed_again() {
+    let rows = [
+        pedido(1, ""),
+        pedido(2, ""),
+        pedido(3, r#", "falhar": true"#),
+    ];
+    let (b, db, worker, queue) = rabbit_setup("fw_restore", &rows, Events::Task).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("rows.ndjson");
+    let f = file.to_str().unwrap();
+    db.dlq(&["archive", "--to", f, "--delete", "--yes"]).ok();
+    assert_eq!(db.scalar_i64("SELECT COUNT(*) FROM {t}").await, 0);
+    let restore = [
+        "replay",
+        "--from-file",
+        f,
+        "--to-queue",
+        &queue,
+        "--follow",
+        "--enable-events",
+        "--yes",
+    ];
+    let run = db.dlq(&restore);
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    let err = run.stderr();
+    assert!(
+        err.contains("followed 3: 2 succeeded, 1 failed again"),
+        "{err}"
+    );
+    assert!(err.contains("archived record 3 → task "), "{err}");
+    assert!(
+        err.contains("IntegrityError('duplicate key value pedido_id=3')"),
+        "{err}"
+    );
+    assert_eq!(worker.wait_runs(3).await.len(), 3);
+    let again = db.dlq(&restore);
+    assert_eq!(again.code(), 0, "{}", again.stderr());
+    assert!(
+        again.stderr().contains("nothing to replay"),
+        "{}",
+        again.stderr()
+    );
+    assert_eq!(worker.runs().len(), 3);
+    // --mark-on-success has no rows to mark on a restore: refused before anything is sent.
+    let err = db
+        .dlq(&[
+            "replay",
+            "--from-file",
+            f,
+            "--follow",
+            "--mark-on-success",
+            "--yes",
+        ])
+        .fails(2, "--mark-on-success applies to table replays");
+    assert!(!err.contains("Plan:"), "{err}");
+    drop(worker);
+    db.drop().await;
+    b.delete().await;
+}
