@@ -45,6 +45,16 @@ impl Dispatcher {
         })
     }
 
+    /// Celery's remote control and events on a RabbitMQ vhost (a queue replay's DLQs).
+    pub(crate) async fn amqp(
+        target: &crate::rabbit::Target,
+        mailbox: &Mailbox,
+    ) -> Result<Dispatcher> {
+        Ok(Dispatcher::Amqp(
+            AmqpDispatch::connect(target, mailbox.clone()).await?,
+        ))
+    }
+
     /// The broker, for plans and messages (password scrubbed).
     pub(crate) fn describe(&self) -> String {
         match self {

@@ -58,9 +58,9 @@ fn lower_request(settings: &Settings, a: ReplayArgs, now: DateTime<Utc>) -> Resu
     }
     let canary = canary(&a)?;
     let follow = follow(&a)?;
-    if follow.is_some() && queues.is_some() {
+    if follow.is_some_and(|f| f.mark_on_success) && queues.is_some() {
         return Err(usage(
-            "--follow applies to table replays for now (queue and archive replays do not follow yet)",
+            "--mark-on-success applies to table replays: a queue replay acknowledges each DLQ copy at the broker's confirm",
         ));
     }
     if follow.is_some_and(|f| f.mark_on_success) && a.from_file.is_some() {
@@ -102,6 +102,7 @@ fn lower_request(settings: &Settings, a: ReplayArgs, now: DateTime<Utc>) -> Resu
         common,
         canary,
         plan_first: a.plan_first,
+        follow,
     }))
 }
 

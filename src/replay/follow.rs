@@ -45,6 +45,8 @@ pub(crate) enum State {
     /// Rejected by the worker without a failure event.
     Rejected,
     Revoked,
+    /// A plain (non-Celery) message that did not come back to its DLQ within the timeout.
+    NotBack,
 }
 
 impl State {
@@ -62,6 +64,7 @@ impl State {
             State::Failed => "failed again",
             State::Rejected => "rejected",
             State::Revoked => "revoked",
+            State::NotBack => "not back in the DLQ",
         }
     }
 }
@@ -161,10 +164,15 @@ pub(crate) struct Watch {
     changed: Arc<Notify>,
     lost: Arc<AtomicBool>,
     reader: tokio::task::JoinHandle<()>,
-    /// The workers that will run the tasks.
+    /// The workers that will run the tasks (table replays and restores: those reading the
+    /// target).
     workers: Vec<String>,
+    /// Every live worker and its `active_queues` answer.
+    queues: BTreeMap<String, serde_json::Value>,
+    /// Per destination queue, whether its tasks can be followed (queue replays).
+    ready: tokio::sync::Mutex<HashMap<String, Result<(), String>>>,
     /// The workers whose task events dlq turned on (and must turn off again).
-    turned_on: Vec<String>,
+    turned_on: Mutex<Vec<String>>,
     pub(crate) follow: Follow,
 }
 
@@ -178,13 +186,14 @@ impl Drop for Watch {
 const PROBE: Duration = Duration::from_secs(2);
 
 impl Watch {
-    /// Subscribes, then asks the workers reading `target` to prove they send events. Refuses
-    /// (a usage error: nothing was sent) when they cannot or, without `--enable-events`, when
-    /// no task event proved it.
+    /// Subscribes, then asks the workers reading `target` (`None`: every worker; a queue
+    /// replay's messages go back where each died) to prove they send events. Refuses (a usage
+    /// error: nothing was sent) when they cannot or, without `--enable-events`, when no task
+    /// event proved it.
     pub(crate) async fn start(
         dispatcher: &Dispatcher,
         follow: Follow,
-        target: &Target,
+        target: Option<&Target>,
         timeout: Duration,
     ) -> Result<Watch> {
         let feed = dispatcher.events().await?;
@@ -197,21 +206,37 @@ impl Watch {
             Call::all(Method::Heartbeat),
         ];
         let answers = dispatcher.call(&calls, timeout.max(PROBE)).await?;
-        let workers: BTreeSet<String> = answers
-            .iter()
-            .filter(|a| a.method == Method::ActiveQueues && reads(&a.result, target))
-            .map(|a| a.host.clone())
-            .collect();
+        let mut queues: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+        for a in answers
+            .into_iter()
+            .filter(|a| a.method == Method::ActiveQueues)
+        {
+            queues.insert(a.host, a.result);
+        }
+        let workers = match target {
+            Some(t) => queues
+                .iter()
+                .filter(|(_, q)| reads(q, t))
+                .map(|(w, _)| w.clone())
+                .collect(),
+            None => Vec::new(),
+        };
         let watch = Watch {
             seen,
             changed,
             lost,
             reader,
-            workers: workers.into_iter().collect(),
-            turned_on: Vec::new(),
+            workers,
+            queues,
+            ready: tokio::sync::Mutex::new(HashMap::new()),
+            turned_on: Mutex::new(Vec::new()),
             follow,
         };
-        watch.refuse_unless_ready(target)?;
+        // A queue replay's messages go back where each died: its workers are checked per
+        // destination, as messages come (`ready_for`).
+        if let Some(target) = target {
+            watch.refuse_unless_ready(target)?;
+        }
         Ok(watch)
     }
 
@@ -222,35 +247,86 @@ impl Watch {
                 target.describe()
             )));
         }
-        let seen = self.seen.lock().expect("not poisoned");
-        let silent = self.missing(&seen.any);
-        if !silent.is_empty() {
-            return Err(usage(format!(
-                "--follow: worker(s) {} send no events at all (started without -E and with --without-heartbeat --without-gossip): Celery cannot turn task events on remotely for them. Restart them with -E, or replay without --follow; nothing was sent",
-                silent.join(", ")
-            )));
+        match self.problem(&self.workers) {
+            Some(why) => Err(usage(format!("--follow: {why}; nothing was sent"))),
+            None => Ok(()),
         }
-        let unproven = self.missing(&seen.task_events);
-        if !self.follow.enable_events && !unproven.is_empty() {
-            return Err(usage(format!(
-                "--follow: cannot tell whether worker(s) {} send task events (Celery says so only when asked to turn them on). Pass --enable-events (dlq turns them on for this run and back off after, for the workers where it turned them on), or start the workers with -E; nothing was sent",
-                unproven.join(", ")
-            )));
-        }
-        Ok(())
     }
 
-    /// The workers that `have` does not name.
-    fn missing(&self, have: &BTreeSet<String>) -> Vec<&str> {
-        let workers = self.workers.iter();
-        workers
-            .filter(|w| !have.contains(*w))
-            .map(String::as_str)
-            .collect()
+    /// Why the tasks `workers` run cannot be followed, if they cannot.
+    fn problem(&self, workers: &[String]) -> Option<String> {
+        let seen = self.seen.lock().expect("not poisoned");
+        let missing = |have: &BTreeSet<String>| -> Vec<&str> {
+            let missing = workers.iter().filter(|w| !have.contains(*w));
+            missing.map(String::as_str).collect()
+        };
+        let silent = missing(&seen.any);
+        if !silent.is_empty() {
+            return Some(format!(
+                "worker(s) {} send no events at all (started without -E and with --without-heartbeat --without-gossip): Celery cannot turn task events on remotely for them. Restart them with -E, or replay without --follow",
+                silent.join(", ")
+            ));
+        }
+        let unproven = missing(&seen.task_events);
+        if !self.follow.enable_events && !unproven.is_empty() {
+            return Some(format!(
+                "cannot tell whether worker(s) {} send task events (Celery says so only when asked to turn them on). Pass --enable-events (dlq turns them on for this run and back off after, for the workers where it turned them on), or start the workers with -E",
+                unproven.join(", ")
+            ));
+        }
+        None
+    }
+
+    /// Whether a task sent to `queue` (`None`: through an exchange, any worker) can be
+    /// followed; with `--enable-events` its workers' task events are turned on at its first
+    /// task. Decided once per queue; `Err` says why not (the message stays in its DLQ).
+    pub(crate) async fn ready_for(
+        &self,
+        dispatcher: &Dispatcher,
+        queue: Option<&str>,
+        timeout: Duration,
+    ) -> Result<(), String> {
+        let key = queue.unwrap_or("").to_owned();
+        let mut ready = self.ready.lock().await;
+        if let Some(known) = ready.get(&key) {
+            return known.clone();
+        }
+        let runners: Vec<String> = self
+            .queues
+            .iter()
+            .filter(|(_, q)| queue.is_none_or(|name| reads(q, &Target::Queue(name.into()))))
+            .map(|(w, _)| w.clone())
+            .collect();
+        let verdict = match (runners.is_empty(), self.problem(&runners)) {
+            (true, _) => Err(format!(
+                "--follow: no live Celery worker consumes {:?}: its task cannot be followed; left in the DLQ",
+                queue.unwrap_or("the destination")
+            )),
+            (false, Some(why)) => Err(format!("--follow: {why}; left in the DLQ")),
+            (false, None) => self
+                .enable_on(dispatcher, &runners, timeout)
+                .await
+                .map_err(|e| format!("{e:#}; left in the DLQ")),
+        };
+        ready.insert(key, verdict.clone());
+        verdict
     }
 
     /// For the plan.
     pub(crate) fn describe(&self) -> String {
+        if self.workers.is_empty() {
+            let events = match self.follow.enable_events {
+                true => {
+                    "turned on where they are off (--enable-events) at its first task, and off again after"
+                }
+                false => "which must have been seen from them",
+            };
+            return format!(
+                "Follow: each Celery task message by its task events from the workers of the queue it goes to ({} live worker(s) on this vhost; events {events}); each plain message by watching its DLQ for {}s for its copy coming back",
+                self.queues.len(),
+                self.follow.timeout.as_secs()
+            );
+        }
         let when = match self.follow.mark_on_success {
             true => "once its task succeeded (--mark-on-success)",
             false => "once the broker confirmed it",
@@ -271,25 +347,35 @@ impl Watch {
 
     /// Turns task events on (`--enable-events`), after the gate: records the workers where
     /// they were off, which `finish` turns off again.
-    pub(crate) async fn enable(
-        &mut self,
+    pub(crate) async fn enable(&self, dispatcher: &Dispatcher, timeout: Duration) -> Result<()> {
+        self.enable_on(dispatcher, &self.workers, timeout).await
+    }
+
+    /// `enable_events` to `workers` (under `--enable-events`), recording where it changed.
+    async fn enable_on(
+        &self,
         dispatcher: &Dispatcher,
+        workers: &[String],
         timeout: Duration,
     ) -> Result<()> {
-        if !self.follow.enable_events {
+        if !self.follow.enable_events || workers.is_empty() {
             return Ok(());
         }
-        let call = [Call::to(Method::EnableEvents, &self.workers)];
+        let call = [Call::to(Method::EnableEvents, workers)];
         let answers = dispatcher.call(&call, timeout.max(PROBE)).await?;
         for a in &answers {
             match a.result.get("ok").and_then(|v| v.as_str()) {
-                Some("task events enabled") => self.turned_on.push(a.host.clone()),
+                Some("task events enabled") => self.turned_on().push(a.host.clone()),
                 Some(_) => {}
                 None => anyhow::bail!("--enable-events: worker {} refused: {}", a.host, a.result),
             }
         }
-        let answered: BTreeSet<String> = answers.into_iter().map(|a| a.host).collect();
-        let silent = self.missing(&answered);
+        let answered: BTreeSet<&str> = answers.iter().map(|a| a.host.as_str()).collect();
+        let silent: Vec<&str> = workers
+            .iter()
+            .map(String::as_str)
+            .filter(|w| !answered.contains(w))
+            .collect();
         if !silent.is_empty() {
             anyhow::bail!(
                 "--enable-events: worker(s) {} did not answer; nothing was sent",
@@ -301,21 +387,21 @@ impl Watch {
 
     /// Turns task events off again where dlq turned them on. Returns a warning when it could not.
     pub(crate) async fn finish(
-        &mut self,
+        &self,
         dispatcher: &Dispatcher,
         timeout: Duration,
     ) -> Option<String> {
-        if self.turned_on.is_empty() {
+        let turned_on = std::mem::take(&mut *self.turned_on());
+        if turned_on.is_empty() {
             return None;
         }
-        let call = [Call::to(Method::DisableEvents, &self.turned_on)];
+        let call = [Call::to(Method::DisableEvents, &turned_on)];
         let answered: BTreeSet<String> = match dispatcher.call(&call, timeout.max(PROBE)).await {
             Ok(a) => a.into_iter().map(|a| a.host).collect(),
             Err(_) => BTreeSet::new(),
         };
-        let left: Vec<String> = self
-            .turned_on
-            .drain(..)
+        let left: Vec<String> = turned_on
+            .into_iter()
             .filter(|w| !answered.contains(w))
             .collect();
         (!left.is_empty()).then(|| {
@@ -325,6 +411,10 @@ impl Watch {
                 left.join(",")
             )
         })
+    }
+
+    fn turned_on(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.turned_on.lock().expect("not poisoned")
     }
 
     pub(crate) fn tracker(&self) -> Tracker {
@@ -424,6 +514,8 @@ pub(crate) struct Outcomes {
     /// Seen by a worker but without an outcome in time (received, running, retrying).
     pub(crate) unfinished: u64,
     pub(crate) not_seen: u64,
+    /// Plain messages that did not come back to their DLQ within the timeout.
+    pub(crate) not_back: u64,
     /// Why following ended before every task had an outcome.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) stopped: Option<String>,
@@ -473,6 +565,7 @@ impl Outcomes {
             revoked: count(State::Revoked),
             unfinished,
             not_seen: count(State::NotSeen),
+            not_back: count(State::NotBack),
             stopped,
             failures,
             tasks,
@@ -489,9 +582,9 @@ impl Outcomes {
         v
     }
 
-    /// Every followed task succeeded.
+    /// Every followed task succeeded (and no plain message came back).
     pub(crate) fn all_succeeded(&self) -> bool {
-        self.succeeded == self.followed
+        self.succeeded + self.not_back == self.followed
     }
 
     /// The rows or messages whose task succeeded.
@@ -510,6 +603,7 @@ impl Outcomes {
             (self.rejected, "rejected"),
             (self.revoked, "revoked"),
             (self.retried, "retried at least once"),
+            (self.not_back, "plain message(s) not back in the DLQ"),
         ] {
             if n > 0 {
                 s.push_str(&format!(", {n} {what}"));
@@ -536,7 +630,7 @@ impl Outcomes {
         let bad: Vec<&Tracked> = self
             .tasks
             .iter()
-            .filter(|t| t.outcome != State::Succeeded)
+            .filter(|t| !matches!(t.outcome, State::Succeeded | State::NotBack))
             .collect();
         for t in bad.iter().take(LINES) {
             let mut line = format!(

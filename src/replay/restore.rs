@@ -386,9 +386,9 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
             .await?;
     }
     let timeout = opts.common.workers.timeout;
-    let mut watch = match (&broker, opts.follow) {
+    let watch = match (&broker, opts.follow) {
         (Broker::Celery(d), Some(f)) => {
-            Some(Watch::start(d, f, &celery_target(&opts), timeout).await?)
+            Some(Watch::start(d, f, Some(&celery_target(&opts)), timeout).await?)
         }
         _ => None,
     };
@@ -414,7 +414,7 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
     let sender = broker
         .sender(opts.common.window.get(), opts.common.rate)
         .await?;
-    if let (Some(w), Broker::Celery(d)) = (watch.as_mut(), &broker)
+    if let (Some(w), Broker::Celery(d)) = (watch.as_ref(), &broker)
         && let Err(e) = w.enable(d, timeout).await
     {
         let left_on = w.finish(d, timeout).await;
@@ -445,7 +445,7 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
             restore_records(printer, &ctx, &opts, &sender, &mut journal, planned, None).await?,
         ),
     }
-    if let (Some(w), Broker::Celery(d)) = (watch.as_mut(), &broker) {
+    if let (Some(w), Broker::Celery(d)) = (watch.as_ref(), &broker) {
         follow_through(printer, w, &mut report).await;
         if let Some(left_on) = w.finish(d, timeout).await {
             printer.warn_always(left_on);

@@ -175,8 +175,8 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
     )
     .await?;
     let timeout = opts.common.workers.timeout;
-    let mut watch = match opts.follow {
-        Some(f) => Some(Watch::start(&dispatcher, f, &opts.target, timeout).await?),
+    let watch = match opts.follow {
+        Some(f) => Some(Watch::start(&dispatcher, f, Some(&opts.target), timeout).await?),
         None => None,
     };
     if let Some(w) = &watch {
@@ -206,7 +206,7 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
         return Ok(exit);
     }
     let sender = dispatcher.sender(shape.window, opts.common.rate).await?;
-    if let Some(w) = watch.as_mut()
+    if let Some(w) = watch.as_ref()
         && let Err(e) = w.enable(&dispatcher, timeout).await
     {
         let left_on = w.finish(&dispatcher, timeout).await;
@@ -218,7 +218,7 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
     }
     let table = ctx.table.clone();
     let mut report = replay_rows(printer, ctx, sender, plan, opts, &shape, watch.as_ref()).await;
-    if let Some(w) = watch.as_mut() {
+    if let Some(w) = watch.as_ref() {
         follow_through(printer, &table, w, &mut report).await;
         if let Some(left_on) = w.finish(&dispatcher, timeout).await {
             printer.warn_always(left_on);

@@ -475,3 +475,239 @@ async fn a_followed_restore_names_what_failed_again() {
     db.drop().await;
     b.delete().await;
 }
+
+/// A queue replay of plain messages with `--follow`: the DLQ is watched for the copies this
+/// run replayed; the two a consumer rejects again are named with the reason, the two left in
+/// their queue are "not back", and the exit is 3.
+#[tokio::test]
+async fn plain_messages_that_die_again_are_named() {
+    use crate::broker::{ls, table};
+    use lapin::BasicProperties;
+    let b = Broker::new("fw_plain").await;
+    let (dlx, dlq, main) = ("fp.dlx", "fp.dlq", "fp.main");
+    b.exchange(dlx, lapin::ExchangeKind::Fanout).await;
+    b.queue(dlq, Default::default()).await;
+    b.bind(dlq, dlx, "").await;
+    b.queue(main, table(vec![("x-dead-letter-exchange", ls(dlx))]))
+        .await;
+    for i in 0..4 {
+        let props = BasicProperties::default().with_message_id(format!("m-{i}").as_str().into());
+        b.publish(main, format!("{{\"n\": {i}}}").as_bytes(), props)
+            .await;
+    }
+    b.reject(main, 4).await;
+    b.wait_depth(dlq, 4).await;
+    let args = [
+        "replay",
+        "-Q",
+        dlq,
+        "--follow",
+        "--follow-timeout",
+        "6s",
+        "--yes",
+        "-o",
+        "json",
+    ];
+    let run = {
+        let d = b.dlq().args(&args);
+        tokio::task::spawn_blocking(move || d.run())
+    };
+    // The replayed copies reach their queue; a consumer rejects two of them again.
+    b.wait_depth(main, 4).await;
+    b.reject(main, 2).await;
+    let run = run.await.unwrap();
+    assert_eq!(run.code(), 3, "{}", run.stderr());
+    let report: Value = serde_json::from_str(&run.stdout()).unwrap();
+    let f = &report["follow"];
+    assert_eq!(
+        (
+            f["followed"].as_u64(),
+            f["failed"].as_u64(),
+            f["not_back"].as_u64()
+        ),
+        (Some(4), Some(2), Some(2)),
+        "{f}"
+    );
+    let back: Vec<&Value> = f["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["outcome"] == "failed")
+        .collect();
+    assert!(
+        back.iter()
+            .all(|t| t["exception"] == "dead-lettered again: rejected"),
+        "{f}"
+    );
+    assert!(run.stderr().contains("message m-0 → "), "{}", run.stderr());
+    assert_eq!(b.depth(dlq).await, 2);
+    assert_eq!(b.depth(main).await, 2);
+    b.delete().await;
+}
+
+/// A queue replay of Celery task messages with `--follow`: each is followed by its own task
+/// id through the worker's events. While the bug is there the task is rejected again
+/// (Celery 5.7 reports a `Reject` as a failure) and is back in the DLQ: exit 3; once fixed
+/// it succeeds: exit 0.
+#[tokio::test]
+async fn celery_messages_in_a_dlq_are_followed_by_their_task_id() {
+    use crate::celery_worker::{declare_queue, delete_queue, queue_state};
+    let queue = unique("fw_celery_dlx");
+    let (dlx, dlq) = (format!("{queue}.dlx"), format!("{queue}.dlq"));
+    let c = crate::celery_worker::connection().await;
+    let ch = c.create_channel().await.unwrap();
+    let fanout = lapin::ExchangeKind::Fanout;
+    ch.exchange_declare(
+        dlx.as_str().into(),
+        fanout,
+        Default::default(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    declare_queue(&dlq).await;
+    ch.queue_bind(
+        dlq.as_str().into(),
+        dlx.as_str().into(),
+        "".into(),
+        Default::default(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let flag = dir.path().join("still-broken");
+    std::fs::write(&flag, "").unwrap();
+    let env = [
+        ("DLQ_TEST_DLX", dlx.as_str()),
+        ("DLQ_TEST_QUEUE", queue.as_str()),
+        ("DLQ_TEST_REJECT_FILE", flag.to_str().unwrap()),
+    ];
+    let worker = CeleryWorker::start_events("dlq_test_tasks", &queue, &env, Events::Task).await;
+    let db = TestDb::with_rows(
+        Dialect::Sqlite,
+        "fw_celery_dlx",
+        &[row(
+            "rejeitar",
+            Some(r#"{"pedido_id": 77}"#),
+            "x",
+            "2026-11-01T00:00:00Z",
+            false,
+        )],
+    )
+    .await;
+    db.dlq_root(&["replay", "--to-queue", &queue, "--yes"]).ok();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while queue_state(&dlq).await.unwrap().messages < 1 {
+        assert!(Instant::now() < deadline, "{}", worker.log());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let follow = [
+        "replay",
+        "-Q",
+        &dlq,
+        "--follow",
+        "--enable-events",
+        "--follow-timeout",
+        "30s",
+        "--yes",
+        "-o",
+        "json",
+    ];
+    let still = Dlq::new().args(&follow).run();
+    assert_eq!(still.code(), 3, "{}", still.stderr());
+    let report: Value = serde_json::from_str(&still.stdout()).unwrap();
+    let t = &report["follow"]["tasks"][0];
+    assert_eq!(t["outcome"], "failed", "{report}");
+    assert_eq!(t["task"], "rejeitar");
+    let first_id = worker.runs()[0]["task_id"].clone();
+    assert_eq!(
+        t["task_id"], first_id,
+        "followed by the message's own task id"
+    );
+    while queue_state(&dlq).await.unwrap().messages < 1 {
+        assert!(
+            Instant::now() < deadline + Duration::from_secs(30),
+            "{}",
+            worker.log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    std::fs::remove_file(&flag).unwrap();
+    let fixed = Dlq::new().args(&follow).run();
+    assert_eq!(fixed.code(), 0, "{}", fixed.stderr());
+    assert!(
+        fixed.stderr().contains("followed 1: 1 succeeded"),
+        "{}",
+        fixed.stderr()
+    );
+    assert_eq!(worker.wait_runs(3).await.len(), 3);
+    assert_eq!(queue_state(&dlq).await.unwrap().messages, 0);
+    drop(worker);
+    delete_queue(&dlq).await;
+    let _ = ch
+        .exchange_delete(dlx.as_str().into(), Default::default())
+        .await;
+    db.drop().await;
+}
+
+/// A followed canary on a queue replay: its one message is rejected again within the wait,
+/// so the run stops and the rest never leave the DLQ.
+#[tokio::test]
+async fn a_followed_queue_canary_stops_when_its_message_dies_again() {
+    use crate::broker::{ls, table};
+    let b = Broker::new("fw_qcanary").await;
+    let (dlx, dlq, main) = ("fc.dlx", "fc.dlq", "fc.main");
+    b.exchange(dlx, lapin::ExchangeKind::Fanout).await;
+    b.queue(dlq, Default::default()).await;
+    b.bind(dlq, dlx, "").await;
+    b.queue(main, table(vec![("x-dead-letter-exchange", ls(dlx))]))
+        .await;
+    for i in 0..3 {
+        b.publish(
+            main,
+            format!("{{\"n\": {i}}}").as_bytes(),
+            Default::default(),
+        )
+        .await;
+    }
+    b.reject(main, 3).await;
+    b.wait_depth(dlq, 3).await;
+    let args = [
+        "replay",
+        "-Q",
+        dlq,
+        "--follow",
+        "--canary",
+        "1",
+        "--canary-wait",
+        "4s",
+        "--yes",
+    ];
+    let run = {
+        let d = b.dlq().args(&args);
+        tokio::task::spawn_blocking(move || d.run())
+    };
+    // The canary's copy reaches its queue (the rest stay held in the DLQ meanwhile).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while b.depth(main).await == 0 && !run.is_finished() {
+        assert!(Instant::now() < deadline);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let depth = b.depth(main).await;
+    if depth != 1 {
+        let run = run.await.unwrap();
+        panic!("{depth} in {main}:\n{}", run.stderr());
+    }
+    b.reject(main, 1).await;
+    let run = run.await.unwrap();
+    let err = run.stderr();
+    assert_eq!(run.code(), 1, "{err}");
+    assert!(
+        err.contains("canary failed: 1 of 1 canary message(s) did not succeed"),
+        "{err}"
+    );
+    b.wait_depth(dlq, 3).await;
+    assert_eq!(b.depth(main).await, 0);
+    b.delete().await;
+}

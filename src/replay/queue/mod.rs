@@ -18,6 +18,7 @@
 //! the gate in `gate`, the moving in `mover`, routes in `route`, the dry-run rows in
 //! `preview`.
 
+mod follow;
 mod gate;
 mod mover;
 mod plan;
@@ -28,12 +29,14 @@ use super::ReplayCommon;
 use super::requeue::Stamp;
 use super::{note_target, print_report};
 use crate::audit::{Audit, Subject};
+use crate::celery::dispatch::Dispatcher;
 use crate::endpoints::Endpoints;
 use crate::error::{Exit, usage};
 use crate::output::Printer;
 use crate::rabbit::take::Taker;
 use crate::rabbit::topology::QueueKind;
 use crate::rabbit::{self, Checked};
+use crate::replay::follow::{Follow, Watch};
 use crate::source::queue::{self as record, RecordOptions};
 use anyhow::Result;
 use mover::Ended;
@@ -47,6 +50,14 @@ pub(crate) struct Options {
     pub(crate) canary: Option<super::Canary>,
     /// Plan (take and select everything) before moving even under `--yes`.
     pub(crate) plan_first: bool,
+    /// `--follow`: each moved message followed to its outcome.
+    pub(crate) follow: Option<Follow>,
+}
+
+/// `--follow`'s subscription, with the Celery remote control it speaks through.
+pub(crate) struct Following {
+    pub(crate) watch: Watch,
+    pub(crate) dispatcher: Dispatcher,
 }
 
 pub(crate) async fn run(
@@ -113,6 +124,8 @@ pub(crate) struct Session<'a> {
     pub(crate) checked: Vec<Checked>,
     pub(crate) replay_id: String,
     pub(crate) audit: Audit,
+    /// `--follow`.
+    pub(crate) watch: Option<Following>,
 }
 
 impl<'a> Session<'a> {
@@ -147,6 +160,10 @@ impl<'a> Session<'a> {
             run_id: replay_id.clone(),
         };
         let audit = Audit::new(endpoints.audit_log.as_deref(), printer, subject);
+        let watch = match opts.follow {
+            Some(f) => Some(Following::start(endpoints, printer, f, opts).await?),
+            None => None,
+        };
         Ok(Session {
             endpoints,
             printer,
@@ -155,6 +172,7 @@ impl<'a> Session<'a> {
             checked,
             replay_id,
             audit,
+            watch,
         })
     }
 
@@ -204,9 +222,20 @@ impl<'a> Session<'a> {
         ended.bar.finish_and_clear();
         ended.signals.abort();
         passed?;
+        let mut report = ended.report;
+        if let (Some(f), Some(moved)) = (&self.watch, ended.followed) {
+            f.follow_through(
+                self.printer,
+                &self.conn,
+                &self.checked,
+                &self.replay_id,
+                moved,
+                &mut report,
+            )
+            .await;
+        }
         printer.debug(2, "replay: closing the connection");
         rabbit::close(&self.conn, "dlq replay done").await;
-        let report = ended.report;
         if let Some(streamed) = ended.streamed {
             if let Some(w) = streamed.warning {
                 printer.warn(w);
@@ -222,6 +251,58 @@ impl<'a> Session<'a> {
             warn_unfinished(printer, self.opts.common.window.get());
         }
         Ok(report.exit())
+    }
+}
+
+impl Following {
+    /// Subscribes to Celery's events on the DLQs' vhost before anything is taken (every
+    /// worker there: each message goes back where it died).
+    async fn start(
+        endpoints: &Endpoints,
+        printer: &Printer,
+        follow: Follow,
+        opts: &Options,
+    ) -> Result<Following> {
+        let dispatcher = Dispatcher::amqp(&endpoints.rabbit, &endpoints.mailbox).await?;
+        let timeout = opts.common.workers.timeout;
+        let watch = Watch::start(&dispatcher, follow, None, timeout).await?;
+        printer.info(watch.describe());
+        Ok(Following { watch, dispatcher })
+    }
+
+    /// After the move: waits for the outcomes, prints them and puts them in the report; turns
+    /// off the task events it turned on.
+    async fn follow_through(
+        &self,
+        printer: &Printer,
+        conn: &lapin::Connection,
+        checked: &[Checked],
+        replay_id: &str,
+        moves: follow::Moves,
+        report: &mut crate::report::Report,
+    ) {
+        let (mut tasks, mut stopped) = (moves.earlier, None);
+        if !moves.moved.is_empty() {
+            let dlqs = (checked, replay_id);
+            let timeout = self.watch.follow.timeout;
+            let later =
+                follow::outcomes(conn, printer, &self.watch, dlqs, moves.moved, timeout).await;
+            stopped = later.stopped;
+            tasks.extend(later.tasks);
+        }
+        if !tasks.is_empty() {
+            let outcomes = crate::replay::follow::Outcomes::new(tasks, stopped);
+            outcomes.print(printer, "message");
+            report.follow = Some(outcomes);
+        }
+        let timeout = self
+            .watch
+            .follow
+            .timeout
+            .min(std::time::Duration::from_secs(5));
+        if let Some(left_on) = self.watch.finish(&self.dispatcher, timeout).await {
+            printer.warn_always(left_on);
+        }
     }
 }
 

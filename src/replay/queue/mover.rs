@@ -2,6 +2,7 @@
 //! DLQ copy only after a clean confirm, at most `--window` unsettled at once. Touches the
 //! broker: publishes, acknowledgements and renewals on the take channels, and give-backs.
 
+use super::follow::Moves;
 use super::gate;
 use super::plan::{Holding, PublishIds, Taken, edit_of, edited, key};
 use super::route::{Route, destination};
@@ -9,7 +10,8 @@ use super::{Dlq, Options, Session, release_all};
 use crate::error::Exit;
 use crate::model::{DeadLetter, RecordId};
 use crate::rabbit::publish::{Outcome, Outgoing, Pipeline};
-use crate::rabbit::reader::{self, ReadSpec};
+use crate::rabbit::reader::ReadSpec;
+
 use crate::rabbit::take::Taker;
 use crate::rabbit::{self, Checked};
 use crate::redact;
@@ -25,7 +27,6 @@ use lapin::message::Delivery;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use tokio::sync::mpsc;
 
 /// 2. Move what the plan selected (a canary first when asked), then give back the rest.
 pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<Exit> {
@@ -59,7 +60,9 @@ pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<E
         )
         .await;
     }
-    if let Some(canary) = session.opts.canary {
+    if let Some(canary) = session.opts.canary
+        && mover.report.stopped.is_none()
+    {
         mover.canary(canary, &mut holding).await?;
     }
     if !mover.canary_failed && mover.report.stopped.is_none() {
@@ -125,6 +128,8 @@ struct Mover<'a> {
     moved_now: u64,
     /// The canary stopped the run on purpose: running it again would fail the same way.
     canary_failed: bool,
+    /// `--follow`: what is followed once the move is over.
+    follow: Option<Moves>,
 }
 
 /// What the move phase leaves for `Session::finish`.
@@ -137,6 +142,8 @@ pub(crate) struct Ended {
     /// A streamed run's selection, reported at the end.
     pub(crate) streamed: Option<Streamed>,
     pub(crate) canary_failed: bool,
+    /// `--follow`: the messages that moved, to follow.
+    pub(crate) followed: Option<Moves>,
 }
 
 /// What a streamed run's selector says at the end.
@@ -191,6 +198,10 @@ impl<'a> Mover<'a> {
             acks: Acks::default(),
             moved_now: 0,
             canary_failed: false,
+            follow: session
+                .watch
+                .as_ref()
+                .map(|w| Moves::new(w.watch.tracker())),
         })
     }
 
@@ -210,6 +221,7 @@ impl<'a> Mover<'a> {
             signals,
             acked,
             canary_failed,
+            follow,
             ..
         } = self;
         Ended {
@@ -219,6 +231,7 @@ impl<'a> Mover<'a> {
             acked,
             streamed,
             canary_failed,
+            followed: follow,
         }
     }
 
@@ -229,6 +242,36 @@ impl<'a> Mover<'a> {
             .move_planned_part(holding, Some(canary.count.get()))
             .await?;
         if self.report.stopped.is_some() || moved == 0 {
+            return Ok(());
+        }
+        if let (Some(f), Some(moves)) = (&session.watch, self.follow.as_mut()) {
+            // Followed: the canary's own outcomes decide, and are its part of the report.
+            let dlqs = (session.checked.as_slice(), session.audit.run_id());
+            let canaries = std::mem::take(&mut moves.moved);
+            let printer = session.printer;
+            let o = super::follow::outcomes(
+                &session.conn,
+                printer,
+                &f.watch,
+                dlqs,
+                canaries,
+                canary.wait,
+            )
+            .await;
+            moves.earlier.extend(o.tasks.iter().cloned());
+            if o.all_succeeded() {
+                printer.info(
+                    "canary: every task succeeded and no message came back; replaying the rest",
+                );
+            } else {
+                self.canary_failed = true;
+                self.report.stopped = Some(format!(
+                    "canary failed: {} of {} canary message(s) did not succeed ({}); the rest were not replayed",
+                    o.followed - o.succeeded - o.not_back,
+                    o.followed,
+                    o.summary()
+                ));
+            }
             return Ok(());
         }
         session.printer.info(format!(
@@ -300,6 +343,14 @@ impl<'a> Mover<'a> {
                 continue;
             };
             let route = holding.routes.get(h.route).clone();
+            if let Err(why) = self.followable(props.headers().as_ref(), &route).await {
+                self.acks.not_moved(h.queue, h.chan);
+                self.report.fail(h.id, why);
+                continue;
+            }
+            if let Some(f) = self.follow.as_mut() {
+                f.publishing(&h.id, &props, &super::follow::publish_id(&props));
+            }
             self.publish(
                 route.outgoing(h.body, props),
                 Pending {
@@ -560,22 +611,51 @@ impl<'a> Mover<'a> {
         {
             return Some(Err((rec.id, why)));
         }
+        if let Err(why) = self
+            .followable(d.properties.headers().as_ref(), &route)
+            .await
+        {
+            return Some(Err((rec.id, why)));
+        }
         let edit = match edit_of(opts, &rec) {
             Ok(e) => e,
             Err(why) => return Some(Err((rec.id, why))),
         };
         let original = rec.id.to_string();
-        Some(
-            match requeue::prepare(&stored, &from.stamp, &self.publish_ids.next()) {
-                Ok(props) => Ok(Moving {
-                    props: edited(opts, edit.as_ref(), props, &original),
-                    body: edit.map(|e| e.payload.into_bytes()),
-                    id: rec.id,
-                    route,
-                }),
-                Err(why) => Err((rec.id, why.to_string())),
-            },
-        )
+        let publish_id = self.publish_ids.next();
+        let prepared = requeue::prepare(&stored, &from.stamp, &publish_id);
+        if let (Some(f), Ok(_)) = (self.follow.as_mut(), &prepared) {
+            f.publishing(&rec.id, &d.properties, &publish_id);
+        }
+        Some(match prepared {
+            Ok(props) => Ok(Moving {
+                props: edited(opts, edit.as_ref(), props, &original),
+                body: edit.map(|e| e.payload.into_bytes()),
+                id: rec.id,
+                route,
+            }),
+            Err(why) => Err((rec.id, why.to_string())),
+        })
+    }
+
+    /// `--follow`: a Celery task message moves only where its task can be followed.
+    async fn followable(
+        &self,
+        headers: Option<&lapin::types::FieldTable>,
+        route: &Route,
+    ) -> Result<(), String> {
+        let Some(f) = &self.session.watch else {
+            return Ok(());
+        };
+        if !super::follow::is_task(headers) {
+            return Ok(());
+        }
+        let queue = route
+            .exchange
+            .is_empty()
+            .then_some(route.routing_key.as_str());
+        let timeout = self.session.opts.common.workers.timeout;
+        f.watch.ready_for(&f.dispatcher, queue, timeout).await
     }
 
     /// Records one publish outcome; a clean confirm queues the DLQ copy's acknowledgement.
@@ -589,6 +669,9 @@ impl<'a> Mover<'a> {
         } = p;
         if !matches!(out, Ok(Outcome::Confirmed)) {
             self.acks.not_moved(queue, chan);
+            if let Some(f) = self.follow.as_mut() {
+                f.settled(&id, false);
+            }
         }
         match out {
             Ok(Outcome::Confirmed) => self.acks.confirmed(queue, chan, tag, id),
@@ -621,6 +704,9 @@ impl<'a> Mover<'a> {
     /// Records sent acknowledgements: a message moved once its DLQ copy is acknowledged.
     fn count_acked(&mut self, acked: Vec<Acked>) {
         for a in acked {
+            if let Some(f) = self.follow.as_mut() {
+                f.settled(&a.id, a.result.is_ok());
+            }
             match a.result {
                 Ok(()) => {
                     self.report.success();
@@ -737,33 +823,7 @@ async fn as_now(conn: &lapin::Connection, q: &Checked) -> Result<Option<Checked>
 
 /// How many messages stamped with this run's id are in the DLQs now (a read).
 async fn died_again(conn: &lapin::Connection, checked: &[Checked], replay_id: &str) -> Result<u64> {
-    let mut n = 0;
-    for q in checked {
-        let Some(now) = as_now(conn, q).await? else {
-            continue;
-        };
-        let spec = ReadSpec::for_checked(&now, None);
-        let (tx, mut rx) = mpsc::channel(256);
-        let id = replay_id.to_string();
-        let make = move |_: &str, _: &str, _: &str, p: &lapin::BasicProperties, _: &[u8]| {
-            let h = p.headers().clone().unwrap_or_default();
-            matches!(h.inner().get(requeue::REPLAY_ID), Some(lapin::types::AMQPValue::LongString(s)) if s.as_bytes() == id.as_bytes())
-        };
-        let read = async {
-            let r = reader::read_queue(conn, &spec, &make, &tx).await;
-            drop(tx);
-            r
-        };
-        let count = async {
-            let mut c = 0u64;
-            while let Some(Ok(hit)) = rx.recv().await {
-                c += u64::from(hit);
-            }
-            c
-        };
-        let (r, c) = tokio::join!(read, count);
-        r?;
-        n += c;
-    }
-    Ok(n)
+    Ok(super::follow::died_again(conn, checked, replay_id)
+        .await?
+        .len() as u64)
 }
