@@ -209,7 +209,7 @@ async fn archive_and_delete(
 ) -> Result<Exit> {
     let conn = &*session.conn;
     let bar = printer.progress(None, "archiving");
-    let mut taken: Vec<(Taker, Vec<(usize, u64)>)> = Vec::new();
+    let mut taken: Vec<(Taker, Vec<Written>)> = Vec::new();
     let mut selector = Selector::new(&opts.selection);
     let result = take_and_write(
         conn,
@@ -241,7 +241,18 @@ async fn archive_and_delete(
             return Err(e.context("nothing was deleted from the queues"));
         }
     };
-    let (deleted, ack_error) = ack_written(conn, printer, taken).await;
+    let (deleted, ack_error, to_verify) = ack_written(conn, printer, taken).await;
+    // A quorum queue applies acknowledgements later, and RabbitMQ can drop some when a
+    // channel closes: what is still there is counted, not assumed gone.
+    let still = match ack_error {
+        None => still_queued(conn, &session.checked, to_verify).await,
+        Some(_) => Ok(0),
+    };
+    let (still, verify_error) = match still {
+        Ok(n) => (n, None),
+        Err(e) => (0, Some(e)),
+    };
+    let deleted = deleted.saturating_sub(still);
     bar.finish_and_clear();
     if let Some(w) = selector.warning() {
         printer.warn(w);
@@ -261,36 +272,131 @@ async fn archive_and_delete(
             trailer.count
         )));
     }
-    printer.info(line);
+    if let Some(e) = verify_error {
+        printer.warn(line);
+        super::audit_end(audit, trailer.count, 0);
+        return Err(e.context(format!(
+            "the archive is complete and its {} message(s) were acknowledged, but reading the queue again to check their removal failed: `dlq inspect` shows what is still there",
+            trailer.count
+        )));
+    }
     super::audit_end(audit, trailer.count, deleted);
+    if still > 0 {
+        printer.warn(line);
+        printer.warn_always(format!(
+            "{still} of {} archived message(s) are still in the queue although dlq acknowledged them (the broker did not apply every acknowledgement): they are both archived and queued; run the same archive again to remove them",
+            trailer.count
+        ));
+        return Ok(Exit::Partial);
+    }
+    printer.info(line);
     Ok(Exit::Ok)
 }
 
-/// Acknowledges what the archive holds (the rest goes back in place): how many, and the
-/// first error, after which a taker acknowledges nothing more.
+/// One archived message: where its acknowledgement goes, and its content id (for checking
+/// that it is gone).
+struct Written {
+    channel: usize,
+    tag: u64,
+    key: String,
+}
+
+/// Acknowledges what the archive holds (the rest goes back in place): how many, the first
+/// error (after which a taker acknowledges nothing more), and, per quorum queue, the content
+/// ids acknowledged there, to check afterwards.
 async fn ack_written(
     conn: &lapin::Connection,
     printer: &Printer,
-    taken: Vec<(Taker, Vec<(usize, u64)>)>,
-) -> (u64, Option<anyhow::Error>) {
+    taken: Vec<(Taker, Vec<Written>)>,
+) -> (u64, Option<anyhow::Error>, Vec<(String, Vec<String>)>) {
     let mut deleted = 0u64;
     let mut ack_error = None;
-    for (taker, tags) in taken {
-        for (channel, tag) in &tags {
-            match taker.ack(*channel, *tag).await {
-                Ok(()) => deleted += 1,
-                Err(e) => {
-                    ack_error.get_or_insert(e);
-                    break;
-                }
+    let mut to_verify = Vec::new();
+    for (taker, written) in taken {
+        match ack_each_channel(&taker, &written).await {
+            Ok(()) => deleted += written.len() as u64,
+            Err(e) => {
+                ack_error.get_or_insert(e);
             }
         }
-        let held = taker.taken.saturating_sub(tags.len() as u64);
+        let held = taker.taken.saturating_sub(written.len() as u64);
+        let quorum = taker.is_quorum().then(|| taker.queue_name().to_owned());
         for note in taker.release(conn, held).await {
             printer.warn(note);
         }
+        if let Some(q) = quorum.filter(|_| !written.is_empty()) {
+            to_verify.push((q, written.into_iter().map(|w| w.key).collect()));
+        }
     }
-    (deleted, ack_error)
+    (deleted, ack_error, to_verify)
+}
+
+/// Per take channel: one `multiple` acknowledgement when every delivery on it was archived
+/// (delivery tags run 1, 2, ... per channel), else one per message.
+async fn ack_each_channel(taker: &Taker, written: &[Written]) -> Result<()> {
+    let mut by_channel: std::collections::BTreeMap<usize, Vec<u64>> = Default::default();
+    for w in written {
+        by_channel.entry(w.channel).or_default().push(w.tag);
+    }
+    for (channel, tags) in by_channel {
+        let last = tags.iter().copied().max().unwrap_or(0);
+        if last == tags.len() as u64 && taker.delivered_on(channel) == last {
+            taker.ack_through(channel, last).await?;
+            continue;
+        }
+        for tag in tags {
+            taker.ack(channel, tag).await?;
+        }
+    }
+    Ok(())
+}
+
+/// How many acknowledged messages are still in their quorum queues, found by content id
+/// (a non-destructive read, as `inspect` does).
+async fn still_queued(
+    conn: &lapin::Connection,
+    checked: &[Checked],
+    to_verify: Vec<(String, Vec<String>)>,
+) -> Result<u64> {
+    let mut still = 0;
+    for (queue, keys) in to_verify {
+        let Some(q) = checked.iter().find(|c| c.name == queue) else {
+            continue;
+        };
+        let Some(depth) = rabbit::passive_declare(conn, &queue).await? else {
+            continue;
+        };
+        let mut wanted: std::collections::HashMap<String, u64> = Default::default();
+        for k in keys {
+            *wanted.entry(k).or_default() += 1;
+        }
+        let mut now = q.clone();
+        now.depth = depth;
+        let spec = ReadSpec::for_checked(&now, None);
+        let (tx, mut rx) = tokio::sync::mpsc::channel(256);
+        let make = |_: &str, _: &str, _: &str, p: &lapin::BasicProperties, b: &[u8]| {
+            record::content_key(p, b)
+        };
+        let read = async {
+            let r = rabbit::reader::read_queue(conn, &spec, &make, &tx).await;
+            drop(tx);
+            r
+        };
+        let count = async {
+            let mut found = 0u64;
+            while let Some(Ok(key)) = rx.recv().await {
+                if let Some(n) = wanted.get_mut(&key).filter(|n| **n > 0) {
+                    *n -= 1;
+                    found += 1;
+                }
+            }
+            found
+        };
+        let (r, found) = tokio::join!(read, count);
+        r?;
+        still += found;
+    }
+    Ok(still)
 }
 
 /// Takes every message of every queue (held unacknowledged) and writes the selected ones;
@@ -301,7 +407,7 @@ async fn take_and_write(
     session: &Session,
     writer: &mut ArchiveWriter,
     selector: &mut Selector<'_>,
-    taken: &mut Vec<(Taker, Vec<(usize, u64)>)>,
+    taken: &mut Vec<(Taker, Vec<Written>)>,
     bar: &indicatif::ProgressBar,
 ) -> Result<()> {
     for q in &session.checked {
@@ -318,7 +424,11 @@ async fn take_and_write(
                     continue;
                 };
                 writer.write(&rec)?;
-                tags.push((taker.channel_index(), d.delivery_tag));
+                tags.push(Written {
+                    channel: taker.channel_index(),
+                    tag: d.delivery_tag,
+                    key: record::content_key(&d.properties, &d.data),
+                });
                 bar.inc(1);
             }
             Ok(())

@@ -41,6 +41,8 @@ struct Current {
 pub(crate) struct Taker {
     /// One channel per consumer window, oldest first; the last one is in use.
     channels: Vec<Channel>,
+    /// Deliveries received on each channel (handed out or held beyond the count).
+    delivered: Vec<u64>,
     queue: String,
     want: u64,
     /// Messages handed out so far.
@@ -65,6 +67,7 @@ impl Taker {
     pub(crate) async fn open(spec: &ReadSpec) -> Result<Taker> {
         Ok(Taker {
             channels: Vec::new(),
+            delivered: Vec::new(),
             queue: spec.queue.clone(),
             want: spec.max.map_or(spec.ready, |m| m.min(spec.ready)),
             taken: 0,
@@ -124,6 +127,7 @@ impl Taker {
             )
             .await?;
         self.channels.push(ch);
+        self.delivered.push(0);
         self.consumers += 1;
         self.current = Some(Current {
             consumer,
@@ -192,6 +196,9 @@ impl Taker {
                 Some(Err(e)) => return Err(anyhow!(e)),
                 Some(Ok(d)) => {
                     cur.got += 1;
+                    if let Some(n) = self.delivered.last_mut() {
+                        *n += 1;
+                    }
                     if self.taken >= self.want {
                         // Beyond the count taken at the start: held, given back on release.
                         continue;
@@ -246,6 +253,32 @@ impl Taker {
             .basic_ack(delivery_tag, lapin::options::BasicAckOptions::default())
             .await;
         sent.map_err(|e| anyhow!("acknowledging a message of {:?}: {e}", self.queue))
+    }
+
+    /// Acknowledges every delivery on `channel` up to `delivery_tag` at once (one settle
+    /// command on a quorum queue instead of one per message).
+    pub(crate) async fn ack_through(&self, channel: usize, delivery_tag: u64) -> Result<()> {
+        let ch = self
+            .channels
+            .get(channel)
+            .ok_or_else(|| anyhow!("no channel {channel}"))?;
+        let multiple = lapin::options::BasicAckOptions { multiple: true };
+        let sent = ch.basic_ack(delivery_tag, multiple).await;
+        sent.map_err(|e| anyhow!("acknowledging messages of {:?}: {e}", self.queue))
+    }
+
+    /// How many deliveries channel `channel` received (its delivery tags run 1 to this).
+    pub(crate) fn delivered_on(&self, channel: usize) -> u64 {
+        self.delivered.get(channel).copied().unwrap_or(0)
+    }
+
+    pub(crate) fn queue_name(&self) -> &str {
+        &self.queue
+    }
+
+    /// A quorum queue (or one of unknown type), where acknowledgements are applied later.
+    pub(crate) fn is_quorum(&self) -> bool {
+        self.quorum
     }
 
     /// Gives back everything not acknowledged (channel close: original positions) and waits

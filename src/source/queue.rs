@@ -140,6 +140,12 @@ pub(crate) fn stored_properties(props: &BasicProperties) -> Cow<'_, BasicPropert
     )
 }
 
+/// A delivered message's content id (delivery-time headers removed): the same message read
+/// again has the same one, whatever its delivery count.
+pub(crate) fn content_key(props: &BasicProperties, body: &[u8]) -> String {
+    content_id(&stored_properties(props), body)
+}
+
 /// `h:` + 16 hex digits of SHA-256 over the stored message. serde_json writes the typed
 /// JSON deterministically (field tables are sorted maps), so equal messages hash equally.
 pub(crate) fn content_id(stored: &BasicProperties, body: &[u8]) -> String {

@@ -348,3 +348,54 @@ async fn full_disk_removes_nothing() {
         .status();
     b.delete().await;
 }
+
+/// `archive --delete` on a quorum DLQ (#31 item 1): the count dlq prints and records is the
+/// count that left the queue, every time, at several sizes of `--limit` (one `multiple`
+/// acknowledgement per fully archived take window, per-message ones otherwise, and the
+/// removal checked by reading the queue again).
+#[tokio::test]
+async fn quorum_archive_delete_reports_what_actually_left() {
+    let b = Broker::new("qarch-quorum").await;
+    let dlq = "q.dlq";
+    b.queue(dlq, table(vec![("x-queue-type", ls("quorum"))]))
+        .await;
+    b.publish_many(
+        dlq,
+        (0..2_000).map(|i| format!("{{\"n\": {i}}}").into_bytes()),
+    )
+    .await;
+    b.wait_depth(dlq, 2_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.ndjson");
+    let mut left = 2_000u32;
+    for (i, limit) in ["100", "333", "1000"].iter().enumerate() {
+        let file = dir.path().join(format!("a{i}.ndjson"));
+        let f = file.to_str().unwrap();
+        let args = [
+            "archive", "-Q", dlq, "--to", f, "--delete", "--limit", limit, "--yes",
+        ];
+        let run = b
+            .run_with(&args, &[("DLQ_AUDIT_LOG", audit.to_str().unwrap())])
+            .await;
+        assert_eq!(run.code(), 0, "{}", run.stderr());
+        let n: u32 = limit.parse().unwrap();
+        assert!(
+            run.stderr().contains(&format!("{n} deleted")),
+            "{}",
+            run.stderr()
+        );
+        left -= n;
+        // Settled: the queue holds exactly what was not archived.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert_eq!(b.depth(dlq).await, left, "--limit {limit}");
+    }
+    let trail = std::fs::read_to_string(&audit).unwrap();
+    let done: Vec<u64> = trail
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["event"] == "end")
+        .map(|r| r["done"].as_u64().unwrap())
+        .collect();
+    assert_eq!(done, vec![100, 333, 1000], "{trail}");
+    b.delete().await;
+}
