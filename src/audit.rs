@@ -101,6 +101,9 @@ impl Audit {
         self.write(&r)
             .context("cannot write the audit log: nothing was changed (pass --audit-log /dev/null to run without one)")?;
         self.started = true;
+        let mut end = self.record("end");
+        end.planned = planned;
+        open_runs().push((self.subject.run_id.clone(), self.path.clone(), end));
         Ok(())
     }
 
@@ -147,6 +150,7 @@ impl Audit {
         r.reason = report.stopped.as_deref().map(crate::redact::scrub);
         r.outcomes = report.follow.as_ref().map(|f| f.totals());
         self.ended = true;
+        self.close_run();
         self.write_or_warn(&r);
     }
 
@@ -203,12 +207,46 @@ impl Audit {
 impl Drop for Audit {
     /// A started run that returns an error instead of a report still gets an end record.
     fn drop(&mut self) {
+        self.close_run();
         if self.started && !self.ended {
             let mut r = self.record("end");
             r.planned = self.planned;
             r.exit = Some(Exit::Failure as u8);
             r.reason = Some("the run ended with an error (see its stderr)".into());
             self.write_or_warn(&r);
+        }
+    }
+}
+
+/// Started runs without an end record yet (run id, trail, the end record to write), for
+/// `abandon`: a process that must exit at once still closes its runs in the trail.
+type OpenRun = (String, Option<PathBuf>, Record);
+static OPEN_RUNS: std::sync::Mutex<Vec<OpenRun>> = std::sync::Mutex::new(Vec::new());
+
+fn open_runs() -> std::sync::MutexGuard<'static, Vec<OpenRun>> {
+    OPEN_RUNS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Audit {
+    fn close_run(&self) {
+        open_runs().retain(|(id, _, _)| *id != self.subject.run_id);
+    }
+}
+
+/// Writes the end record of every run still open, with `reason` and exit code `exit`: for an
+/// exit that cannot wait for the run to report (a second Ctrl-C, a broker that keeps
+/// blocking after a stop). Best effort: the process is about to exit.
+pub(crate) fn abandon(reason: &str, exit: u8) {
+    for (_, path, mut r) in open_runs().drain(..) {
+        r.at = crate::model::rfc3339(&chrono::Utc::now());
+        r.exit = Some(exit);
+        r.reason = Some(crate::redact::scrub(reason));
+        let Ok(mut file) = open(path.as_deref()) else {
+            continue;
+        };
+        if let Ok(mut line) = serde_json::to_vec(&r) {
+            line.push(b'\n');
+            let _ = file.write_all(&line).and_then(|()| file.sync_data());
         }
     }
 }

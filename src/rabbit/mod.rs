@@ -213,15 +213,36 @@ async fn watch_flow(events: impl futures_util::Stream<Item = lapin::Event>) {
     futures_util::pin_mut!(events);
     while let Some(event) = events.next().await {
         match event {
-            lapin::Event::ConnectionBlocked(reason) => crate::output::notice(format!(
-                "the broker blocked publishing ({reason}: a memory or disk alarm); dlq waits until it clears, or stops after what is in flight on Ctrl-C"
-            )),
+            lapin::Event::ConnectionBlocked(reason) => {
+                crate::output::notice(format!(
+                    "the broker blocked publishing ({reason}: a memory or disk alarm); dlq waits until it clears; Ctrl-C stops it (at most {} s later while still blocked)",
+                    BLOCKED_STOP_GRACE.as_secs()
+                ));
+                *blocked_state() = Some((std::time::Instant::now(), reason.to_string()));
+            }
             lapin::Event::ConnectionUnblocked => {
+                *blocked_state() = None;
                 crate::output::notice("the broker unblocked publishing: going on")
             }
             _ => {}
         }
     }
+}
+
+/// How long a stopped run waits for confirms while the broker keeps blocking publishing.
+pub(crate) const BLOCKED_STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Since when, and why, the broker blocks this process's publishing (`connection.blocked`).
+static BLOCKED: std::sync::Mutex<Option<(std::time::Instant, String)>> =
+    std::sync::Mutex::new(None);
+
+fn blocked_state() -> std::sync::MutexGuard<'static, Option<(std::time::Instant, String)>> {
+    BLOCKED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Since when and why publishing is blocked, if it is.
+pub(crate) fn blocked() -> Option<(std::time::Instant, String)> {
+    blocked_state().clone()
 }
 
 fn connect_error(e: &lapin::Error, t: &Target) -> anyhow::Error {

@@ -76,8 +76,9 @@ pub(crate) fn print_report(
 }
 
 /// Ctrl-C or SIGTERM asks a bulk run to stop after the items in flight (their outcome is
-/// still recorded); a second signal exits at once, which is safe too: whatever was not
-/// confirmed was not marked or acked.
+/// still recorded). A second signal exits at once, which is safe too: whatever was not
+/// confirmed was not marked or acked; so does a stop the broker keeps from finishing by
+/// blocking publishing (`rabbit::BLOCKED_STOP_GRACE`). Both write the audit trail's end record.
 pub(crate) fn stop_on_signal(
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> tokio::task::JoinHandle<()> {
@@ -88,19 +89,39 @@ pub(crate) fn stop_on_signal(
         else {
             return;
         };
-        for round in 0..2 {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        eprintln!("stopping after the items in flight (signal again to exit at once)");
+        stop.store(true, Ordering::SeqCst);
+        let stopped_at = std::time::Instant::now();
+        loop {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => exit_now("interrupted twice: exited at once"),
+                _ = term.recv() => exit_now("interrupted twice: exited at once"),
+                _ = tokio::time::sleep(std::time::Duration::from_millis(250)) => {}
             }
-            if round == 0 {
-                eprintln!("stopping after the items in flight (signal again to exit at once)");
-                stop.store(true, Ordering::SeqCst);
-            } else {
-                std::process::exit(130);
+            if let Some((since, reason)) = crate::rabbit::blocked() {
+                let waited = stopped_at.max(since).elapsed();
+                if waited >= crate::rabbit::BLOCKED_STOP_GRACE {
+                    exit_now(&format!(
+                        "stopped, and the broker still blocks publishing ({reason}) {} s later: exited without waiting for the confirms in flight",
+                        waited.as_secs()
+                    ));
+                }
             }
         }
     })
+}
+
+/// Exits with 130 now, saying what that leaves and closing the audit trail's open runs.
+fn exit_now(why: &str) -> ! {
+    eprintln!(
+        "{why}. Nothing unconfirmed was acknowledged or marked: it stays in its DLQ or table; what was in flight (at most --window) may also reach its destination, and a new run finishes the job"
+    );
+    crate::audit::abandon(why, 130);
+    std::process::exit(130);
 }
 
 /// `--canary N --canary-wait D`: replay N first, wait, and stop if they failed again.

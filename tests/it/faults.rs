@@ -694,3 +694,180 @@ async fn a_blocked_broker_is_named_at_once_and_the_replay_finishes_after() {
     assert_eq!((depth(MAIN).await, depth(DLQ).await), (n, 0));
     drop(conn);
 }
+
+/// #31.4: Ctrl-C while the broker blocks publishing: dlq does not wait forever for confirms
+/// that cannot come. It stops waiting `BLOCKED_STOP_GRACE` (10 s) after the stop, exits 130
+/// saying what that leaves, and the audit trail gets the run's end record. Once the alarm
+/// clears nothing is lost: every message is in the DLQ or in its destination.
+#[tokio::test]
+async fn a_stop_while_blocked_exits_after_a_grace_and_closes_the_audit_trail() {
+    use crate::support::node::OwnNode;
+    use lapin::options::{ConfirmSelectOptions, QueueDeclareOptions};
+    let node = tokio::task::spawn_blocking(|| OwnNode::start("blockstop"))
+        .await
+        .unwrap();
+    let conn = lapin::Connection::connect(&node.amqp_url(), Default::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    for q in [DLQ, MAIN] {
+        ch.queue_declare(
+            q.into(),
+            QueueDeclareOptions::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    }
+    let n = 300;
+    for i in 0..n {
+        let props = BasicProperties::default()
+            .with_message_id(format!("m-{i}").as_str().into())
+            .with_headers(table(vec![("x-first-death-queue", ls(MAIN))]));
+        ch.basic_publish(
+            "".into(),
+            DLQ.into(),
+            BasicPublishOptions::default(),
+            b"{}",
+            props,
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+    node.memory_alarm(true);
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.ndjson");
+    // One Ctrl-C: the run stops waiting for confirms the grace after the stop.
+    let stopped = Instant::now();
+    let said = interrupt_while_blocked(&node, &audit, 1).await;
+    let took = stopped.elapsed();
+    assert!(took < Duration::from_secs(40), "took {took:?}: {said:#?}");
+    assert!(
+        said.iter().any(|l| l.contains("still blocks publishing")),
+        "{said:#?}"
+    );
+    // Two: it exits at once.
+    let said = interrupt_while_blocked(&node, &audit, 2).await;
+    assert!(
+        said.iter().any(|l| l.contains("interrupted twice")),
+        "{said:#?}"
+    );
+    let trail = std::fs::read_to_string(&audit).unwrap();
+    let records: Vec<serde_json::Value> = trail
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let ends: Vec<&serde_json::Value> = records.iter().filter(|r| r["event"] == "end").collect();
+    assert_eq!(ends.len(), 2, "{trail}");
+    assert!(ends.iter().all(|e| e["exit"] == 130), "{trail}");
+    assert!(
+        ends[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("blocks publishing"),
+        "{trail}"
+    );
+    assert!(
+        ends[1]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("interrupted twice"),
+        "{trail}"
+    );
+    // Nothing lost once the alarm clears: each message in the DLQ or its destination.
+    node.memory_alarm(false);
+    let depth = |q: &'static str| {
+        let ch = ch.clone();
+        async move {
+            let passive = QueueDeclareOptions {
+                passive: true,
+                ..Default::default()
+            };
+            ch.queue_declare(q.into(), passive, FieldTable::default())
+                .await
+                .unwrap()
+                .message_count()
+        }
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while depth(MAIN).await + depth(DLQ).await < n {
+        assert!(Instant::now() < deadline, "lost messages");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Each of the two runs may have left its window (64) in flight: published, its DLQ copy
+    // never acknowledged.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let (main, dlq) = (depth(MAIN).await, depth(DLQ).await);
+    assert!(
+        main + dlq >= n && main + dlq <= n + 2 * 64,
+        "main {main}, dlq {dlq}"
+    );
+    drop(conn);
+}
+
+/// Runs a replay on `node` (blocked), waits for its blocked notice, sends `signals` SIGINTs
+/// and returns what it said; it must exit 130.
+async fn interrupt_while_blocked(
+    node: &crate::support::node::OwnNode,
+    audit: &std::path::Path,
+    signals: usize,
+) -> Vec<String> {
+    let mut child = crate::common::dlq_command()
+        .env(
+            "XDG_CONFIG_HOME",
+            std::env::temp_dir().join("dlq-tests-no-config"),
+        )
+        .env("DLQ_AMQP_URL", node.amqp_url())
+        .env("DLQ_MANAGEMENT_URL", node.api_url())
+        .env("DLQ_AUDIT_LOG", audit)
+        .args(["replay", "-Q", DLQ, "--yes"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stderr = child.stderr.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut said = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !said
+        .iter()
+        .any(|l: &String| l.contains("the broker blocked publishing"))
+    {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) => said.push(line),
+            Err(_) => panic!("no blocked notice within 30 s: {said:#?}"),
+        }
+    }
+    let pid = child.id().to_string();
+    for _ in 0..signals {
+        assert!(
+            Command::new("kill")
+                .args(["-INT", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
+        .await
+        .unwrap();
+    said.extend(rx.try_iter());
+    assert_eq!(status.code(), Some(130), "{said:#?}");
+    said
+}
