@@ -27,6 +27,11 @@ pub(crate) struct Management {
     pub(crate) shown: String,
     /// For messages about certificates.
     tls_files: TlsFiles,
+    /// The URL was derived (no `--management-url`) for an AMQP port that is not the default:
+    /// the port, and the AMQP URL to name, checked against the API's listeners before the
+    /// first request (`check_broker`).
+    check_port: Option<(u16, String)>,
+    checked: std::sync::Arc<tokio::sync::OnceCell<Result<(), ApiError>>>,
 }
 
 /// Why the API could not answer.
@@ -55,6 +60,14 @@ pub(crate) enum ApiError {
         url: String,
         path: String,
         reason: String,
+    },
+    #[error(
+        "the management API at {url} reports AMQP listeners on {said}, not on the port where dlq reached RabbitMQ ({amqp}): it may belong to another broker, whose queues it would describe. Without --management-url dlq uses the AMQP host on port 15672 (15671 for amqps) whatever the AMQP port; pass --management-url (the same URL confirms it, e.g. behind a port forward)"
+    )]
+    OtherBroker {
+        url: String,
+        amqp: String,
+        said: String,
     },
 }
 
@@ -98,12 +111,59 @@ struct Overview {
     rabbitmq_version: Option<String>,
 }
 
+/// `/api/overview`'s listeners: which ports the broker behind the API listens on.
+#[derive(Debug, serde::Deserialize)]
+struct Listeners {
+    #[serde(default)]
+    listeners: Vec<Listener>,
+}
+
+#[derive(Debug, serde::Deserialize)]
+struct Listener {
+    protocol: String,
+    port: serde_json::Value,
+    #[serde(default)]
+    node: Option<String>,
+}
+
+impl Listeners {
+    /// `None` when the broker listens for AMQP on `port` (or says nothing about it); else
+    /// what it listens on, for the refusal.
+    fn mismatch(&self, port: u16) -> Option<String> {
+        let amqp: Vec<&Listener> = self
+            .listeners
+            .iter()
+            .filter(|l| l.protocol.starts_with("amqp"))
+            .collect();
+        let port_of = |l: &Listener| match &l.port {
+            serde_json::Value::Number(n) => n.as_u64(),
+            serde_json::Value::String(s) => s.parse().ok(),
+            _ => None,
+        };
+        if amqp.is_empty() || amqp.iter().any(|l| port_of(l) == Some(u64::from(port))) {
+            return None;
+        }
+        let said: Vec<String> = amqp
+            .iter()
+            .map(|l| {
+                let node = l
+                    .node
+                    .as_deref()
+                    .map(|n| format!(" on {n}"))
+                    .unwrap_or_default();
+                format!("port {}{node}", l.port)
+            })
+            .collect();
+        Some(said.join(", "))
+    }
+}
+
 impl Management {
     /// `explicit` is `--management-url`; without it, the AMQP host on port 15672 (15671 and
     /// https for amqps://) with the AMQP credentials.
     pub(crate) fn new(
         explicit: Option<&str>,
-        amqp_host: &str,
+        (amqp_host, amqp_port, amqp_shown): (&str, u16, &str),
         tls: bool,
         amqp_user: &str,
         amqp_password: &str,
@@ -148,6 +208,9 @@ impl Management {
         }
         let client = http_client(tls_files)?;
         let shown = base.to_string();
+        let default_port = if tls { 5671 } else { 5672 };
+        let check_port = (explicit.is_none() && amqp_port != default_port)
+            .then(|| (amqp_port, amqp_shown.to_owned()));
         Ok(Management {
             client,
             base,
@@ -155,10 +218,41 @@ impl Management {
             password,
             shown,
             tls_files: tls_files.clone(),
+            check_port,
+            checked: Default::default(),
         })
     }
 
+    /// A derived URL for a non-default AMQP port may reach another broker on the same host
+    /// (its own AMQP on 5672): its answers would describe other queues. Checked once.
+    async fn check_broker(&self) -> Result<(), ApiError> {
+        let Some((port, amqp)) = &self.check_port else {
+            return Ok(());
+        };
+        let check = || async {
+            let l: Listeners = self.get_unchecked(&["overview"], &[]).await?;
+            match l.mismatch(*port) {
+                None => Ok(()),
+                Some(said) => Err(ApiError::OtherBroker {
+                    url: self.shown.clone(),
+                    amqp: amqp.clone(),
+                    said,
+                }),
+            }
+        };
+        self.checked.get_or_init(check).await.clone()
+    }
+
     async fn get<T: DeserializeOwned>(
+        &self,
+        segments: &[&str],
+        query: &[(&str, &str)],
+    ) -> Result<T, ApiError> {
+        self.check_broker().await?;
+        self.get_unchecked(segments, query).await
+    }
+
+    async fn get_unchecked<T: DeserializeOwned>(
         &self,
         segments: &[&str],
         query: &[(&str, &str)],
@@ -300,7 +394,7 @@ mod tests {
     fn default_url_and_credentials() {
         let m = Management::new(
             None,
-            "mq.internal",
+            ("mq.internal", 5672, "amqp://mq.internal"),
             false,
             "app",
             "s3cret",
@@ -310,10 +404,25 @@ mod tests {
         assert_eq!(m.shown, "http://mq.internal:15672/");
         assert_eq!(m.user, "app");
         assert_eq!(m.password, "s3cret");
-        let m =
-            Management::new(None, "mq.internal", true, "app", "pw", &TlsFiles::default()).unwrap();
+        let m = Management::new(
+            None,
+            ("mq.internal", 5671, "amqps://mq.internal"),
+            true,
+            "app",
+            "pw",
+            &TlsFiles::default(),
+        )
+        .unwrap();
         assert_eq!(m.shown, "https://mq.internal:15671/");
-        let m = Management::new(None, "::1", false, "a", "b", &TlsFiles::default()).unwrap();
+        let m = Management::new(
+            None,
+            ("::1", 5672, "amqp://[::1]"),
+            false,
+            "a",
+            "b",
+            &TlsFiles::default(),
+        )
+        .unwrap();
         assert_eq!(m.shown, "http://[::1]:15672/");
     }
 
@@ -321,7 +430,7 @@ mod tests {
     fn explicit_url_credentials_win_and_are_not_shown() {
         let m = Management::new(
             Some("https://ops:p%40ss@mgmt.example/rabbit"),
-            "mq",
+            ("mq", 5673, "amqp://mq:5673"),
             false,
             "app",
             "s3cret",
@@ -333,7 +442,7 @@ mod tests {
         assert_eq!(m.shown, "https://mgmt.example/rabbit/");
         let m = Management::new(
             Some("http://mgmt:15672"),
-            "mq",
+            ("mq", 5673, "amqp://mq:5673"),
             false,
             "app",
             "pw",
@@ -342,5 +451,41 @@ mod tests {
         .unwrap();
         assert_eq!(m.user, "app");
         assert_eq!(m.shown, "http://mgmt:15672/");
+    }
+
+    #[test]
+    fn a_derived_url_for_another_amqp_port_is_checked_against_the_listeners() {
+        let derived = |port| {
+            Management::new(
+                None,
+                ("h", port, "amqp://h"),
+                false,
+                "a",
+                "b",
+                &TlsFiles::default(),
+            )
+            .unwrap()
+        };
+        assert!(derived(5672).check_port.is_none());
+        assert_eq!(derived(5700).check_port.map(|c| c.0), Some(5700));
+        let explicit = Management::new(
+            Some("http://h:15700"),
+            ("h", 5700, "amqp://h:5700"),
+            false,
+            "a",
+            "b",
+            &TlsFiles::default(),
+        )
+        .unwrap();
+        assert!(explicit.check_port.is_none(), "an explicit URL is trusted");
+        let l: Listeners = serde_json::from_str(
+            r#"{"listeners": [{"protocol": "amqp", "port": 5672, "node": "rabbit@a"},
+                {"protocol": "http", "port": 15672, "node": "rabbit@a"}]}"#,
+        )
+        .unwrap();
+        assert_eq!(l.mismatch(5672), None);
+        assert_eq!(l.mismatch(5700).as_deref(), Some("port 5672 on rabbit@a"));
+        let none: Listeners = serde_json::from_str("{}").unwrap();
+        assert_eq!(none.mismatch(5700), None, "nothing said: nothing refused");
     }
 }

@@ -157,7 +157,11 @@ impl Target {
     pub(crate) fn management(&self) -> Result<Management> {
         Management::new(
             self.management_url.as_deref(),
-            &self.uri.authority.host,
+            (
+                &self.uri.authority.host,
+                self.uri.authority.port,
+                &self.shown,
+            ),
             self.tls(),
             self.user(),
             &self.uri.authority.userinfo.password,

@@ -871,3 +871,48 @@ async fn interrupt_while_blocked(
     assert_eq!(status.code(), Some(130), "{said:#?}");
     said
 }
+
+/// #31.6: RabbitMQ reached on a non-default AMQP port (here through a forwarder) and no
+/// `--management-url`: the API dlq derives (port 15672) is checked against the listeners it
+/// reports. It does not listen on that port, so its answers are not used as this broker's and
+/// the warning names the URL and what it said; `--management-url` settles it.
+#[tokio::test]
+async fn a_derived_management_url_is_checked_against_the_amqp_port() {
+    let b = Broker::new("fault-mgmt-port").await;
+    fill(&b, 3).await;
+    let proxy = StallProxy::start(crate::target::amqp_addr()).await;
+    let url = b.amqp_url().replace(
+        &crate::target::amqp_addr(),
+        &format!("127.0.0.1:{}", proxy.port),
+    );
+    let inspect = |api: Option<String>| {
+        let mut d = Dlq::new()
+            .env_remove("DLQ_MANAGEMENT_URL")
+            .env("DLQ_AMQP_URL", &url)
+            .args(&["inspect", "-Q", DLQ, "-o", "ndjson"]);
+        if let Some(api) = api {
+            d = d.env("DLQ_MANAGEMENT_URL", &api);
+        }
+        tokio::task::spawn_blocking(move || d.run())
+    };
+    let derived = inspect(None).await.unwrap();
+    let err = derived.stderr();
+    assert!(
+        err.contains(
+            "the management API at http://127.0.0.1:15672/ reports AMQP listeners on port"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("pass --management-url"), "{err}");
+    assert!(!err.contains("guest:guest"), "{err}");
+    let api = format!("http://{}/", crate::target::api_addr());
+    let named = inspect(Some(api)).await.unwrap();
+    assert_eq!(named.code(), 0, "{}", named.stderr());
+    assert!(
+        !named.stderr().contains("reports AMQP listeners"),
+        "{}",
+        named.stderr()
+    );
+    assert_eq!(named.ndjson().len(), 3);
+    b.delete().await;
+}
