@@ -18,11 +18,38 @@ pub(crate) fn set_notices(printer: &Printer) {
     let _ = NOTICES.set(printer.clone());
 }
 
-/// A warning from outside the command's flow, through the printer when one is set.
+/// A warning from outside the command's flow, through the printer when one is set; above
+/// the progress bar when one is drawn.
 pub(crate) fn notice(msg: impl AsRef<str>) {
-    match NOTICES.get() {
-        Some(p) => p.warn(msg),
+    let say = || match NOTICES.get() {
+        Some(p) => p.warn(msg.as_ref()),
         None => eprintln!("warning: {}", msg.as_ref()),
+    };
+    match active_bar() {
+        Some((bar, _)) => bar.suspend(say),
+        None => say(),
+    }
+}
+
+/// The progress bar drawn now and its own message, for notices and `bar_status`.
+static ACTIVE_BAR: std::sync::Mutex<Option<(ProgressBar, String)>> = std::sync::Mutex::new(None);
+
+fn active_bar() -> Option<(ProgressBar, String)> {
+    let mut active = ACTIVE_BAR.lock().unwrap_or_else(|e| e.into_inner());
+    if active.as_ref().is_some_and(|(b, _)| b.is_finished()) {
+        *active = None;
+    }
+    active.clone()
+}
+
+/// A state the operator must see on the bar itself (`Some`: e.g. the broker blocking
+/// publishing), or the bar's own message again (`None`).
+pub(crate) fn bar_status(status: Option<&str>) {
+    if let Some((bar, own)) = active_bar() {
+        match status {
+            Some(s) => bar.set_message(format!("{own} [{s}]")),
+            None => bar.set_message(own),
+        }
     }
 }
 
@@ -121,6 +148,7 @@ impl Printer {
             bar.set_style(style.progress_chars("=> "));
         }
         bar.set_message(what.to_string());
+        *ACTIVE_BAR.lock().unwrap_or_else(|e| e.into_inner()) = Some((bar.clone(), what.into()));
         bar
     }
 

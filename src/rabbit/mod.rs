@@ -222,10 +222,12 @@ async fn watch_flow(events: impl futures_util::Stream<Item = lapin::Event>) {
                     "the broker blocked publishing ({reason}: a memory or disk alarm); dlq waits until it clears; Ctrl-C stops it (at most {} s later while still blocked)",
                     BLOCKED_STOP_GRACE.as_secs()
                 ));
+                crate::output::bar_status(Some(&format!("BLOCKED by the broker: {reason}")));
                 *blocked_state() = Some((std::time::Instant::now(), reason.to_string()));
             }
             lapin::Event::ConnectionUnblocked => {
                 *blocked_state() = None;
+                crate::output::bar_status(None);
                 crate::output::notice("the broker unblocked publishing: going on")
             }
             _ => {}

@@ -264,3 +264,76 @@ async fn narrow_terminals_get_stacked_rows() {
     assert!(!out.contains('┆'), "{out}");
     db.drop().await;
 }
+
+/// #31.4: while the broker blocks publishing, the bar itself says so (not only a line above
+/// it that scrolls away); once the alarm clears the replay finishes, every message moved.
+#[tokio::test]
+async fn a_blocked_broker_shows_on_the_bar() {
+    use crate::support::node::OwnNode;
+    use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+    let node = tokio::task::spawn_blocking(|| OwnNode::start("termblock"))
+        .await
+        .unwrap();
+    let conn = lapin::Connection::connect(&node.amqp_url(), Default::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    for q in ["tb.dlq", "tb.dest"] {
+        ch.queue_declare(q.into(), QueueDeclareOptions::default(), Default::default())
+            .await
+            .unwrap();
+    }
+    for i in 0..200 {
+        let body = format!(r#"{{"n": {i}}}"#);
+        ch.basic_publish(
+            "".into(),
+            "tb.dlq".into(),
+            BasicPublishOptions::default(),
+            body.as_bytes(),
+            BasicProperties::default(),
+        )
+        .await
+        .unwrap()
+        .await
+        .unwrap();
+    }
+    node.memory_alarm(true);
+    let (amqp, api) = (node.amqp_url(), node.api_url());
+    let t = Term::start(
+        160,
+        &[("DLQ_MANAGEMENT_URL", &api)],
+        &[
+            "--amqp-url",
+            &amqp,
+            "replay",
+            "-Q",
+            "tb.dlq",
+            "--to-queue",
+            "tb.dest",
+            "--yes",
+        ],
+    );
+    let bar = regex::Regex::new(r"replaying \[BLOCKED by the broker: [^\]]+\] \[").unwrap();
+    let screen = t.wait_for(Duration::from_secs(40), |s| bar.is_match(s));
+    assert!(screen.contains("the broker blocked publishing"), "{screen}");
+    node.memory_alarm(false);
+    let screen = t.wait_exit();
+    assert!(screen.contains("[dlq exited 0]"), "{screen}");
+    assert!(
+        screen.contains("the broker unblocked publishing"),
+        "{screen}"
+    );
+    let passive = QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    let dest = ch
+        .queue_declare("tb.dest".into(), passive, Default::default())
+        .await
+        .unwrap();
+    assert_eq!(dest.message_count(), 200);
+    drop(conn);
+}
