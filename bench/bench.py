@@ -73,7 +73,8 @@ FULL = {
     "queue_msgs": 100_000,
     # 64 is dlq's default; 1000 is the shovel's prefetch: the same duplicate window (what a
     # killed mover can leave in both queues) as the broker's own mover.
-    "queue_windows": [16, 64, 1000],
+    # 0: no --window (dlq's default: adaptive from 64 up to 1024).
+    "queue_windows": [0, 16, 64, 1000],
     "mover_prefetch": 100,
     "queue_scan_msgs": 1_000_000,
     "list_dlqs": 200,
@@ -1075,9 +1076,11 @@ class Bench:
 
         for w in self.cfg["queue_windows"]:
             fresh()
-            m = Measurement("queue_replay", case, f"dlq replay -Q --window {w}", n)
+            label = "dlq replay -Q (default window)" if w == 0 else f"dlq replay -Q --window {w}"
+            window = [] if w == 0 else ["--window", str(w)]
+            m = Measurement("queue_replay", case, label, n)
             with self.measure_broker(m):
-                p = self.dlq(*self.amqp_args(), "-o", "json", "replay", "-Q", dlq, "--yes", "--window", str(w))
+                p = self.dlq(*self.amqp_args(), "-o", "json", "replay", "-Q", dlq, "--yes", *window)
             m.wall_s = m.timed_s = p.wall_s
             m.rate = n / p.wall_s
             m.peak_rss_kib, m.cpu_s = p.maxrss_kib, p.cpu_s
@@ -1336,8 +1339,10 @@ class Bench:
         qcase = f"{self.cfg['queue_msgs']} messages"
         qruns = [s for s in summary if s["scenario"] == "queue_replay" and s["case"] == qcase
                  and s["role"] == "dlq" and s["median_rate"]]
-        # Judged at the default window, and again at the shovel's own duplicate window.
-        qdefault = next((s for s in qruns if s["variant"].endswith("--window 64")), None)
+        # Judged at the default window (adaptive; `--window 64` in results from before it),
+        # and again at the shovel's own duplicate window.
+        qdefault = next((s for s in qruns if s["variant"].endswith("(default window)")), None) or \
+            next((s for s in qruns if s["variant"].endswith("--window 64")), None)
         qsame = next((s for s in qruns if s["variant"].endswith("--window 1000")), None)
         if "queue_replay" in self.only:
             v = (qdefault or {}).get("dlq_us_per_msg")
@@ -1509,7 +1514,7 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, help="repeat every measurement this many times")
     ap.add_argument("--scan-rows", type=int, help="rows in the scanned table")
     ap.add_argument("--queue-msgs", type=int, help="dead letters moved by the queue replay")
-    ap.add_argument("--queue-windows", help="dlq --window values for the queue replay, e.g. 64,1000")
+    ap.add_argument("--queue-windows", help="dlq --window values for the queue replay, e.g. 0,64,1000 (0: no --window, the default)")
     ap.add_argument("--queue-scan-msgs", type=int, help="messages in the scanned DLQ")
     ap.add_argument("--list-dlqs", type=int, help="DLQs for dlq list")
     ap.add_argument("--results-dir", default=str(HERE / "results"))

@@ -219,7 +219,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlq' -ScriptBlock {
             [CompletionResult]::new('--to-exchange', '--to-exchange', [CompletionResultType]::ParameterName, 'Publish to this exchange instead')
             [CompletionResult]::new('--routing-key', '--routing-key', [CompletionResultType]::ParameterName, 'Routing key with --to-exchange')
             [CompletionResult]::new('--rate', '--rate', [CompletionResultType]::ParameterName, 'At most N messages per second')
-            [CompletionResult]::new('--window', '--window', [CompletionResultType]::ParameterName, 'Publishes in flight at once; also the most that a killed run can leave published but not yet marked/acked (the duplicate window)')
+            [CompletionResult]::new('--window', '--window', [CompletionResultType]::ParameterName, 'Publishes in flight at once; also the most that a killed run can leave published but not yet marked/acked (the duplicate window). Default: 64 for table rows and archives; a queue replay adapts it from 64 up to 1024 to what the broker sustains')
             [CompletionResult]::new('--from-file', '--from-file', [CompletionResultType]::ParameterName, 'Replay from an archive written by `dlq archive`')
             [CompletionResult]::new('--max-replays', '--max-replays', [CompletionResultType]::ParameterName, 'Refuse messages already replayed this many times')
             [CompletionResult]::new('--canary', '--canary', [CompletionResultType]::ParameterName, 'Replay N first and stop if any of them fails again (a message back in its DLQ; a row the app stored again: same task, same args)')

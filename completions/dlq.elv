@@ -212,7 +212,7 @@ set edit:completion:arg-completer[dlq] = {|@words|
             cand --to-exchange 'Publish to this exchange instead'
             cand --routing-key 'Routing key with --to-exchange'
             cand --rate 'At most N messages per second'
-            cand --window 'Publishes in flight at once; also the most that a killed run can leave published but not yet marked/acked (the duplicate window)'
+            cand --window 'Publishes in flight at once; also the most that a killed run can leave published but not yet marked/acked (the duplicate window). Default: 64 for table rows and archives; a queue replay adapts it from 64 up to 1024 to what the broker sustains'
             cand --from-file 'Replay from an archive written by `dlq archive`'
             cand --max-replays 'Refuse messages already replayed this many times'
             cand --canary 'Replay N first and stop if any of them fails again (a message back in its DLQ; a row the app stored again: same task, same args)'

@@ -203,7 +203,7 @@ complete -c dlq -n "__fish_dlq_using_subcommand replay" -l to-queue -d 'Publish 
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l to-exchange -d 'Publish to this exchange instead' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l routing-key -d 'Routing key with --to-exchange' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l rate -d 'At most N messages per second' -r
-complete -c dlq -n "__fish_dlq_using_subcommand replay" -l window -d 'Publishes in flight at once; also the most that a killed run can leave published but not yet marked/acked (the duplicate window)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand replay" -l window -d 'Publishes in flight at once; also the most that a killed run can leave published but not yet marked/acked (the duplicate window). Default: 64 for table rows and archives; a queue replay adapts it from 64 up to 1024 to what the broker sustains' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l from-file -d 'Replay from an archive written by `dlq archive`' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l max-replays -d 'Refuse messages already replayed this many times' -r
 complete -c dlq -n "__fish_dlq_using_subcommand replay" -l canary -d 'Replay N first and stop if any of them fails again (a message back in its DLQ; a row the app stored again: same task, same args)' -r

@@ -354,9 +354,10 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "N", help_heading = "Replay")]
     pub rate: Option<f64>,
     /// Publishes in flight at once; also the most that a killed run can leave published but
-    /// not yet marked/acked (the duplicate window)
-    #[arg(long, value_name = "N", default_value_t = 64, help_heading = "Replay")]
-    pub window: usize,
+    /// not yet marked/acked (the duplicate window). Default: 64 for table rows and archives;
+    /// a queue replay adapts it from 64 up to 1024 to what the broker sustains
+    #[arg(long, value_name = "N", help_heading = "Replay")]
+    pub window: Option<usize>,
     /// Replay from an archive written by `dlq archive`
     #[arg(long, value_name = "FILE", help_heading = "Replay")]
     pub from_file: Option<PathBuf>,

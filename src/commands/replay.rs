@@ -116,12 +116,14 @@ fn common(settings: &Settings, a: &ReplayArgs, now: DateTime<Utc>) -> Result<Rep
             "--rate must be a positive number of messages per second, got {r}"
         )));
     }
-    let window = NonZeroUsize::new(a.window).ok_or_else(|| usage("--window must be at least 1"))?;
+    let window = NonZeroUsize::new(a.window.unwrap_or(crate::replay::DEFAULT_WINDOW))
+        .ok_or_else(|| usage("--window must be at least 1"))?;
     Ok(ReplayCommon {
         selection: lower::selection(&a.selection, now)?,
         target: target(a)?,
         rate: a.rate,
         window,
+        window_fixed: a.window.is_some(),
         max_replays: a.max_replays,
         safety: lower::safety(&a.safety),
         workers: lower::worker_check(settings, &a.workers)?,

@@ -131,6 +131,9 @@ pub(crate) struct Canary {
     pub(crate) wait: std::time::Duration,
 }
 
+/// `--window` when not given: table rows and archives always; a queue replay starts there.
+pub(crate) const DEFAULT_WINDOW: usize = 64;
+
 /// What every replay shares, validated once.
 #[derive(Debug)]
 pub(crate) struct ReplayCommon {
@@ -140,6 +143,8 @@ pub(crate) struct ReplayCommon {
     pub(crate) rate: Option<f64>,
     /// Published but not yet settled, at most (the duplicate window).
     pub(crate) window: std::num::NonZeroUsize,
+    /// `--window` was given: a queue replay does not adapt it.
+    pub(crate) window_fixed: bool,
     pub(crate) max_replays: u32,
     pub(crate) safety: crate::bulk::Safety,
     pub(crate) workers: workers::WorkerCheck,

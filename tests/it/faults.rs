@@ -825,7 +825,7 @@ async fn interrupt_while_blocked(
         .env("DLQ_AMQP_URL", node.amqp_url())
         .env("DLQ_MANAGEMENT_URL", node.api_url())
         .env("DLQ_AUDIT_LOG", audit)
-        .args(["replay", "-Q", DLQ, "--yes"])
+        .args(["replay", "-Q", DLQ, "--yes", "--window", "64"])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()

@@ -65,6 +65,7 @@ fn print_plan(session: &Session<'_>, plan: &Plan, target_note: Option<String>) {
         session.endpoints.rabbit.shown.clone()
     ));
     print_plan_groups(printer, &plan.groups);
+    printer.info(window_line(opts));
     if let Some(n) = target_note {
         printer.info(n);
     }
@@ -82,6 +83,15 @@ fn print_plan(session: &Session<'_>, plan: &Plan, target_note: Option<String>) {
             printer.info(format!("  {d}"));
         }
     }
+}
+
+/// The duplicate bound the run keeps, for the plan.
+fn window_line(opts: &super::Options) -> String {
+    let w = super::window::of(&opts.common);
+    format!(
+        "Window: {}; a run that dies leaves at most that many both in their destination and in the DLQ",
+        w.describe()
+    )
 }
 
 /// Warns where the plan would fill a destination queue past its length limit.
@@ -110,6 +120,7 @@ pub(crate) async fn announce_stream(session: &mut Session<'_>) -> Result<()> {
         session.opts.common.selection.describe(),
         session.endpoints.rabbit.shown.clone()
     ));
+    session.printer.info(window_line(session.opts));
     if let Some(n) = target_note {
         session.printer.info(n);
     }

@@ -24,6 +24,7 @@ mod mover;
 mod plan;
 mod preview;
 mod route;
+pub(crate) mod window;
 
 use super::ReplayCommon;
 use super::requeue::Stamp;
@@ -248,7 +249,7 @@ impl<'a> Session<'a> {
         }
         print_report(printer, &report, "replayed", &mut self.audit);
         if report.stopped.is_some() && !ended.canary_failed {
-            warn_unfinished(printer, self.opts.common.window.get());
+            warn_unfinished(printer, ended.window_bound);
         }
         Ok(report.exit())
     }

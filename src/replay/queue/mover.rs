@@ -6,6 +6,7 @@ use super::follow::Moves;
 use super::gate;
 use super::plan::{Holding, PublishIds, Taken, edit_of, edited, key};
 use super::route::{Route, destination};
+use super::window::Window;
 use super::{Dlq, Options, Session, release_all};
 use crate::error::Exit;
 use crate::model::{DeadLetter, RecordId};
@@ -130,6 +131,8 @@ struct Mover<'a> {
     canary_failed: bool,
     /// `--follow`: what is followed once the move is over.
     follow: Option<Moves>,
+    /// How many may be unsettled at once (`--window`, or adaptive).
+    window: Window,
 }
 
 /// What the move phase leaves for `Session::finish`.
@@ -144,6 +147,8 @@ pub(crate) struct Ended {
     pub(crate) canary_failed: bool,
     /// `--follow`: the messages that moved, to follow.
     pub(crate) followed: Option<Moves>,
+    /// The run's duplicate bound (the largest window it could use).
+    pub(crate) window_bound: usize,
 }
 
 /// What a streamed run's selector says at the end.
@@ -202,6 +207,7 @@ impl<'a> Mover<'a> {
                 .watch
                 .as_ref()
                 .map(|w| Moves::new(w.watch.tracker())),
+            window: window_of(session),
         })
     }
 
@@ -222,6 +228,7 @@ impl<'a> Mover<'a> {
             acked,
             canary_failed,
             follow,
+            window,
             ..
         } = self;
         Ended {
@@ -232,6 +239,7 @@ impl<'a> Mover<'a> {
             streamed,
             canary_failed,
             followed: follow,
+            window_bound: window.bound(),
         }
     }
 
@@ -391,8 +399,8 @@ impl<'a> Mover<'a> {
     /// flight, or confirmed with an acknowledgement not yet written) stay at most `window`:
     /// the duplicate window if dlq dies. Waits only while that window is full.
     async fn settle_ready(&mut self) -> u64 {
-        let window = self.session.opts.common.window.get();
         loop {
+            let window = self.window.current();
             while let Some(done) = self.pipeline.try_next() {
                 self.settle(done);
             }
@@ -661,6 +669,8 @@ impl<'a> Mover<'a> {
     /// Records one publish outcome; a clean confirm queues the DLQ copy's acknowledgement.
     fn settle(&mut self, (p, out): (Pending, Result<Outcome>)) {
         self.bar.inc(1);
+        let blocked = crate::rabbit::blocked().is_some();
+        self.window.settled(1, std::time::Instant::now(), blocked);
         let Pending {
             queue,
             chan,
@@ -726,6 +736,12 @@ impl<'a> Mover<'a> {
             }
         }
     }
+}
+
+/// `--window N` fixes the window, and so does `--rate` (paced, a wider window moves nothing
+/// faster); otherwise a queue replay adapts it (`window`).
+fn window_of(session: &Session<'_>) -> Window {
+    super::window::of(&session.opts.common)
 }
 
 /// Which taken messages the move pass sends.
