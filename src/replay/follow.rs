@@ -423,6 +423,26 @@ impl Watch {
         }
     }
 
+    /// The tasks a run sent (`report.sent_tasks`, taken), followed to their outcomes after
+    /// saying so; `None` when it sent none.
+    pub(crate) async fn follow_sent(
+        &self,
+        printer: &Printer,
+        report: &mut crate::report::Report,
+    ) -> Option<Outcomes> {
+        let sent = std::mem::take(&mut report.sent_tasks);
+        if sent.is_empty() {
+            return None;
+        }
+        let timeout = self.follow.timeout;
+        printer.info(format!(
+            "following {} task(s) for up to {}s (Ctrl-C stops following; what was sent stays sent)",
+            sent.len(),
+            timeout.as_secs()
+        ));
+        Some(self.wait(printer, &sent, timeout).await)
+    }
+
     /// Waits until every task of `sent` reached an outcome, `timeout` passed, the feed was
     /// lost, or Ctrl-C; returns their states, in `sent`'s order.
     pub(crate) async fn wait(

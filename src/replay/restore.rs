@@ -471,19 +471,10 @@ fn celery_target(opts: &Options) -> Target {
 /// `--follow`: waits for the sent tasks' outcomes, prints them and puts them in the report
 /// (the journal already holds every confirmed record: a re-run does not send them again).
 async fn follow_through(printer: &Printer, watch: &Watch, report: &mut Report) {
-    let sent = std::mem::take(&mut report.sent_tasks);
-    if sent.is_empty() {
-        return;
+    if let Some(outcomes) = watch.follow_sent(printer, report).await {
+        outcomes.print(printer, "archived record");
+        report.follow = Some(outcomes);
     }
-    let timeout = watch.follow.timeout;
-    printer.info(format!(
-        "following {} task(s) for up to {}s (Ctrl-C stops following; what was sent stays sent)",
-        sent.len(),
-        timeout.as_secs()
-    ));
-    let outcomes = watch.wait(printer, &sent, timeout).await;
-    outcomes.print(printer, "archived record");
-    report.follow = Some(outcomes);
 }
 
 /// Where a failure coming back would show, for `--canary`: checked before anything is sent.

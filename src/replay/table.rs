@@ -247,18 +247,10 @@ async fn follow_through(
     watch: &Watch,
     report: &mut Report,
 ) {
-    let sent = std::mem::take(&mut report.sent_tasks);
-    if sent.is_empty() {
+    let Some(outcomes) = watch.follow_sent(printer, report).await else {
         return;
-    }
-    let follow = watch.follow;
-    printer.info(format!(
-        "following {} task(s) for up to {}s (Ctrl-C stops following; what was sent stays sent)",
-        sent.len(),
-        follow.timeout.as_secs()
-    ));
-    let outcomes = watch.wait(printer, &sent, follow.timeout).await;
-    if follow.mark_on_success {
+    };
+    if watch.follow.mark_on_success {
         let ok = outcomes.succeeded_from();
         match table.mark(&ok, Utc::now()).await {
             Ok(()) => printer.info(format!(

@@ -590,44 +590,10 @@ async fn a_stalled_network_is_noticed_in_seconds_and_loses_nothing() {
 /// replay finishes, every message moved once.
 #[tokio::test]
 async fn a_blocked_broker_is_named_at_once_and_the_replay_finishes_after() {
-    use crate::support::node::OwnNode;
-    use lapin::options::{ConfirmSelectOptions, QueueDeclareOptions};
-    let node = tokio::task::spawn_blocking(|| OwnNode::start("blocked"))
-        .await
-        .unwrap();
-    let conn = lapin::Connection::connect(&node.amqp_url(), Default::default())
-        .await
-        .unwrap();
-    let ch = conn.create_channel().await.unwrap();
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
-    for q in [DLQ, MAIN] {
-        ch.queue_declare(
-            q.into(),
-            QueueDeclareOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    }
-    let n = 500;
-    for i in 0..n {
-        let props = BasicProperties::default()
-            .with_message_id(format!("m-{i}").as_str().into())
-            .with_headers(table(vec![("x-first-death-queue", ls(MAIN))]));
-        ch.basic_publish(
-            "".into(),
-            DLQ.into(),
-            BasicPublishOptions::default(),
-            b"{}",
-            props,
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-    }
+    use lapin::options::QueueDeclareOptions;
+    let n: u32 = 500;
+    let (node, conn, ch) =
+        crate::support::node::with_dead_letters("blocked", DLQ, MAIN, n as usize).await;
     node.memory_alarm(true);
     let mut child = crate::common::dlq_command()
         .env(
@@ -701,44 +667,10 @@ async fn a_blocked_broker_is_named_at_once_and_the_replay_finishes_after() {
 /// clears nothing is lost: every message is in the DLQ or in its destination.
 #[tokio::test]
 async fn a_stop_while_blocked_exits_after_a_grace_and_closes_the_audit_trail() {
-    use crate::support::node::OwnNode;
-    use lapin::options::{ConfirmSelectOptions, QueueDeclareOptions};
-    let node = tokio::task::spawn_blocking(|| OwnNode::start("blockstop"))
-        .await
-        .unwrap();
-    let conn = lapin::Connection::connect(&node.amqp_url(), Default::default())
-        .await
-        .unwrap();
-    let ch = conn.create_channel().await.unwrap();
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
-    for q in [DLQ, MAIN] {
-        ch.queue_declare(
-            q.into(),
-            QueueDeclareOptions::default(),
-            FieldTable::default(),
-        )
-        .await
-        .unwrap();
-    }
-    let n = 300;
-    for i in 0..n {
-        let props = BasicProperties::default()
-            .with_message_id(format!("m-{i}").as_str().into())
-            .with_headers(table(vec![("x-first-death-queue", ls(MAIN))]));
-        ch.basic_publish(
-            "".into(),
-            DLQ.into(),
-            BasicPublishOptions::default(),
-            b"{}",
-            props,
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-    }
+    use lapin::options::QueueDeclareOptions;
+    let n: u32 = 300;
+    let (node, conn, ch) =
+        crate::support::node::with_dead_letters("blockstop", DLQ, MAIN, n as usize).await;
     node.memory_alarm(true);
     let dir = tempfile::tempdir().unwrap();
     let audit = dir.path().join("audit.ndjson");

@@ -481,22 +481,7 @@ async fn a_followed_restore_names_what_failed_again() {
 /// their queue are "not back", and the exit is 3.
 #[tokio::test]
 async fn plain_messages_that_die_again_are_named() {
-    use crate::broker::{ls, table};
-    use lapin::BasicProperties;
-    let b = Broker::new("fw_plain").await;
-    let (dlx, dlq, main) = ("fp.dlx", "fp.dlq", "fp.main");
-    b.exchange(dlx, lapin::ExchangeKind::Fanout).await;
-    b.queue(dlq, Default::default()).await;
-    b.bind(dlq, dlx, "").await;
-    b.queue(main, table(vec![("x-dead-letter-exchange", ls(dlx))]))
-        .await;
-    for i in 0..4 {
-        let props = BasicProperties::default().with_message_id(format!("m-{i}").as_str().into());
-        b.publish(main, format!("{{\"n\": {i}}}").as_bytes(), props)
-            .await;
-    }
-    b.reject(main, 4).await;
-    b.wait_depth(dlq, 4).await;
+    let (b, dlq, main) = plain_dead_letters("fw_plain", 4).await;
     let args = [
         "replay",
         "-Q",
@@ -655,24 +640,7 @@ async fn celery_messages_in_a_dlq_are_followed_by_their_task_id() {
 /// so the run stops and the rest never leave the DLQ.
 #[tokio::test]
 async fn a_followed_queue_canary_stops_when_its_message_dies_again() {
-    use crate::broker::{ls, table};
-    let b = Broker::new("fw_qcanary").await;
-    let (dlx, dlq, main) = ("fc.dlx", "fc.dlq", "fc.main");
-    b.exchange(dlx, lapin::ExchangeKind::Fanout).await;
-    b.queue(dlq, Default::default()).await;
-    b.bind(dlq, dlx, "").await;
-    b.queue(main, table(vec![("x-dead-letter-exchange", ls(dlx))]))
-        .await;
-    for i in 0..3 {
-        b.publish(
-            main,
-            format!("{{\"n\": {i}}}").as_bytes(),
-            Default::default(),
-        )
-        .await;
-    }
-    b.reject(main, 3).await;
-    b.wait_depth(dlq, 3).await;
+    let (b, dlq, main) = plain_dead_letters("fw_qcanary", 3).await;
     let args = [
         "replay",
         "-Q",
@@ -710,4 +678,26 @@ async fn a_followed_queue_canary_stops_when_its_message_dies_again() {
     b.wait_depth(dlq, 3).await;
     assert_eq!(b.depth(main).await, 0);
     b.delete().await;
+}
+
+/// A vhost of the test's own with `n` plain dead letters (ids `m-0` ..., rejected from
+/// `main`) in `dlq`: (broker, dlq, main).
+async fn plain_dead_letters(tag: &str, n: usize) -> (Broker, &'static str, &'static str) {
+    use crate::broker::{ls, table};
+    let b = Broker::new(tag).await;
+    let (dlx, dlq, main) = ("p.dlx", "p.dlq", "p.main");
+    b.exchange(dlx, lapin::ExchangeKind::Fanout).await;
+    b.queue(dlq, Default::default()).await;
+    b.bind(dlq, dlx, "").await;
+    b.queue(main, table(vec![("x-dead-letter-exchange", ls(dlx))]))
+        .await;
+    for i in 0..n {
+        let id = format!("m-{i}");
+        let props = lapin::BasicProperties::default().with_message_id(id.as_str().into());
+        b.publish(main, format!("{{\"n\": {i}}}").as_bytes(), props)
+            .await;
+    }
+    b.reject(main, n).await;
+    b.wait_depth(dlq, n as u32).await;
+    (b, dlq, main)
 }

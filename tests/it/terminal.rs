@@ -269,37 +269,9 @@ async fn narrow_terminals_get_stacked_rows() {
 /// it that scrolls away); once the alarm clears the replay finishes, every message moved.
 #[tokio::test]
 async fn a_blocked_broker_shows_on_the_bar() {
-    use crate::support::node::OwnNode;
-    use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
-    let node = tokio::task::spawn_blocking(|| OwnNode::start("termblock"))
-        .await
-        .unwrap();
-    let conn = lapin::Connection::connect(&node.amqp_url(), Default::default())
-        .await
-        .unwrap();
-    let ch = conn.create_channel().await.unwrap();
-    ch.confirm_select(ConfirmSelectOptions::default())
-        .await
-        .unwrap();
-    for q in ["tb.dlq", "tb.dest"] {
-        ch.queue_declare(q.into(), QueueDeclareOptions::default(), Default::default())
-            .await
-            .unwrap();
-    }
-    for i in 0..200 {
-        let body = format!(r#"{{"n": {i}}}"#);
-        ch.basic_publish(
-            "".into(),
-            "tb.dlq".into(),
-            BasicPublishOptions::default(),
-            body.as_bytes(),
-            BasicProperties::default(),
-        )
-        .await
-        .unwrap()
-        .await
-        .unwrap();
-    }
+    use lapin::options::QueueDeclareOptions;
+    let (node, conn, ch) =
+        crate::support::node::with_dead_letters("termblock", "tb.dlq", "tb.dest", 200).await;
     node.memory_alarm(true);
     let (amqp, api) = (node.amqp_url(), node.api_url());
     let t = Term::start(

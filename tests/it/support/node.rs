@@ -141,3 +141,48 @@ impl Drop for OwnNode {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A node of the test's own (started off the test's thread) holding `n` dead letters in
+/// `dlq` (ids `m-0` ..., bodies `{"n": i}`, dead-lettered from `dest`), with `dest` declared
+/// too; and the test's own connection and confirm channel to it.
+pub async fn with_dead_letters(
+    tag: &'static str,
+    dlq: &str,
+    dest: &str,
+    n: usize,
+) -> (OwnNode, lapin::Connection, lapin::Channel) {
+    use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
+    use lapin::types::{AMQPValue, FieldTable};
+    let node = tokio::task::spawn_blocking(move || OwnNode::start(tag))
+        .await
+        .unwrap();
+    let conn = lapin::Connection::connect(&node.amqp_url(), Default::default())
+        .await
+        .unwrap();
+    let ch = conn.create_channel().await.unwrap();
+    ch.confirm_select(ConfirmSelectOptions::default())
+        .await
+        .unwrap();
+    for q in [dlq, dest] {
+        let opts = QueueDeclareOptions::default();
+        ch.queue_declare(q.into(), opts, FieldTable::default())
+            .await
+            .unwrap();
+    }
+    for i in 0..n {
+        let mut headers = FieldTable::default();
+        let origin = AMQPValue::LongString(dest.as_bytes().to_vec().into());
+        headers.insert("x-first-death-queue".into(), origin);
+        let props = lapin::BasicProperties::default()
+            .with_message_id(format!("m-{i}").as_str().into())
+            .with_headers(headers);
+        let body = format!(r#"{{"n": {i}}}"#);
+        let publish = BasicPublishOptions::default();
+        ch.basic_publish("".into(), dlq.into(), publish, body.as_bytes(), props)
+            .await
+            .unwrap()
+            .await
+            .unwrap();
+    }
+    (node, conn, ch)
+}
