@@ -607,6 +607,19 @@ impl Outcomes {
         self.succeeded + self.not_back == self.followed
     }
 
+    /// Why a followed canary stops the run, or `None` when every canary succeeded: `items`
+    /// names what was followed ("task", "message"), `rest` what was not sent ("replayed").
+    pub(crate) fn canary_failure(&self, items: &str, rest: &str) -> Option<String> {
+        (!self.all_succeeded()).then(|| {
+            format!(
+                "canary failed: {} of {} canary {items}(s) did not succeed ({}); the rest were not {rest}",
+                self.followed - self.succeeded - self.not_back,
+                self.followed,
+                self.summary()
+            )
+        })
+    }
+
     /// The rows or messages whose task succeeded.
     pub(crate) fn succeeded_from(&self) -> Vec<RecordId> {
         let ok = self.tasks.iter().filter(|t| t.outcome == State::Succeeded);

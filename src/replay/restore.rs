@@ -581,20 +581,18 @@ async fn with_canary(
     }
     if let Some(w) = s.watch {
         let o = w.wait(s.printer, &report.sent_tasks, wait).await;
-        if o.all_succeeded() {
-            s.printer
-                .info("canary: every task succeeded; restoring the rest");
-            let rest =
-                restore_records(s.printer, s.ctx, s.opts, s.sender, journal, s.planned, None);
-            report.absorb(rest.await?);
-        } else {
-            report.canary_failed = true;
-            report.stopped = Some(format!(
-                "canary failed: {} of {} canary task(s) did not succeed ({}); the rest were not restored",
-                o.followed - o.succeeded,
-                o.followed,
-                o.summary()
-            ));
+        match o.canary_failure("task", "restored") {
+            None => {
+                s.printer
+                    .info("canary: every task succeeded; restoring the rest");
+                let rest =
+                    restore_records(s.printer, s.ctx, s.opts, s.sender, journal, s.planned, None);
+                report.absorb(rest.await?);
+            }
+            Some(why) => {
+                report.canary_failed = true;
+                report.stopped = Some(why);
+            }
         }
         return Ok(());
     }

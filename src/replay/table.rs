@@ -386,17 +386,15 @@ async fn replay_rows(
             wait.as_secs()
         ));
         let o = w.wait(printer, &report.sent_tasks, wait).await;
-        if o.all_succeeded() {
-            printer.info("canary: every task succeeded; replaying the rest");
-            report.absorb(replay_ids(printer, &shared, &sender, rest, shape).await);
-        } else {
-            report.canary_failed = true;
-            report.stopped = Some(format!(
-                "canary failed: {} of {} canary task(s) did not succeed ({}); the rest were not replayed",
-                o.followed - o.succeeded,
-                o.followed,
-                o.summary()
-            ));
+        match o.canary_failure("task", "replayed") {
+            None => {
+                printer.info("canary: every task succeeded; replaying the rest");
+                report.absorb(replay_ids(printer, &shared, &sender, rest, shape).await);
+            }
+            Some(why) => {
+                report.canary_failed = true;
+                report.stopped = Some(why);
+            }
         }
         return report;
     }

@@ -267,18 +267,14 @@ impl<'a> Mover<'a> {
             )
             .await;
             moves.earlier.extend(o.tasks.iter().cloned());
-            if o.all_succeeded() {
-                printer.info(
+            match o.canary_failure("message", "replayed") {
+                None => printer.info(
                     "canary: every task succeeded and no message came back; replaying the rest",
-                );
-            } else {
-                self.canary_failed = true;
-                self.report.stopped = Some(format!(
-                    "canary failed: {} of {} canary message(s) did not succeed ({}); the rest were not replayed",
-                    o.followed - o.succeeded - o.not_back,
-                    o.followed,
-                    o.summary()
-                ));
+                ),
+                Some(why) => {
+                    self.canary_failed = true;
+                    self.report.stopped = Some(why);
+                }
             }
             return Ok(());
         }
