@@ -58,6 +58,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlq' -ScriptBlock {
             [CompletionResult]::new('workers', 'workers', [CompletionResultType]::ParameterValue, 'The live Celery workers: the queues each consumes and the tasks each registers')
             [CompletionResult]::new('check', 'check', [CompletionResultType]::ParameterValue, 'Nagios-style check: OK / WARNING / CRITICAL / UNKNOWN from pending dead letters, the age of the oldest and how many arrived lately (exit 0 / 1 / 2 / 3)')
             [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Prometheus metrics of every dead-letter source: on stdout, in a textfile for node_exporter, or served on GET /metrics')
+            [CompletionResult]::new('browse', 'browse', [CompletionResultType]::ParameterValue, 'The incident browser: sources, reason groups, records and one record''s detail in the terminal, with replay, archive and export on what is marked')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('audit', 'audit', [CompletionResultType]::ParameterValue, 'The audit trail: who replayed, restored or archived (--delete) what, when, and how it ended')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
@@ -472,6 +473,47 @@ Register-ArgumentCompleter -Native -CommandName 'dlq' -ScriptBlock {
             [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
             break
         }
+        'dlq;browse' {
+            [CompletionResult]::new('-Q', '-Q ', [CompletionResultType]::ParameterName, 'Also list this queue (repeatable; works without the management API)')
+            [CompletionResult]::new('--queue', '--queue', [CompletionResultType]::ParameterName, 'Also list this queue (repeatable; works without the management API)')
+            [CompletionResult]::new('--motivo-header', '--motivo-header', [CompletionResultType]::ParameterName, 'Extra message header holding the error text, used for motivo (repeatable)')
+            [CompletionResult]::new('--exclude', '--exclude', [CompletionResultType]::ParameterName, 'Leave out discovered DLQs whose name matches this glob (`*`, `?`; repeatable)')
+            [CompletionResult]::new('--refresh', '--refresh', [CompletionResultType]::ParameterName, 'Re-read the sources screen every DURATION while it is shown (0 never; `r` re-reads at once)')
+            [CompletionResult]::new('--task-map', '--task-map', [CompletionResultType]::ParameterName, 'Send rows stored under task OLD as task NEW (repeatable; config key task_map)')
+            [CompletionResult]::new('--worker-timeout', '--worker-timeout', [CompletionResultType]::ParameterName, 'How long to wait for the workers'' answers (Celery remote control)')
+            [CompletionResult]::new('--config', '--config', [CompletionResultType]::ParameterName, 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]')
+            [CompletionResult]::new('--profile', '--profile', [CompletionResultType]::ParameterName, 'Named profile from the config file [env: DLQ_PROFILE]')
+            [CompletionResult]::new('--database-url', '--database-url', [CompletionResultType]::ParameterName, 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]')
+            [CompletionResult]::new('--table', '--table', [CompletionResultType]::ParameterName, 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]')
+            [CompletionResult]::new('--amqp-url', '--amqp-url', [CompletionResultType]::ParameterName, 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]')
+            [CompletionResult]::new('--management-url', '--management-url', [CompletionResultType]::ParameterName, 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]')
+            [CompletionResult]::new('--amqp-ca-file', '--amqp-ca-file', [CompletionResultType]::ParameterName, 'CA certificates (PEM) to trust for amqps:// and an https management API, on top of the system''s [env: DLQ_AMQP_CA_FILE]')
+            [CompletionResult]::new('--amqp-client-cert', '--amqp-client-cert', [CompletionResultType]::ParameterName, 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]')
+            [CompletionResult]::new('--amqp-client-key', '--amqp-client-key', [CompletionResultType]::ParameterName, 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]')
+            [CompletionResult]::new('--vhost', '--vhost', [CompletionResultType]::ParameterName, 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]')
+            [CompletionResult]::new('--broker-url', '--broker-url', [CompletionResultType]::ParameterName, 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]')
+            [CompletionResult]::new('--redis-key-prefix', '--redis-key-prefix', [CompletionResultType]::ParameterName, 'Redis: the app''s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]')
+            [CompletionResult]::new('--redis-sep', '--redis-sep', [CompletionResultType]::ParameterName, 'Redis: the app''s `sep` transport option [env: DLQ_REDIS_SEP] [default: read from the workers'' bindings, else kombu''s \x06\x16]')
+            [CompletionResult]::new('--control-exchange', '--control-exchange', [CompletionResultType]::ParameterName, 'Celery''s `control_exchange`: workers answer on `<NAME>.pidbox` [env: DLQ_CONTROL_EXCHANGE] [default: celery]')
+            [CompletionResult]::new('--redis-wait-replicas', '--redis-wait-replicas', [CompletionResultType]::ParameterName, 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked')
+            [CompletionResult]::new('-o', '-o', [CompletionResultType]::ParameterName, 'Output format [default: table]')
+            [CompletionResult]::new('--output', '--output', [CompletionResultType]::ParameterName, 'Output format [default: table]')
+            [CompletionResult]::new('--color', '--color', [CompletionResultType]::ParameterName, 'When to use colour [default: auto; NO_COLOR is honoured]')
+            [CompletionResult]::new('--audit-log', '--audit-log', [CompletionResultType]::ParameterName, 'Audit trail (NDJSON) appended by every replay and archive --delete [env: DLQ_AUDIT_LOG] [default: $XDG_STATE_HOME/dlq/audit.ndjson, else ~/.local/state/dlq/audit.ndjson]')
+            [CompletionResult]::new('--force', '--force', [CompletionResultType]::ParameterName, 'Read a quorum queue even where that could push messages over its delivery limit')
+            [CompletionResult]::new('--read-only', '--read-only', [CompletionResultType]::ParameterName, 'Look only: replay, archive and export are refused')
+            [CompletionResult]::new('--no-worker-check', '--no-worker-check', [CompletionResultType]::ParameterName, 'Send Celery tasks without asking the workers first: you accept that a worker discards a task it does not register')
+            [CompletionResult]::new('-q', '-q', [CompletionResultType]::ParameterName, 'Print only data and errors')
+            [CompletionResult]::new('--quiet', '--quiet', [CompletionResultType]::ParameterName, 'Print only data and errors')
+            [CompletionResult]::new('-v', '-v', [CompletionResultType]::ParameterName, 'More diagnostics on stderr (repeat for more)')
+            [CompletionResult]::new('--verbose', '--verbose', [CompletionResultType]::ParameterName, 'More diagnostics on stderr (repeat for more)')
+            [CompletionResult]::new('--no-progress', '--no-progress', [CompletionResultType]::ParameterName, 'Never draw progress bars')
+            [CompletionResult]::new('-h', '-h', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('--help', '--help', [CompletionResultType]::ParameterName, 'Print help')
+            [CompletionResult]::new('-V', '-V ', [CompletionResultType]::ParameterName, 'Print version')
+            [CompletionResult]::new('--version', '--version', [CompletionResultType]::ParameterName, 'Print version')
+            break
+        }
         'dlq;completions' {
             [CompletionResult]::new('--config', '--config', [CompletionResultType]::ParameterName, 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]')
             [CompletionResult]::new('--profile', '--profile', [CompletionResultType]::ParameterName, 'Named profile from the config file [env: DLQ_PROFILE]')
@@ -546,6 +588,7 @@ Register-ArgumentCompleter -Native -CommandName 'dlq' -ScriptBlock {
             [CompletionResult]::new('workers', 'workers', [CompletionResultType]::ParameterValue, 'The live Celery workers: the queues each consumes and the tasks each registers')
             [CompletionResult]::new('check', 'check', [CompletionResultType]::ParameterValue, 'Nagios-style check: OK / WARNING / CRITICAL / UNKNOWN from pending dead letters, the age of the oldest and how many arrived lately (exit 0 / 1 / 2 / 3)')
             [CompletionResult]::new('metrics', 'metrics', [CompletionResultType]::ParameterValue, 'Prometheus metrics of every dead-letter source: on stdout, in a textfile for node_exporter, or served on GET /metrics')
+            [CompletionResult]::new('browse', 'browse', [CompletionResultType]::ParameterValue, 'The incident browser: sources, reason groups, records and one record''s detail in the terminal, with replay, archive and export on what is marked')
             [CompletionResult]::new('completions', 'completions', [CompletionResultType]::ParameterValue, 'Print a shell completion script')
             [CompletionResult]::new('audit', 'audit', [CompletionResultType]::ParameterValue, 'The audit trail: who replayed, restored or archived (--delete) what, when, and how it ended')
             [CompletionResult]::new('help', 'help', [CompletionResultType]::ParameterValue, 'Print this message or the help of the given subcommand(s)')
@@ -576,6 +619,9 @@ Register-ArgumentCompleter -Native -CommandName 'dlq' -ScriptBlock {
             break
         }
         'dlq;help;metrics' {
+            break
+        }
+        'dlq;help;browse' {
             break
         }
         'dlq;help;completions' {

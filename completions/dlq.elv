@@ -55,6 +55,7 @@ set edit:completion:arg-completer[dlq] = {|@words|
             cand workers 'The live Celery workers: the queues each consumes and the tasks each registers'
             cand check 'Nagios-style check: OK / WARNING / CRITICAL / UNKNOWN from pending dead letters, the age of the oldest and how many arrived lately (exit 0 / 1 / 2 / 3)'
             cand metrics 'Prometheus metrics of every dead-letter source: on stdout, in a textfile for node_exporter, or served on GET /metrics'
+            cand browse 'The incident browser: sources, reason groups, records and one record''s detail in the terminal, with replay, archive and export on what is marked'
             cand completions 'Print a shell completion script'
             cand audit 'The audit trail: who replayed, restored or archived (--delete) what, when, and how it ended'
             cand help 'Print this message or the help of the given subcommand(s)'
@@ -459,6 +460,46 @@ set edit:completion:arg-completer[dlq] = {|@words|
             cand -V 'Print version'
             cand --version 'Print version'
         }
+        &'dlq;browse'= {
+            cand -Q 'Also list this queue (repeatable; works without the management API)'
+            cand --queue 'Also list this queue (repeatable; works without the management API)'
+            cand --motivo-header 'Extra message header holding the error text, used for motivo (repeatable)'
+            cand --exclude 'Leave out discovered DLQs whose name matches this glob (`*`, `?`; repeatable)'
+            cand --refresh 'Re-read the sources screen every DURATION while it is shown (0 never; `r` re-reads at once)'
+            cand --task-map 'Send rows stored under task OLD as task NEW (repeatable; config key task_map)'
+            cand --worker-timeout 'How long to wait for the workers'' answers (Celery remote control)'
+            cand --config 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]'
+            cand --profile 'Named profile from the config file [env: DLQ_PROFILE]'
+            cand --database-url 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]'
+            cand --table 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]'
+            cand --amqp-url 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]'
+            cand --management-url 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]'
+            cand --amqp-ca-file 'CA certificates (PEM) to trust for amqps:// and an https management API, on top of the system''s [env: DLQ_AMQP_CA_FILE]'
+            cand --amqp-client-cert 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]'
+            cand --amqp-client-key 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]'
+            cand --vhost 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]'
+            cand --broker-url 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]'
+            cand --redis-key-prefix 'Redis: the app''s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]'
+            cand --redis-sep 'Redis: the app''s `sep` transport option [env: DLQ_REDIS_SEP] [default: read from the workers'' bindings, else kombu''s \x06\x16]'
+            cand --control-exchange 'Celery''s `control_exchange`: workers answer on `<NAME>.pidbox` [env: DLQ_CONTROL_EXCHANGE] [default: celery]'
+            cand --redis-wait-replicas 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked'
+            cand -o 'Output format [default: table]'
+            cand --output 'Output format [default: table]'
+            cand --color 'When to use colour [default: auto; NO_COLOR is honoured]'
+            cand --audit-log 'Audit trail (NDJSON) appended by every replay and archive --delete [env: DLQ_AUDIT_LOG] [default: $XDG_STATE_HOME/dlq/audit.ndjson, else ~/.local/state/dlq/audit.ndjson]'
+            cand --force 'Read a quorum queue even where that could push messages over its delivery limit'
+            cand --read-only 'Look only: replay, archive and export are refused'
+            cand --no-worker-check 'Send Celery tasks without asking the workers first: you accept that a worker discards a task it does not register'
+            cand -q 'Print only data and errors'
+            cand --quiet 'Print only data and errors'
+            cand -v 'More diagnostics on stderr (repeat for more)'
+            cand --verbose 'More diagnostics on stderr (repeat for more)'
+            cand --no-progress 'Never draw progress bars'
+            cand -h 'Print help'
+            cand --help 'Print help'
+            cand -V 'Print version'
+            cand --version 'Print version'
+        }
         &'dlq;completions'= {
             cand --config 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]'
             cand --profile 'Named profile from the config file [env: DLQ_PROFILE]'
@@ -531,6 +572,7 @@ set edit:completion:arg-completer[dlq] = {|@words|
             cand workers 'The live Celery workers: the queues each consumes and the tasks each registers'
             cand check 'Nagios-style check: OK / WARNING / CRITICAL / UNKNOWN from pending dead letters, the age of the oldest and how many arrived lately (exit 0 / 1 / 2 / 3)'
             cand metrics 'Prometheus metrics of every dead-letter source: on stdout, in a textfile for node_exporter, or served on GET /metrics'
+            cand browse 'The incident browser: sources, reason groups, records and one record''s detail in the terminal, with replay, archive and export on what is marked'
             cand completions 'Print a shell completion script'
             cand audit 'The audit trail: who replayed, restored or archived (--delete) what, when, and how it ended'
             cand help 'Print this message or the help of the given subcommand(s)'
@@ -552,6 +594,8 @@ set edit:completion:arg-completer[dlq] = {|@words|
         &'dlq;help;check'= {
         }
         &'dlq;help;metrics'= {
+        }
+        &'dlq;help;browse'= {
         }
         &'dlq;help;completions'= {
         }

@@ -61,6 +61,7 @@ complete -c dlq -n "__fish_dlq_needs_command" -f -a "init" -d 'Create the failed
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "workers" -d 'The live Celery workers: the queues each consumes and the tasks each registers'
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "check" -d 'Nagios-style check: OK / WARNING / CRITICAL / UNKNOWN from pending dead letters, the age of the oldest and how many arrived lately (exit 0 / 1 / 2 / 3)'
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "metrics" -d 'Prometheus metrics of every dead-letter source: on stdout, in a textfile for node_exporter, or served on GET /metrics'
+complete -c dlq -n "__fish_dlq_needs_command" -f -a "browse" -d 'The incident browser: sources, reason groups, records and one record\'s detail in the terminal, with replay, archive and export on what is marked'
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "completions" -d 'Print a shell completion script'
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "audit" -d 'The audit trail: who replayed, restored or archived (--delete) what, when, and how it ended'
 complete -c dlq -n "__fish_dlq_needs_command" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
@@ -431,6 +432,43 @@ complete -c dlq -n "__fish_dlq_using_subcommand metrics" -s v -l verbose -d 'Mor
 complete -c dlq -n "__fish_dlq_using_subcommand metrics" -l no-progress -d 'Never draw progress bars'
 complete -c dlq -n "__fish_dlq_using_subcommand metrics" -s h -l help -d 'Print help'
 complete -c dlq -n "__fish_dlq_using_subcommand metrics" -s V -l version -d 'Print version'
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -s Q -l queue -d 'Also list this queue (repeatable; works without the management API)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l motivo-header -d 'Extra message header holding the error text, used for motivo (repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l exclude -d 'Leave out discovered DLQs whose name matches this glob (`*`, `?`; repeatable)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l refresh -d 'Re-read the sources screen every DURATION while it is shown (0 never; `r` re-reads at once)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l task-map -d 'Send rows stored under task OLD as task NEW (repeatable; config key task_map)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l worker-timeout -d 'How long to wait for the workers\' answers (Celery remote control)' -r
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l profile -d 'Named profile from the config file [env: DLQ_PROFILE]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l database-url -d 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l table -d 'Failed-task table, optionally schema-qualified [env: DLQ_TABLE] [default: tasks_falhadas]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l amqp-url -d 'RabbitMQ AMQP URL [env: DLQ_AMQP_URL, AMQP_URL] [default: amqp://guest:guest@127.0.0.1:5672/%2f]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l management-url -d 'RabbitMQ management API URL [env: DLQ_MANAGEMENT_URL] [default: the AMQP host on port 15672, AMQP credentials]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l amqp-ca-file -d 'CA certificates (PEM) to trust for amqps:// and an https management API, on top of the system\'s [env: DLQ_AMQP_CA_FILE]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l amqp-client-cert -d 'Client certificate (PEM) for amqps://, with --amqp-client-key [env: DLQ_AMQP_CLIENT_CERT]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l amqp-client-key -d 'Unencrypted private key (PEM) of --amqp-client-cert [env: DLQ_AMQP_CLIENT_KEY]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l vhost -d 'RabbitMQ virtual host [env: DLQ_VHOST] [default: from the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l broker-url -d 'Where Celery tasks are dispatched: amqp://, amqps://, redis://, rediss://, redis+socket:// [env: DLQ_BROKER_URL, CELERY_BROKER_URL] [default: the AMQP URL]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l redis-key-prefix -d 'Redis: the app\'s `global_keyprefix` transport option [env: DLQ_REDIS_KEY_PREFIX]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l redis-sep -d 'Redis: the app\'s `sep` transport option [env: DLQ_REDIS_SEP] [default: read from the workers\' bindings, else kombu\'s \\x06\\x16]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l control-exchange -d 'Celery\'s `control_exchange`: workers answer on `<NAME>.pidbox` [env: DLQ_CONTROL_EXCHANGE] [default: celery]' -r
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l redis-wait-replicas -d 'Redis: after each group of pushes, `WAIT N` replicas before rows are marked' -r
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -s o -l output -d 'Output format [default: table]' -r -f -a "table\t''
+json\t''
+ndjson\t''
+csv\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l color -d 'When to use colour [default: auto; NO_COLOR is honoured]' -r -f -a "auto\t''
+always\t''
+never\t''"
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l audit-log -d 'Audit trail (NDJSON) appended by every replay and archive --delete [env: DLQ_AUDIT_LOG] [default: $XDG_STATE_HOME/dlq/audit.ndjson, else ~/.local/state/dlq/audit.ndjson]' -r -F
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l force -d 'Read a quorum queue even where that could push messages over its delivery limit'
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l read-only -d 'Look only: replay, archive and export are refused'
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l no-worker-check -d 'Send Celery tasks without asking the workers first: you accept that a worker discards a task it does not register'
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -s q -l quiet -d 'Print only data and errors'
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -s v -l verbose -d 'More diagnostics on stderr (repeat for more)'
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -l no-progress -d 'Never draw progress bars'
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -s h -l help -d 'Print help'
+complete -c dlq -n "__fish_dlq_using_subcommand browse" -s V -l version -d 'Print version'
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l config -d 'Config file [env: DLQ_CONFIG] [default: $XDG_CONFIG_HOME/dlq/config.toml]' -r -F
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l profile -d 'Named profile from the config file [env: DLQ_PROFILE]' -r
 complete -c dlq -n "__fish_dlq_using_subcommand completions" -l database-url -d 'Database holding the failed-task table: postgres://, mysql://, sqlite:// [env: DLQ_DATABASE_URL, DATABASE_URL]' -r
@@ -489,15 +527,16 @@ complete -c dlq -n "__fish_dlq_using_subcommand audit" -s v -l verbose -d 'More 
 complete -c dlq -n "__fish_dlq_using_subcommand audit" -l no-progress -d 'Never draw progress bars'
 complete -c dlq -n "__fish_dlq_using_subcommand audit" -s h -l help -d 'Print help'
 complete -c dlq -n "__fish_dlq_using_subcommand audit" -s V -l version -d 'Print version'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "list" -d 'Overview of every dead-letter source: counts, oldest, top reasons'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "inspect" -d 'Show individual dead letters (default --limit 20; --full shows everything)'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "filter" -d 'Evaluate a selection: group it, count it, or export its records (-o ndjson)'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "replay" -d 'Re-dispatch selected dead letters (table rows as Celery tasks, queue messages to where they died)'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "archive" -d 'Write selected dead letters to an NDJSON archive, optionally deleting them from the source'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "init" -d 'Create the failed-task table with the right columns and index'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "workers" -d 'The live Celery workers: the queues each consumes and the tasks each registers'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "check" -d 'Nagios-style check: OK / WARNING / CRITICAL / UNKNOWN from pending dead letters, the age of the oldest and how many arrived lately (exit 0 / 1 / 2 / 3)'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "metrics" -d 'Prometheus metrics of every dead-letter source: on stdout, in a textfile for node_exporter, or served on GET /metrics'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "completions" -d 'Print a shell completion script'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "audit" -d 'The audit trail: who replayed, restored or archived (--delete) what, when, and how it ended'
-complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics completions audit help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics browse completions audit help" -f -a "list" -d 'Overview of every dead-letter source: counts, oldest, top reasons'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics browse completions audit help" -f -a "inspect" -d 'Show individual dead letters (default --limit 20; --full shows everything)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics browse completions audit help" -f -a "filter" -d 'Evaluate a selection: group it, count it, or export its records (-o ndjson)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics browse completions audit help" -f -a "replay" -d 'Re-dispatch selected dead letters (table rows as Celery tasks, queue messages to where they died)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics browse completions audit help" -f -a "archive" -d 'Write selected dead letters to an NDJSON archive, optionally deleting them from the source'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics browse completions audit help" -f -a "init" -d 'Create the failed-task table with the right columns and index'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics browse completions audit help" -f -a "workers" -d 'The live Celery workers: the queues each consumes and the tasks each registers'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics browse completions audit help" -f -a "check" -d 'Nagios-style check: OK / WARNING / CRITICAL / UNKNOWN from pending dead letters, the age of the oldest and how many arrived lately (exit 0 / 1 / 2 / 3)'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics browse completions audit help" -f -a "metrics" -d 'Prometheus metrics of every dead-letter source: on stdout, in a textfile for node_exporter, or served on GET /metrics'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics browse completions audit help" -f -a "browse" -d 'The incident browser: sources, reason groups, records and one record\'s detail in the terminal, with replay, archive and export on what is marked'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics browse completions audit help" -f -a "completions" -d 'Print a shell completion script'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics browse completions audit help" -f -a "audit" -d 'The audit trail: who replayed, restored or archived (--delete) what, when, and how it ended'
+complete -c dlq -n "__fish_dlq_using_subcommand help; and not __fish_seen_subcommand_from list inspect filter replay archive init workers check metrics browse completions audit help" -f -a "help" -d 'Print this message or the help of the given subcommand(s)'

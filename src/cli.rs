@@ -53,6 +53,23 @@ Examples:
   dlq workers --full -o json
   dlq --broker-url redis://127.0.0.1:6379/0 workers";
 
+const BROWSE_HELP: &str = "\
+Keys:
+  j/k, arrows   move        Enter  open          Esc  back       q  quit
+  space         mark        /      pattern       :    selection (:motivo X, :task T,
+  r             re-read     s      sort groups        :since 2h, :where JQ, :clear)
+  R  replay     A  archive (deletes once written)     E  export to a file
+  w  (detail) write the record to a file              ?  help
+
+Replay and archive leave the screen for the same plan, confirmation, run and report as
+`dlq replay` / `dlq archive`, and leave the same audit record. dlq browse needs a terminal:
+it refuses to start when stdin or stdout is not one.
+
+Examples:
+  dlq browse
+  dlq browse --read-only --refresh 10s
+  dlq --profile prod browse -Q matriculas.dlq";
+
 const AUDIT_EXAMPLES: &str = "\
 Examples:
   dlq audit --since 24h
@@ -195,6 +212,10 @@ pub enum Command {
     /// node_exporter, or served on GET /metrics
     #[command(after_help = METRICS_HELP)]
     Metrics(MetricsArgs),
+    /// The incident browser: sources, reason groups, records and one record's detail in the
+    /// terminal, with replay, archive and export on what is marked
+    #[command(after_help = BROWSE_HELP)]
+    Browse(BrowseArgs),
     /// Print a shell completion script
     Completions(CompletionsArgs),
     /// The audit trail: who replayed, restored or archived (--delete) what, when, and how
@@ -455,6 +476,31 @@ pub struct ArchiveArgs {
     /// Remove archived dead letters from their source once the archive is on disk
     #[arg(long)]
     pub delete: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BrowseArgs {
+    /// Also list this queue (repeatable; works without the management API)
+    #[arg(short = 'Q', long = "queue", value_name = "NAME")]
+    pub queues: Vec<String>,
+    /// Extra message header holding the error text, used for motivo (repeatable)
+    #[arg(long, value_name = "NAME")]
+    pub motivo_header: Vec<String>,
+    /// Read a quorum queue even where that could push messages over its delivery limit
+    #[arg(long)]
+    pub force: bool,
+    /// Leave out discovered DLQs whose name matches this glob (`*`, `?`; repeatable)
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+    /// Re-read the sources screen every DURATION while it is shown (0 never; `r` re-reads
+    /// at once)
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub refresh: String,
+    /// Look only: replay, archive and export are refused
+    #[arg(long)]
+    pub read_only: bool,
+    #[command(flatten, next_help_heading = "Worker check")]
+    pub workers: WorkerCheckArgs,
 }
 
 #[derive(Debug, Args)]

@@ -16,6 +16,7 @@
 //! ```
 pub(crate) mod archive;
 pub(crate) mod audit;
+pub(crate) mod browse;
 pub(crate) mod bulk;
 pub(crate) mod celery;
 pub mod cli;

@@ -557,6 +557,16 @@ pub(crate) fn plain(v: &Value) -> String {
     }
 }
 
+/// "3d 4h" style age, for humans.
+pub(crate) fn age(t: chrono::DateTime<chrono::Utc>) -> String {
+    let d = chrono::Utc::now().signed_duration_since(t);
+    let mins = d.num_minutes().max(0);
+    match mins {
+        m if m < 60 => format!("{m}m ago"),
+        m if m < 60 * 48 => format!("{}h {}m ago", m / 60, m % 60),
+        m => format!("{}d {}h ago", m / (60 * 24), (m / 60) % 24),
+    }
+}
 pub(crate) fn short_time(t: &chrono::DateTime<chrono::Utc>) -> String {
     t.format("%Y-%m-%d %H:%M:%S").to_string()
 }

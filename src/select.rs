@@ -33,6 +33,9 @@ pub(crate) struct Selection {
     pub(crate) until: Option<DateTime<Utc>>,
     pub(crate) jq: Option<JqFilter>,
     pub(crate) ids: Vec<RecordId>,
+    /// The reason's fingerprint equals this (a group of `filter --group-by motivo` or of
+    /// the browser): decided here, never in SQL.
+    pub(crate) fingerprint: Option<String>,
     pub(crate) replayed: ReplayedFilter,
     pub(crate) limit: Option<u64>,
 }
@@ -54,7 +57,10 @@ impl Selection {
     /// True when every predicate can be decided by an exact SQL translation, so a
     /// source may push `LIMIT` down.
     pub(crate) fn exact_in_sql(&self) -> bool {
-        self.pattern.is_none() && self.jq.is_none() && !(self.ignore_case && self.motivo.is_some())
+        self.pattern.is_none()
+            && self.jq.is_none()
+            && self.fingerprint.is_none()
+            && !(self.ignore_case && self.motivo.is_some())
     }
 
     /// Whether a time-based bound exists (the record must have a timestamp).
@@ -104,6 +110,11 @@ impl Selection {
                 return false;
             }
         }
+        if let Some(fp) = &self.fingerprint
+            && crate::fingerprint::fingerprint(r.motivo.as_deref().unwrap_or("")) != *fp
+        {
+            return false;
+        }
         if self.has_time_bounds() {
             let Some(t) = r.created_at else {
                 return false;
@@ -135,6 +146,9 @@ impl Selection {
         }
         if let Some(p) = &self.pattern {
             parts.push(format!("matches /{}/", p.as_str()));
+        }
+        if let Some(fp) = &self.fingerprint {
+            parts.push(format!("reason group {fp:?}"));
         }
         if !self.tasks.is_empty() {
             parts.push(format!("task in [{}]", self.tasks.join(", ")));

@@ -76,6 +76,7 @@ pub(crate) fn selection(args: &SelectionArgs, now: DateTime<Utc>) -> Result<Sele
         until,
         jq,
         ids,
+        fingerprint: None,
         replayed,
         limit: args.limit,
     })

@@ -2,6 +2,7 @@
 
 pub(crate) mod archive;
 pub(crate) mod audit;
+pub(crate) mod browse;
 pub(crate) mod check;
 pub(crate) mod completions;
 pub(crate) mod filter;
@@ -31,6 +32,7 @@ async fn run_command(cli: Cli) -> Result<Exit> {
     if let Command::Completions(a) = &cli.command {
         return completions::run(a.shell);
     }
+    let profile = cli.global.profile.clone();
     let settings = match Settings::from_env(&cli.global) {
         Ok(s) => s,
         // A monitoring system reads exit codes as Nagios states: never CRITICAL for a typo.
@@ -54,6 +56,7 @@ async fn run_command(cli: Cli) -> Result<Exit> {
         Command::Check(a) => check::run(s, p, check::lower(a)).await,
         Command::Metrics(a) => metrics::run(s, p, metrics::lower(a)).await,
         Command::Audit(a) => audit::run(s, p, audit::lower(a, now)?).await,
+        Command::Browse(a) => browse::run(s, p, browse::lower(s, a, profile)?).await,
         Command::Completions(_) => unreachable!("handled above"),
     }
 }

@@ -2,7 +2,7 @@
 //! only, one family after another, label values escaped.
 
 use super::SourceFigures;
-use crate::commands::list::top_reasons;
+use crate::source::overview::top_reasons;
 use chrono::{DateTime, Utc};
 use std::fmt::Write as _;
 

@@ -123,8 +123,29 @@ impl RecordWriter {
 
     /// `--full`: every field, payload pretty-printed, reason in full.
     fn write_full(&mut self, r: &DeadLetter) -> io::Result<()> {
-        let p = &self.printer;
+        let t = self.printer.full_table(r, None);
+        // Key and value: no header to stack by; comfy-table wraps the value.
+        writeln!(self.out, "{t}")
+    }
+
+    /// Ends the output (closing the JSON array) and returns how many records were written.
+    pub(crate) fn finish(mut self) -> io::Result<u64> {
+        if self.printer.format == OutputFormat::Table {
+            self.flush_block()?;
+        }
+        end_stream(&mut self.out, self.printer.format, self.count)
+    }
+}
+
+impl Printer {
+    /// One record as `inspect --full` shows it (the browser's detail view too), `width`
+    /// columns wide when given.
+    pub(crate) fn full_table(&self, r: &DeadLetter, width: Option<u16>) -> Table {
+        let p = self;
         let mut t = p.new_table();
+        if let Some(w) = width {
+            t.set_width(w);
+        }
         let key = |k: &str| {
             if p.color {
                 Cell::new(k).fg(Color::Cyan)
@@ -182,16 +203,7 @@ impl RecordWriter {
         if let Some(d) = &r.death {
             t.add_row(vec![key("death"), Cell::new(death_text(d))]);
         }
-        // Key and value: no header to stack by; comfy-table wraps the value.
-        writeln!(self.out, "{t}")
-    }
-
-    /// Ends the output (closing the JSON array) and returns how many records were written.
-    pub(crate) fn finish(mut self) -> io::Result<u64> {
-        if self.printer.format == OutputFormat::Table {
-            self.flush_block()?;
-        }
-        end_stream(&mut self.out, self.printer.format, self.count)
+        t
     }
 }
 

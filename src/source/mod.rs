@@ -1,5 +1,6 @@
 //! Where dead letters live: the failed-task table and RabbitMQ queues.
 pub(crate) mod framework;
+pub(crate) mod overview;
 pub(crate) mod queue;
 pub(crate) mod summary;
 pub(crate) mod table;

@@ -1,11 +1,12 @@
 //! Integration tests: the real binary against real PostgreSQL, MariaDB, SQLite and RabbitMQ.
 mod support;
 // The harness, at the root as before: `crate::common::Dlq`, `crate::broker::Broker` ...
-use support::{broker, celery_worker, common, target};
+use support::{broker, celery_worker, common, target, tmux};
 
 mod audit;
 mod bad_input;
 mod bench_smoke;
+mod browse;
 mod disruptive;
 mod dramatiq;
 mod faults;

@@ -2,89 +2,10 @@
 //! tables sized to the terminal, a progress bar on stderr.
 
 use crate::broker::Broker;
-use crate::common::{Dialect, TestDb, row, unique};
+use crate::common::{Dialect, TestDb, row};
+use crate::tmux::Term;
 use lapin::BasicProperties;
-use std::process::Command;
-use std::time::{Duration, Instant};
-
-/// One command running in its own tmux server (its own socket, so tests run in parallel),
-/// in a window `cols` wide. The window stays after the command ends, so its screen can be read.
-struct Term {
-    socket: String,
-}
-
-impl Term {
-    fn start(cols: u16, env: &[(&str, &str)], args: &[&str]) -> Term {
-        let socket = unique("dlq-term");
-        let state = std::env::temp_dir().join("dlq-tests-state");
-        let config = std::env::temp_dir().join("dlq-tests-no-config");
-        // A clean environment, as a terminal would give it: no COLUMNS (the terminal's width
-        // must be found), no inherited URLs but the broker generation's under test.
-        let mut line = vec![
-            "env".to_string(),
-            "-i".into(),
-            format!("PATH={}", std::env::var("PATH").unwrap_or_default()),
-            "TERM=xterm-256color".into(),
-            format!("XDG_STATE_HOME={}", state.display()),
-            format!("XDG_CONFIG_HOME={}", config.display()),
-        ];
-        let target = crate::target::dlq_env();
-        line.extend(target.iter().map(|(k, v)| format!("{k}={v}")));
-        line.extend(env.iter().map(|(k, v)| format!("{k}={v}")));
-        line.push(env!("CARGO_BIN_EXE_dlq").into());
-        line.extend(args.iter().map(|a| a.to_string()));
-        let script = format!(
-            "{}; echo \"[dlq exited $?]\"; sleep 600",
-            line.iter().map(|a| quote(a)).collect::<Vec<_>>().join(" ")
-        );
-        let status = Command::new("tmux")
-            .args(["-L", &socket, "-f", "/dev/null", "new-session", "-d"])
-            .args(["-x", &cols.to_string(), "-y", "50", "sh", "-c", &script])
-            .status()
-            .expect("tmux runs (bash .ci/run installs it)");
-        assert!(status.success(), "tmux new-session failed");
-        Term { socket }
-    }
-
-    /// The whole screen and history, wrapped lines joined (so a line wider than the
-    /// terminal shows as one long line).
-    fn screen(&self) -> String {
-        let out = Command::new("tmux")
-            .args(["-L", &self.socket, "capture-pane", "-p", "-J", "-S", "-"])
-            .output()
-            .expect("tmux capture-pane");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Waits until the screen satisfies `done`; panics with the screen after `limit`.
-    fn wait_for(&self, limit: Duration, done: impl Fn(&str) -> bool) -> String {
-        let start = Instant::now();
-        loop {
-            let s = self.screen();
-            if done(&s) {
-                return s;
-            }
-            assert!(start.elapsed() < limit, "timed out; screen:\n{s}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn wait_exit(&self) -> String {
-        self.wait_for(Duration::from_secs(60), |s| s.contains("[dlq exited "))
-    }
-}
-
-impl Drop for Term {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["-L", &self.socket, "kill-server"])
-            .status();
-    }
-}
-
-fn quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', r"'\''"))
-}
+use std::time::Duration;
 
 /// The command `args` ended well, no line of its screen is wider than `cols`, and each of
 /// `wants` stands whole among the screen's words (split at spaces and table borders).

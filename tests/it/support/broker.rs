@@ -215,6 +215,17 @@ impl Broker {
 
     /// Many messages, pipelined, then one wait for all confirms.
     pub async fn publish_many(&self, queue: &str, bodies: impl Iterator<Item = Vec<u8>>) {
+        self.publish_many_as(queue, bodies, BasicProperties::default())
+            .await
+    }
+
+    /// `publish_many` with these properties (persistent) on every message.
+    pub async fn publish_many_as(
+        &self,
+        queue: &str,
+        bodies: impl Iterator<Item = Vec<u8>>,
+        props: BasicProperties,
+    ) {
         let mut pending = Vec::new();
         for b in bodies {
             pending.push(
@@ -224,7 +235,7 @@ impl Broker {
                         queue.into(),
                         BasicPublishOptions::default(),
                         &b,
-                        BasicProperties::default().with_delivery_mode(2),
+                        props.clone().with_delivery_mode(2),
                     )
                     .await
                     .unwrap(),

@@ -7,3 +7,4 @@ pub mod celery_worker;
 pub mod common;
 pub mod node;
 pub mod target;
+pub mod tmux;

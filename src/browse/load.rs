@@ -1,0 +1,169 @@
+//! What the browser reads: the sources overview, a source's reason groups and a page of
+//! records. Every read is a reading command's read (a queue is read and given back, never
+//! changed), and each one ends with the messages back in their queue before the screen
+//! shows it, so an action started from that screen finds them.
+
+use crate::endpoints::Endpoints;
+use crate::fingerprint;
+use crate::model::DeadLetter;
+use crate::output::Printer;
+use crate::select::{Selected, Selection};
+use crate::source::overview::{Overview, OverviewOptions};
+use crate::source::queue::Parts;
+use crate::source::{self, SourceChoice};
+use anyhow::Result;
+use chrono::{DateTime, Utc};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+
+/// Messages read at most for a source's groups: a million-message DLQ is grouped by its head.
+pub(super) const GROUP_READ: u64 = 20_000;
+/// Records read per page; the next page is read when the cursor reaches the end.
+pub(super) const PAGE: u64 = 200;
+
+/// A source as the browser names it and reads it.
+#[derive(Debug, Clone)]
+pub(super) struct SourceRef {
+    /// `table` or `queue`.
+    pub(super) kind: &'static str,
+    pub(super) label: String,
+    pub(super) choice: SourceChoice,
+}
+
+pub(super) enum Kind {
+    Sources,
+    Groups(SourceRef),
+    Records {
+        source: SourceRef,
+        selection: Box<Selection>,
+        want: u64,
+    },
+}
+
+pub(super) enum Loaded {
+    Sources(Result<Overview>),
+    Groups(Result<Groups>),
+    Records(Result<Page>),
+}
+
+pub(super) type Pending<'a> = Pin<Box<dyn Future<Output = Loaded> + 'a>>;
+
+/// One reason group; `fingerprint` `None` is the whole source.
+#[derive(Debug, Clone)]
+pub(super) struct GroupRow {
+    pub(super) fingerprint: Option<String>,
+    pub(super) count: u64,
+    pub(super) oldest: Option<DateTime<Utc>>,
+    pub(super) newest: Option<DateTime<Utc>>,
+    pub(super) example: String,
+}
+
+pub(super) struct Groups {
+    pub(super) rows: Vec<GroupRow>,
+    /// Read fewer than the source holds (`GROUP_READ`).
+    pub(super) capped: bool,
+}
+
+pub(super) struct Page {
+    pub(super) rows: Vec<DeadLetter>,
+    pub(super) more: bool,
+}
+
+pub(super) fn start<'a>(
+    endpoints: &'a Endpoints,
+    printer: &'a Printer,
+    overview: &'a OverviewOptions,
+    kind: Kind,
+) -> Pending<'a> {
+    match kind {
+        Kind::Sources => {
+            Box::pin(
+                async move { Loaded::Sources(source::overview::gather(endpoints, overview).await) },
+            )
+        }
+        Kind::Groups(src) => {
+            Box::pin(async move { Loaded::Groups(groups(endpoints, printer, &src.choice).await) })
+        }
+        Kind::Records {
+            source,
+            selection,
+            want,
+        } => Box::pin(async move {
+            Loaded::Records(page(endpoints, printer, &source.choice, *selection, want).await)
+        }),
+    }
+}
+
+/// The source's pending dead letters by reason fingerprint, largest group first, after one
+/// row for them all.
+async fn groups(endpoints: &Endpoints, printer: &Printer, choice: &SourceChoice) -> Result<Groups> {
+    let sel = Selection {
+        limit: Some(GROUP_READ),
+        ..Default::default()
+    };
+    let parts = Parts::for_selection(&sel);
+    let rx = source::open_stream(endpoints, printer, choice, &sel, parts).await?;
+    let mut selected = Selected::new(rx, &sel);
+    let mut all = GroupRow {
+        fingerprint: None,
+        count: 0,
+        oldest: None,
+        newest: None,
+        example: String::new(),
+    };
+    let mut by: HashMap<String, GroupRow> = HashMap::new();
+    while let Some(rec) = selected.next().await {
+        let rec = rec?;
+        let motivo = rec.motivo.as_deref().unwrap_or("");
+        let fp = fingerprint::fingerprint(motivo);
+        let g = by.entry(fp.clone()).or_insert_with(|| GroupRow {
+            fingerprint: Some(fp),
+            count: 0,
+            oldest: None,
+            newest: None,
+            example: fingerprint::headline(motivo).to_string(),
+        });
+        for g in [g, &mut all] {
+            g.count += 1;
+            if let Some(t) = rec.created_at {
+                g.oldest = Some(g.oldest.map_or(t, |o| o.min(t)));
+                g.newest = Some(g.newest.map_or(t, |o| o.max(t)));
+            }
+        }
+    }
+    let capped = selected.has_more().await;
+    drop(selected);
+    source::settle().await;
+    all.example = format!("all reasons ({} groups)", by.len());
+    let mut rows: Vec<GroupRow> = by.into_values().collect();
+    rows.sort_by(|a, b| {
+        b.count
+            .cmp(&a.count)
+            .then(a.fingerprint.cmp(&b.fingerprint))
+    });
+    rows.insert(0, all);
+    Ok(Groups { rows, capped })
+}
+
+/// The first `want` records of a selection (`want` grows a page at a time), and whether
+/// more match.
+async fn page(
+    endpoints: &Endpoints,
+    printer: &Printer,
+    choice: &SourceChoice,
+    mut selection: Selection,
+    want: u64,
+) -> Result<Page> {
+    selection.limit = Some(want);
+    let rx = source::open_stream(endpoints, printer, choice, &selection, Parts::ALL).await?;
+    let mut selected = Selected::new(rx, &selection);
+    let mut rows = Vec::new();
+    while let Some(rec) = selected.next().await {
+        rows.push(rec?);
+    }
+    let more = selected.has_more().await;
+    drop(selected);
+    source::settle().await;
+    Ok(Page { rows, more })
+}
