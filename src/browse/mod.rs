@@ -24,7 +24,6 @@ use crate::select::Selection;
 use crate::source::QueueOptions;
 use crate::source::overview::OverviewOptions;
 use anyhow::Result;
-use futures_util::StreamExt;
 use state::{App, Step};
 use std::time::Duration;
 
@@ -75,13 +74,13 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, req: Request) 
 /// Keys, the load in flight and the refresh tick in one select: a load never freezes the
 /// keys (Esc cancels it), and the screen is drawn after each of them.
 async fn event_loop(app: &mut App<'_>, screen: &mut term::Screen) -> Result<()> {
-    let mut events = crossterm::event::EventStream::new();
+    let mut input = term::Input::start();
     let mut load = app.start(load::Kind::Sources);
     let mut tick = tokio::time::interval(Duration::from_millis(500));
     loop {
         screen.draw(|f| view::draw(f, app))?;
         let step = tokio::select! {
-            ev = events.next() => match ev {
+            ev = input.next() => match ev {
                 Some(Ok(ev)) => app.on_event(ev, load.is_some()),
                 Some(Err(e)) => return Err(e.into()),
                 None => Step::Quit,
@@ -104,13 +103,13 @@ async fn event_loop(app: &mut App<'_>, screen: &mut term::Screen) -> Result<()> 
             Step::Act(job) => {
                 // A read in flight would hold messages the action must find.
                 drop(load.take());
-                // The event stream reads the terminal: it must not take the prompt's keys.
-                drop(events);
+                // Nothing may read the terminal while the action's prompt does.
+                input.pause();
                 screen.suspend()?;
                 act::run(app.endpoints, app.printer, app.req, &job).await;
                 crate::source::settle().await;
                 screen.resume()?;
-                events = crossterm::event::EventStream::new();
+                input.resume();
                 load = app.after_action(&job);
             }
         }

@@ -78,3 +78,62 @@ fn install_panic_restore() {
         }));
     });
 }
+
+/// The keys, read on a thread of their own and handed to the loop: one reader for the whole
+/// session that can be paused, so nothing reads the terminal while an action's prompt does.
+/// (crossterm's own event stream, dropped and made again around each action, sometimes left
+/// the keys typed after it unread.)
+pub(super) struct Input {
+    rx: tokio::sync::mpsc::UnboundedReceiver<std::io::Result<crossterm::event::Event>>,
+    active: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// Held by the reader for each short poll: taking it proves the reader is not reading.
+    turn: std::sync::Arc<std::sync::Mutex<()>>,
+}
+
+impl Input {
+    pub(super) fn start() -> Input {
+        use std::sync::atomic::Ordering;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let active = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let turn = std::sync::Arc::new(std::sync::Mutex::new(()));
+        let (a, t) = (active.clone(), turn.clone());
+        std::thread::spawn(move || {
+            while !tx.is_closed() {
+                if !a.load(Ordering::SeqCst) {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                    continue;
+                }
+                let _turn = t.lock().unwrap_or_else(|e| e.into_inner());
+                if !a.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let read = match crossterm::event::poll(std::time::Duration::from_millis(50)) {
+                    Ok(true) => crossterm::event::read(),
+                    Ok(false) => continue,
+                    Err(e) => Err(e),
+                };
+                if tx.send(read).is_err() {
+                    return;
+                }
+            }
+        });
+        Input { rx, active, turn }
+    }
+
+    pub(super) async fn next(&mut self) -> Option<std::io::Result<crossterm::event::Event>> {
+        self.rx.recv().await
+    }
+
+    /// Returns once the reader has stopped reading the terminal.
+    pub(super) fn pause(&mut self) {
+        self.active
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        drop(self.turn.lock().unwrap_or_else(|e| e.into_inner()));
+        // Keys read before the pause belong to the screen that is going away.
+        while self.rx.try_recv().is_ok() {}
+    }
+
+    pub(super) fn resume(&mut self) {
+        self.active.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}

@@ -55,18 +55,48 @@ impl Term {
     /// The whole screen and history, wrapped lines joined (so a line wider than the
     /// terminal shows as one long line).
     pub(crate) fn screen(&self) -> String {
+        self.capture(&["-J", "-S", "-"])
+    }
+
+    /// The visible screen only, wrapped lines joined.
+    pub(crate) fn visible(&self) -> String {
+        self.capture(&["-J"])
+    }
+
+    /// What is on the screen now (no history), with its colour and style escapes.
+    pub(crate) fn screen_escaped(&self) -> String {
+        self.capture(&["-e"])
+    }
+
+    fn capture(&self, flags: &[&str]) -> String {
         let out = Command::new("tmux")
-            .args(["-L", &self.socket, "capture-pane", "-p", "-J", "-S", "-"])
+            .args(["-L", &self.socket, "capture-pane", "-p"])
+            .args(flags)
             .output()
             .expect("tmux capture-pane");
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// Waits until the screen satisfies `done`; panics with the screen after `limit`.
+    /// Waits until the screen (with its history) satisfies `done`; panics with the screen
+    /// after `limit`.
     pub(crate) fn wait_for(&self, limit: Duration, done: impl Fn(&str) -> bool) -> String {
+        self.wait_until(limit, Term::screen, done)
+    }
+
+    /// Waits until the visible screen satisfies `done`; panics with it after `limit`.
+    pub(crate) fn wait_visible(&self, limit: Duration, done: impl Fn(&str) -> bool) -> String {
+        self.wait_until(limit, Term::visible, done)
+    }
+
+    fn wait_until(
+        &self,
+        limit: Duration,
+        read: fn(&Term) -> String,
+        done: impl Fn(&str) -> bool,
+    ) -> String {
         let start = Instant::now();
         loop {
-            let s = self.screen();
+            let s = read(self);
             if done(&s) {
                 return s;
             }
@@ -82,37 +112,6 @@ impl Term {
     /// The tmux server's socket name (`tmux -L`), for commands the harness has no method for.
     pub(crate) fn socket(&self) -> &str {
         &self.socket
-    }
-
-    /// The visible screen only, wrapped lines joined.
-    pub(crate) fn visible(&self) -> String {
-        let out = Command::new("tmux")
-            .args(["-L", &self.socket, "capture-pane", "-p", "-J"])
-            .output()
-            .expect("tmux capture-pane");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// Waits until the visible screen satisfies `done`; panics with the screen after `limit`.
-    pub(crate) fn wait_visible(&self, limit: Duration, done: impl Fn(&str) -> bool) -> String {
-        let start = Instant::now();
-        loop {
-            let s = self.visible();
-            if done(&s) {
-                return s;
-            }
-            assert!(start.elapsed() < limit, "timed out; screen:\n{s}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// What is on the screen now (no history), with its colour and style escapes.
-    pub(crate) fn screen_escaped(&self) -> String {
-        let out = Command::new("tmux")
-            .args(["-L", &self.socket, "capture-pane", "-p", "-e"])
-            .output()
-            .expect("tmux capture-pane");
-        String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
     /// Types `keys` (tmux key names: `Enter`, `Escape`, `C-c`, or literal text with `-l`).
