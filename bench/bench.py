@@ -33,6 +33,7 @@ import json
 import multiprocessing
 import os
 import platform
+from shlex import quote as shlex_quote
 import shutil
 import socket
 import statistics
@@ -84,6 +85,9 @@ FULL = {
     "redis_rows": 10_000,
     "redis_windows": [64, 256],
     "redis_repeats": 3,
+    # dlq browse on a terminal (tmux): the first records screen of a big DLQ.
+    "browse_msgs": 100_000,
+    "browse_repeats": 3,
     "timeout": 3600,
 }
 SMOKE = {
@@ -102,9 +106,11 @@ SMOKE = {
     "redis_rows": 200,
     "redis_windows": [16],
     "redis_repeats": 1,
+    "browse_msgs": 2_000,
+    "browse_repeats": 1,
     "timeout": 120,
 }
-SCENARIOS = ["table_replay", "scan", "queue_replay", "queue_scan", "list", "table_replay_redis"]
+SCENARIOS = ["table_replay", "scan", "queue_replay", "queue_scan", "list", "table_replay_redis", "browse"]
 
 # The selective replay picks the 10% of dead letters whose error is a KeyError.
 SELECTIVE_MOTIVO = "KeyError"
@@ -1182,6 +1188,63 @@ class Bench:
                    if p.rc == 0 else failure(p))
         return m
 
+    # -- scenario 5: dlq browse ----------------------------------------------------------------
+
+    def browse(self) -> None:
+        n = self.cfg["browse_msgs"]
+        log(f"\n== 5. dlq browse on a {n:,}-message DLQ (tmux): Enter on a group to its first records screen")
+        if not shutil.which("tmux"):
+            self.res.skip("browse", f"dlq browse over {n:,} messages", "tmux is not installed")
+            return
+        b = self.broker
+        main, _, dlq = b.declare_dead_letter_topology(f"{self.prefix}.browse")
+        secs = fill_dlq(b, main, dlq, n, timeout=max(120, n / 500))
+        log(f"  filled {dlq} with {n:,} dead letters in {secs:.1f}s")
+        for r in range(self.cfg["browse_repeats"]):
+            m = Measurement("browse", f"{n} messages", "dlq browse: first records screen", n, repeat=r)
+            self.browse_run(m, dlq, n)
+            self.res.add(m)
+        b.purge(dlq)
+
+    def browse_run(self, m: Measurement, dlq: str, n: int) -> None:
+        """Drives dlq browse in a tmux server of its own: sources, Enter (groups), Enter (records);
+        times the last step, which reads one page of the queue's head, and checks the queue after."""
+        sock = f"dlq-bench-browse-{os.getpid()}"
+        env = " ".join(f"{k}={shlex_quote(v)}" for k, v in self.dlq.env.items()
+                       if k in ("PATH", "XDG_CONFIG_HOME", "NO_COLOR", "DLQ_MANAGEMENT_URL"))
+        cmd = (f"env -i TERM=xterm-256color {env} {shlex_quote(self.dlq.binary)} "
+               f"{' '.join(shlex_quote(a) for a in self.amqp_args())} browse -Q {shlex_quote(dlq)}; sleep 60")
+        tmux = ["tmux", "-L", sock, "-f", "/dev/null"]
+
+        def screen() -> str:
+            return subprocess.run([*tmux, "capture-pane", "-p"], capture_output=True, text=True).stdout
+
+        def until(text: str, limit: float) -> float | None:
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < limit:
+                if text in screen():
+                    return time.perf_counter() - t0
+                time.sleep(0.01)
+            return None
+
+        subprocess.run([*tmux, "new-session", "-d", "-x", "160", "-y", "40", "bash", "-c", cmd], check=True)
+        try:
+            first = until(" sources · read", 60)
+            subprocess.run([*tmux, "send-keys", "Enter"], check=True)
+            groups = until("all reasons", 120)
+            subprocess.run([*tmux, "send-keys", "Enter"], check=True)
+            records = until("first 200 records", 60)
+            subprocess.run([*tmux, "send-keys", "q"], check=True)
+            time.sleep(0.5)
+        finally:
+            subprocess.run([*tmux, "kill-server"], capture_output=True)
+        left = self.broker.wait_depth(dlq, n, timeout=30)
+        m.ok = None not in (first, groups, records) and left == n
+        m.timed_s = m.wall_s = records
+        secs = lambda t: "never" if t is None else f"{t:.3f}s"  # noqa: E731
+        m.check = (f"sources screen after {secs(first)}, groups (first 20,000) after {secs(groups)}, "
+                   f"first records screen after {secs(records)}; DLQ still holds {left}/{n}")
+
     # -- scenario 4: list ----------------------------------------------------------------------
 
     def list_dlqs(self, feats: dict[str, Any]) -> None:
@@ -1367,6 +1430,12 @@ class Bench:
                 targets.append({"target": f"queue_scan {self.cfg['queue_scan_msgs']} messages: {what}",
                                 "measured": None, "unit": unit, "goal": goal, "met": False,
                                 "best": "dlq filter -Q not available yet"})
+        for s in summary:
+            if s["scenario"] == "browse" and s["role"] == "dlq":
+                v = s["median_s"] * 1000 if s["median_s"] else None
+                targets.append({"target": f"dlq browse {s['case']}: first records screen <= 1000 ms",
+                                "measured": v, "unit": "ms", "goal": 1000.0,
+                                "met": v is not None and v <= 1000})
         lists = [s for s in summary if s["scenario"] == "list" and s["role"] == "dlq"]
         for s in lists:
             v = s["median_s"] * 1000 if s["median_s"] else None
@@ -1455,6 +1524,8 @@ class Bench:
                 steps.append(("list", lambda: self.list_dlqs(feats)))
             if "table_replay_redis" in self.only:
                 steps.append(("table_replay_redis", self.table_replay_redis))
+            if "browse" in self.only:
+                steps.append(("browse", self.browse))
             for name, step in steps:
                 try:
                     step()

@@ -363,38 +363,8 @@ async fn still_queued(
         let Some(q) = checked.iter().find(|c| c.name == queue) else {
             continue;
         };
-        let Some(depth) = rabbit::passive_declare(conn, &queue).await? else {
-            continue;
-        };
-        let mut wanted: std::collections::HashMap<String, u64> = Default::default();
-        for k in keys {
-            *wanted.entry(k).or_default() += 1;
-        }
-        let mut now = q.clone();
-        now.depth = depth;
-        let spec = ReadSpec::for_checked(&now, None);
-        let (tx, mut rx) = tokio::sync::mpsc::channel(256);
-        let make = |_: &str, _: &str, _: &str, p: &lapin::BasicProperties, b: &[u8]| {
-            record::content_key(p, b)
-        };
-        let read = async {
-            let r = rabbit::reader::read_queue(conn, &spec, &make, &tx).await;
-            drop(tx);
-            r
-        };
-        let count = async {
-            let mut found = 0u64;
-            while let Some(Ok(key)) = rx.recv().await {
-                if let Some(n) = wanted.get_mut(&key).filter(|n| **n > 0) {
-                    *n -= 1;
-                    found += 1;
-                }
-            }
-            found
-        };
-        let (r, found) = tokio::join!(read, count);
-        r?;
-        still += found;
+        let found = rabbit::reader::find_in_queue(conn, q, keys, record::content_key).await?;
+        still += found.len() as u64;
     }
     Ok(still)
 }

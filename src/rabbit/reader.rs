@@ -172,6 +172,46 @@ impl ReadReport {
 /// the caller wants: a full record, or just what a `list` sample needs.
 pub(crate) type Make<T> = dyn Fn(&str, &str, &str, &BasicProperties, &[u8]) -> T + Send + Sync;
 
+/// Which of `keys` are in the queue now (each as often as listed), by `key_of` over each
+/// message: a non-destructive read of the whole queue, by the same rules as `inspect`.
+pub(crate) async fn find_in_queue(
+    conn: &Connection,
+    q: &Checked,
+    keys: Vec<String>,
+    key_of: fn(&lapin::BasicProperties, &[u8]) -> String,
+) -> Result<Vec<String>> {
+    let Some(depth) = super::passive_declare(conn, &q.name).await? else {
+        return Ok(Vec::new());
+    };
+    let mut wanted: std::collections::HashMap<String, u64> = Default::default();
+    for k in keys {
+        *wanted.entry(k).or_default() += 1;
+    }
+    let mut now = q.clone();
+    now.depth = depth;
+    let spec = ReadSpec::for_checked(&now, None);
+    let (tx, mut rx) = mpsc::channel(256);
+    let make = move |_: &str, _: &str, _: &str, p: &lapin::BasicProperties, b: &[u8]| key_of(p, b);
+    let read = async {
+        let r = read_queue(conn, &spec, &make, &tx).await;
+        drop(tx);
+        r
+    };
+    let found = async {
+        let mut found = Vec::new();
+        while let Some(Ok(key)) = rx.recv().await {
+            if let Some(n) = wanted.get_mut(&key).filter(|n| **n > 0) {
+                *n -= 1;
+                found.push(key);
+            }
+        }
+        found
+    };
+    let (r, found) = tokio::join!(read, found);
+    r?;
+    Ok(found)
+}
+
 /// Reads one queue, sending `make`'s result per message to `tx`, and gives everything back.
 pub(crate) async fn read_queue<T: Send>(
     conn: &Connection,

@@ -159,6 +159,12 @@ pub(crate) fn content_id(stored: &BasicProperties, body: &[u8]) -> String {
     format!("h:{}", hex::encode(&digest[..8]))
 }
 
+/// A delivered message's record id alone: what `from_delivery` puts in `id`.
+pub(crate) fn record_id(props: &BasicProperties, body: &[u8]) -> String {
+    let facts = framework::recognise(props.headers().as_ref(), body);
+    record_id_with(&stored_properties(props), body, facts.as_ref())
+}
+
 /// The stable id (see the module docs): the message id, else the framework's own id, else a
 /// hash of the content.
 fn record_id_with(stored: &BasicProperties, body: &[u8], facts: Option<&Facts>) -> String {

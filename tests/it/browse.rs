@@ -372,3 +372,28 @@ async fn fits_small_and_large_terminals_and_respects_no_color() {
         t.wait_exit();
     }
 }
+
+/// A source that goes away under the screen: the error shows on the status line, naming
+/// what is missing, the screen stays where it was, and the browser still quits cleanly.
+#[tokio::test]
+async fn a_source_that_goes_away_shows_as_an_error_and_keeps_the_screen() {
+    let (b, _state, env) = expired_into_dlq("browse_gone", 10).await;
+    let t = start(160, 30, &env, &["browse", "-Q", "b.dlq"]);
+    t.wait_visible(WAIT, |s| s.contains(" sources · read"));
+    t.keys(&["Enter"]);
+    t.wait_visible(WAIT, |s| s.contains("all reasons"));
+    b.ch.queue_delete("b.dlq".into(), Default::default())
+        .await
+        .unwrap();
+    t.keys(&["r"]);
+    let s = t.wait_visible(WAIT, |s| s.contains("error: "));
+    assert!(s.contains(r#"queue "b.dlq" does not exist"#), "{s}");
+    assert!(
+        s.contains("all reasons (1 groups)"),
+        "the screen stays: {s}"
+    );
+    assert!(!s.contains("guest:guest"), "{s}");
+    t.keys(&["q"]);
+    assert!(t.wait_exit().contains("[dlq exited 0]"));
+    b.delete().await;
+}

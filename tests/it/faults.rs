@@ -6,7 +6,7 @@ use crate::common::*;
 use lapin::BasicProperties;
 use lapin::options::BasicPublishOptions;
 use lapin::types::FieldTable;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -847,4 +847,69 @@ async fn a_derived_management_url_is_checked_against_the_amqp_port() {
     );
     assert_eq!(named.ndjson().len(), 3);
     b.delete().await;
+}
+
+/// #31.6: after a lost connection the report says what happened to each message. Every id
+/// in both places is named: either "outcome unknown" (published, the confirm lost) or "its
+/// acknowledgement was lost with the connection" (found still in the DLQ by reading it
+/// again); every id named as in both places is; and "replayed" counts exactly the messages
+/// that are in their destination only. Two runs, at two paces, cut mid-way.
+#[tokio::test]
+async fn after_a_lost_connection_the_report_names_every_message_in_both_places() {
+    for rate in ["300", "800"] {
+        let b = Broker::new("fault-named").await;
+        let n = 6000;
+        fill(&b, n).await;
+        let args = [
+            "replay", "-Q", DLQ, "--yes", "-o", "json", "--window", "64", "--rate", rate,
+        ];
+        let child = crate::common::dlq_command()
+            .env(
+                "XDG_CONFIG_HOME",
+                std::env::temp_dir().join("dlq-tests-no-config"),
+            )
+            .env("DLQ_AMQP_URL", b.amqp_url())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        wait_moved(&b, 300).await;
+        crate::table_faults::close_broker_connection(pid).await;
+        let out = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{stderr}");
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let report: serde_json::Value =
+            serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+        let named = |what: &str| -> BTreeSet<String> {
+            let failed = report["failed"].as_array().unwrap();
+            failed
+                .iter()
+                .filter(|f| f["reason"].as_str().unwrap().contains(what))
+                .map(|f| f["id"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let (lost_ack, unknown) = (named("in both places"), named("outcome unknown"));
+        let (dlq, dest) = (ids_in(&b, DLQ).await, ids_in(&b, MAIN).await);
+        let both: BTreeSet<String> = dlq
+            .keys()
+            .filter(|k| dest.contains_key(*k))
+            .cloned()
+            .collect();
+        assert!(
+            lost_ack.is_subset(&both),
+            "named {lost_ack:?}, in both {both:?}"
+        );
+        let explained: BTreeSet<String> = lost_ack.union(&unknown).cloned().collect();
+        assert!(
+            both.is_subset(&explained),
+            "in both {both:?}, named {explained:?}"
+        );
+        let dest_only = dest.keys().filter(|k| !dlq.contains_key(*k)).count();
+        assert_eq!(report["succeeded"], dest_only, "{stderr}");
+        check_conserved(&b, n, WINDOW).await;
+        b.delete().await;
+    }
 }

@@ -33,11 +33,13 @@ use crate::audit::{Audit, Subject};
 use crate::celery::dispatch::Dispatcher;
 use crate::endpoints::Endpoints;
 use crate::error::{Exit, usage};
+use crate::model::RecordId;
 use crate::output::Printer;
 use crate::rabbit::take::Taker;
 use crate::rabbit::topology::QueueKind;
 use crate::rabbit::{self, Checked};
 use crate::replay::follow::{Follow, Watch};
+use crate::report::Report;
 use crate::source::queue::{self as record, RecordOptions};
 use anyhow::Result;
 use mover::Ended;
@@ -224,6 +226,9 @@ impl<'a> Session<'a> {
         ended.signals.abort();
         passed?;
         let mut report = ended.report;
+        if !self.conn.status().connected() && !ended.recent.is_empty() {
+            self.lost_acks(&ended.recent, &mut report).await;
+        }
         if let (Some(f), Some(moved)) = (&self.watch, ended.followed) {
             f.follow_through(
                 self.printer,
@@ -252,6 +257,50 @@ impl<'a> Session<'a> {
             warn_unfinished(printer, ended.window_bound);
         }
         Ok(report.exit())
+    }
+}
+
+impl Session<'_> {
+    /// After a lost connection: the messages counted as moved whose acknowledgement went
+    /// with the connection are still in their DLQ as well. Read on a new connection (as
+    /// `inspect` reads), they are named and no longer counted as replayed.
+    async fn lost_acks(
+        &self,
+        recent: &std::collections::VecDeque<(usize, RecordId)>,
+        report: &mut Report,
+    ) {
+        let found = async {
+            let conn = rabbit::connect(&self.endpoints.rabbit).await?;
+            let mut found = Vec::new();
+            for (qi, q) in self.checked.iter().enumerate() {
+                let ids: Vec<String> = recent
+                    .iter()
+                    .filter(|(i, _)| *i == qi)
+                    .map(|(_, id)| id.to_string())
+                    .collect();
+                if !ids.is_empty() {
+                    let key_of = crate::source::queue::record_id;
+                    found.extend(rabbit::reader::find_in_queue(&conn, q, ids, key_of).await?);
+                }
+            }
+            rabbit::close(&conn, "dlq replay: acknowledgements checked").await;
+            anyhow::Ok(found)
+        };
+        match found.await {
+            Ok(found) => {
+                for id in found {
+                    report.succeeded = report.succeeded.saturating_sub(1);
+                    report.fail(
+                        RecordId::Text(id),
+                        "published and confirmed, but its acknowledgement was lost with the connection: it is in both places (its DLQ and its destination)",
+                    );
+                }
+            }
+            Err(e) => self.printer.warn(format!(
+                "could not check which acknowledgements were lost with the connection ({e:#}): up to {} message(s) counted as replayed may also still be in their DLQ",
+                recent.len()
+            )),
+        }
     }
 }
 

@@ -133,6 +133,8 @@ struct Mover<'a> {
     follow: Option<Moves>,
     /// How many may be unsettled at once (`--window`, or adaptive).
     window: Window,
+    /// The last acknowledgements sent (`Ended::recent`).
+    recent: std::collections::VecDeque<(usize, RecordId)>,
 }
 
 /// What the move phase leaves for `Session::finish`.
@@ -149,6 +151,9 @@ pub(crate) struct Ended {
     pub(crate) followed: Option<Moves>,
     /// The run's duplicate bound (the largest window it could use).
     pub(crate) window_bound: usize,
+    /// The last acknowledgements sent (DLQ index, id): after a lost connection, the ones
+    /// that may have been lost with it.
+    pub(crate) recent: std::collections::VecDeque<(usize, RecordId)>,
 }
 
 /// What a streamed run's selector says at the end.
@@ -208,6 +213,7 @@ impl<'a> Mover<'a> {
                 .as_ref()
                 .map(|w| Moves::new(w.watch.tracker())),
             window: window_of(session),
+            recent: Default::default(),
         })
     }
 
@@ -229,6 +235,7 @@ impl<'a> Mover<'a> {
             canary_failed,
             follow,
             window,
+            recent,
             ..
         } = self;
         Ended {
@@ -240,6 +247,7 @@ impl<'a> Mover<'a> {
             canary_failed,
             followed: follow,
             window_bound: window.bound(),
+            recent,
         }
     }
 
@@ -698,7 +706,7 @@ impl<'a> Mover<'a> {
             Err(e) => {
                 self.report.fail(
                     id,
-                    "outcome unknown: the broker connection was lost; left in the DLQ",
+                    "outcome unknown: the broker connection was lost before its confirm; still in the DLQ (and in its destination if the broker took the publish)",
                 );
                 self.report
                     .stopped
@@ -718,6 +726,12 @@ impl<'a> Mover<'a> {
                     self.report.success();
                     self.acked[a.queue] += 1;
                     self.moved_now += 1;
+                    // Four times the largest window: more than can be unsettled when the
+                    // connection goes.
+                    if self.recent.len() >= 4 * self.window.bound() {
+                        self.recent.pop_front();
+                    }
+                    self.recent.push_back((a.queue, a.id));
                 }
                 Err(e) => {
                     let why = redact::scrub(&e.to_string());
