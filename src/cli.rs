@@ -58,7 +58,8 @@ Keys:
   j/k, arrows   move        Enter  open          Esc  back       q  quit
   space         mark        /      pattern       :    selection (:motivo X, :task T,
   r             re-read     s      sort groups        :since 2h, :where JQ, :clear)
-  R  replay     A  archive (deletes once written)     E  export to a file
+  R  replay     F  replay and follow each task (--follow --enable-events)
+  A  archive (deletes once written)                   E  export to a file
   w  (detail) write the record to a file              ?  help
 
 Replay and archive leave the screen for the same plan, confirmation, run and report as

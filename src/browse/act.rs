@@ -19,6 +19,8 @@ use std::path::PathBuf;
 #[derive(Debug, Clone)]
 pub(super) enum Action {
     Replay,
+    /// Replay, then follow each task to its outcome (`dlq replay --follow`).
+    ReplayFollow,
     /// Archive, then delete what was archived (`dlq archive --delete`).
     Archive(PathBuf),
     /// Write to a file, change nothing (`dlq archive` without `--delete`).
@@ -29,6 +31,7 @@ impl Action {
     pub(super) fn verb(&self) -> &'static str {
         match self {
             Action::Replay => "replay",
+            Action::ReplayFollow => "replay and follow",
             Action::Archive(_) => "archive",
             Action::Export(_) => "export",
         }
@@ -100,17 +103,17 @@ async fn engine(
         SourceChoice::Table => None,
     };
     match (&job.action, queues) {
-        (Action::Replay, None) => {
+        (Action::Replay | Action::ReplayFollow, None) => {
             let opts = replay::table::Options {
                 common: common(req, selection, safety),
                 target: Target::Queue(crate::celery::DEFAULT_CELERY_QUEUE.into()),
                 target_is_default: true,
                 canary: None,
-                follow: None,
+                follow: follow(&job.action),
             };
             replay::table::run(endpoints, printer, opts).await
         }
-        (Action::Replay, Some(q)) => {
+        (Action::Replay | Action::ReplayFollow, Some(q)) => {
             let opts = replay::queue::Options {
                 record: record_options(&q),
                 queues: q.names,
@@ -118,7 +121,7 @@ async fn engine(
                 common: common(req, selection, safety),
                 canary: None,
                 plan_first: false,
-                follow: None,
+                follow: follow(&job.action),
             };
             replay::queue::run(endpoints, printer, opts).await
         }
@@ -144,6 +147,18 @@ async fn engine(
             crate::archive::queue::run(endpoints, printer, opts).await
         }
     }
+}
+
+/// `F`: `--follow --enable-events` with the default timeout (5 minutes). With events on
+/// already, nothing changes on a worker; without, an idle worker cannot show they are on
+/// (Celery says so only when asked to turn them on), so the browser asks for them, for this
+/// run, and turns them off again where it turned them on, as `--enable-events` does.
+fn follow(action: &Action) -> Option<replay::follow::Follow> {
+    matches!(action, Action::ReplayFollow).then_some(replay::follow::Follow {
+        timeout: std::time::Duration::from_secs(300),
+        enable_events: true,
+        mark_on_success: false,
+    })
 }
 
 fn record_options(q: &crate::source::QueueOptions) -> crate::source::queue::RecordOptions {

@@ -110,7 +110,7 @@ async fn event_loop(app: &mut App<'_>, screen: &mut term::Screen) -> Result<()> 
                 crate::source::settle().await;
                 screen.resume()?;
                 input.resume();
-                load = app.after_action(&job);
+                load = app.after_action();
             }
         }
     }

@@ -226,8 +226,7 @@ impl<'a> App<'a> {
 
     /// After an action: the view it started from is read again (what was replayed or
     /// archived has left it).
-    pub(super) fn after_action(&mut self, job: &Job) -> Option<Pending<'a>> {
-        let _ = job;
+    pub(super) fn after_action(&mut self) -> Option<Pending<'a>> {
         if let View::Records(v) = self.top_mut() {
             v.marked.clear();
         }
@@ -302,6 +301,7 @@ impl<'a> App<'a> {
             KeyCode::Char('/') | KeyCode::Char(':') => self.selection_prompt(key.code),
             KeyCode::Char('w') => self.write_prompt(),
             KeyCode::Char('R') => return self.act(Action::Replay),
+            KeyCode::Char('F') => return self.act(Action::ReplayFollow),
             KeyCode::Char('A') => return self.act(Action::Archive(default_file("archive"))),
             KeyCode::Char('E') => return self.act(Action::Export(default_file("export"))),
             _ => {}
@@ -500,8 +500,15 @@ impl<'a> App<'a> {
             self.say("choose a group or records first", true);
             return Step::Stay;
         };
+        if matches!(action, Action::ReplayFollow) && !self.req.workers.enabled {
+            self.say(
+                "following needs the workers' answers: dlq browse was started with --no-worker-check",
+                true,
+            );
+            return Step::Stay;
+        }
         match &action {
-            Action::Replay => Step::Act(job),
+            Action::Replay | Action::ReplayFollow => Step::Act(job),
             Action::Archive(to) | Action::Export(to) => {
                 self.prompt = Some(Prompt {
                     label: if matches!(action, Action::Archive(_)) {

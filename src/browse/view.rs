@@ -1,7 +1,7 @@
 //! Drawing: a title with where the operator is, the view, a status line (connection and
 //! profile, never a password; or the last message) and the keys, or the prompt.
 
-use super::state::{App, ListPos, Sort, View};
+use super::state::{App, DetailView, GroupsView, ListPos, RecordsView, Sort, View};
 use crate::fingerprint;
 use crate::output::{ellipsize, short_time};
 use ratatui::Frame;
@@ -24,146 +24,152 @@ pub(super) fn draw(f: &mut Frame, app: &App) {
     );
     match app.top() {
         View::Sources => sources(f, app, main),
-        View::Groups(v) => {
-            let head = format!(
-                " reason groups of {} {}{} · sorted by {} ",
-                v.source.kind,
-                v.source.label,
-                if v.capped {
-                    format!(" (first {} read)", super::load::GROUP_READ)
-                } else {
-                    String::new()
-                },
-                match v.sort {
-                    Sort::Count => "count",
-                    Sort::Oldest => "oldest",
-                    Sort::Newest => "newest",
-                }
-            );
-            let rows = v.rows.iter().map(|g| {
-                Row::new(vec![
-                    g.count.to_string(),
-                    time(g.oldest),
-                    time(g.newest),
-                    g.fingerprint.clone().map_or(g.example.clone(), |fp| {
-                        if fp == g.example {
-                            fp
-                        } else {
-                            format!("{fp}  e.g. {}", g.example)
-                        }
-                    }),
-                ])
-            });
-            let widths = [
-                Constraint::Length(7),
-                Constraint::Length(16),
-                Constraint::Length(16),
-                Constraint::Fill(1),
-            ];
-            list(
-                f,
-                app,
-                main,
-                &head,
-                ["count", "oldest", "newest", "reason"].to_vec(),
-                rows.collect(),
-                &widths,
-                &v.list,
-            );
-        }
-        View::Records(v) => {
-            let shown = v.rows.len();
-            // What the operator acts on first: how many, how many marked, then where from.
-            let head = format!(
-                " {} records{} · {}{} {} · {} ",
-                if v.more {
-                    format!("first {shown}")
-                } else {
-                    shown.to_string()
-                },
-                if v.marked.is_empty() {
-                    String::new()
-                } else {
-                    format!(" · {} marked", v.marked.len())
-                },
-                if v.terms.is_empty() {
-                    String::new()
-                } else {
-                    format!("{} · ", terms_text(&v.terms))
-                },
-                v.source.kind,
-                v.source.label,
-                v.group
-                    .as_ref()
-                    .and_then(|g| g.fingerprint.clone())
-                    .map_or("all reasons".into(), |fp| ellipsize(&fp, 40)),
-            );
-            let rows = v.rows.iter().map(|r| {
-                let id = r.id.to_string();
-                let mark = if v.marked.contains(&id) { "*" } else { " " };
-                let row = Row::new(vec![
-                    mark.to_string(),
-                    id,
-                    time(r.created_at),
-                    r.task.clone().unwrap_or_else(|| "-".into()),
-                    fingerprint::headline(r.motivo.as_deref().unwrap_or("-")).to_string(),
-                ]);
-                if mark == "*" && app.printer.color {
-                    row.style(Style::new().fg(Color::Yellow))
-                } else {
-                    row
-                }
-            });
-            // Ids and task names as wide as the longest shown, within bounds: the reason
-            // gets the rest.
-            let widest = |f: &dyn Fn(&crate::model::DeadLetter) -> usize, min, max| {
-                v.rows.iter().map(f).max().unwrap_or(0).clamp(min, max) as u16
-            };
-            let widths = [
-                Constraint::Length(1),
-                Constraint::Length(widest(&|r| r.id.to_string().chars().count(), 2, 36)),
-                Constraint::Length(16),
-                Constraint::Length(widest(
-                    &|r| r.task.as_deref().map_or(1, |t| t.chars().count()),
-                    4,
-                    30,
-                )),
-                Constraint::Fill(1),
-            ];
-            list(
-                f,
-                app,
-                main,
-                &head,
-                ["", "id", "created", "task", "motivo"].to_vec(),
-                rows.collect(),
-                &widths,
-                &v.list,
-            );
-        }
-        View::Detail(d) => {
-            let plain = crate::output::Printer {
-                color: false,
-                ..app.printer.clone()
-            };
-            let text = plain
-                .full_table(&d.record, Some(main.width.saturating_sub(2)))
-                .to_string();
-            let block = Block::new().borders(Borders::ALL).title(format!(
-                " record {} · j/k scroll · w write to a file ",
-                d.record.id
-            ));
-            f.render_widget(
-                Paragraph::new(text).block(block).scroll((d.scroll, 0)),
-                main,
-            );
-        }
+        View::Groups(v) => groups(f, app, main, v),
+        View::Records(v) => records(f, app, main, v),
+        View::Detail(d) => detail(f, app, main, d),
     }
     f.render_widget(status_line(app), status);
     f.render_widget(keys_line(app), keys);
     if app.help {
         help(f, main);
     }
+}
+
+fn groups(f: &mut Frame, app: &App, main: Rect, v: &GroupsView) {
+    let head = format!(
+        " reason groups of {} {}{} · sorted by {} ",
+        v.source.kind,
+        v.source.label,
+        if v.capped {
+            format!(" (first {} read)", super::load::GROUP_READ)
+        } else {
+            String::new()
+        },
+        match v.sort {
+            Sort::Count => "count",
+            Sort::Oldest => "oldest",
+            Sort::Newest => "newest",
+        }
+    );
+    let rows = v.rows.iter().map(|g| {
+        Row::new(vec![
+            g.count.to_string(),
+            time(g.oldest),
+            time(g.newest),
+            g.fingerprint.clone().map_or(g.example.clone(), |fp| {
+                if fp == g.example {
+                    fp
+                } else {
+                    format!("{fp}  e.g. {}", g.example)
+                }
+            }),
+        ])
+    });
+    let widths = [
+        Constraint::Length(7),
+        Constraint::Length(16),
+        Constraint::Length(16),
+        Constraint::Fill(1),
+    ];
+    list(
+        f,
+        app,
+        main,
+        &head,
+        ["count", "oldest", "newest", "reason"].to_vec(),
+        rows.collect(),
+        &widths,
+        &v.list,
+    );
+}
+
+fn records(f: &mut Frame, app: &App, main: Rect, v: &RecordsView) {
+    let shown = v.rows.len();
+    // What the operator acts on first: how many, how many marked, then where from.
+    let head = format!(
+        " {} records{} · {}{} {} · {} ",
+        if v.more {
+            format!("first {shown}")
+        } else {
+            shown.to_string()
+        },
+        if v.marked.is_empty() {
+            String::new()
+        } else {
+            format!(" · {} marked", v.marked.len())
+        },
+        if v.terms.is_empty() {
+            String::new()
+        } else {
+            format!("{} · ", terms_text(&v.terms))
+        },
+        v.source.kind,
+        v.source.label,
+        v.group
+            .as_ref()
+            .and_then(|g| g.fingerprint.clone())
+            .map_or("all reasons".into(), |fp| ellipsize(&fp, 40)),
+    );
+    let rows = v.rows.iter().map(|r| {
+        let id = r.id.to_string();
+        let mark = if v.marked.contains(&id) { "*" } else { " " };
+        let row = Row::new(vec![
+            mark.to_string(),
+            id,
+            time(r.created_at),
+            r.task.clone().unwrap_or_else(|| "-".into()),
+            fingerprint::headline(r.motivo.as_deref().unwrap_or("-")).to_string(),
+        ]);
+        if mark == "*" && app.printer.color {
+            row.style(Style::new().fg(Color::Yellow))
+        } else {
+            row
+        }
+    });
+    // Ids and task names as wide as the longest shown, within bounds: the reason
+    // gets the rest.
+    let widest = |f: &dyn Fn(&crate::model::DeadLetter) -> usize, min, max| {
+        v.rows.iter().map(f).max().unwrap_or(0).clamp(min, max) as u16
+    };
+    let widths = [
+        Constraint::Length(1),
+        Constraint::Length(widest(&|r| r.id.to_string().chars().count(), 2, 36)),
+        Constraint::Length(16),
+        Constraint::Length(widest(
+            &|r| r.task.as_deref().map_or(1, |t| t.chars().count()),
+            4,
+            30,
+        )),
+        Constraint::Fill(1),
+    ];
+    list(
+        f,
+        app,
+        main,
+        &head,
+        ["", "id", "created", "task", "motivo"].to_vec(),
+        rows.collect(),
+        &widths,
+        &v.list,
+    );
+}
+
+fn detail(f: &mut Frame, app: &App, main: Rect, d: &DetailView) {
+    let plain = crate::output::Printer {
+        color: false,
+        ..app.printer.clone()
+    };
+    let text = plain
+        .full_table(&d.record, Some(main.width.saturating_sub(2)))
+        .to_string();
+    let block = Block::new().borders(Borders::ALL).title(format!(
+        " record {} · j/k scroll · w write to a file ",
+        d.record.id
+    ));
+    f.render_widget(
+        Paragraph::new(text).block(block).scroll((d.scroll, 0)),
+        main,
+    );
 }
 
 fn breadcrumb(app: &App) -> String {
@@ -322,6 +328,7 @@ space        mark a record     r              read again
 :where JQ    :id ID   :ignore-case  :include-replayed  :clear
 s            sort the groups (count, oldest, newest)
 R            replay the marked records, else the group / selection
+F            replay them and follow each task (--follow --enable-events)
 A            archive them to a file, then delete them from the source
 E            export them to a file (nothing changes)
 w            (record) write it to a file as JSON

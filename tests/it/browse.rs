@@ -224,6 +224,62 @@ async fn marked_records_are_replayed_and_run_once_by_a_real_worker() {
     b.delete().await;
 }
 
+/// `F`: the replay follows each task to its outcome, as `dlq replay --follow --enable-events`
+/// does: the report names the row whose task failed again, with its exception, and says not
+/// every task succeeded (exit 3); the stock worker ran both tasks once, and as it runs with
+/// -E, its events are left on at the end.
+#[tokio::test]
+async fn replay_and_follow_names_the_task_that_failed_again() {
+    let b = Broker::new("browse_follow").await;
+    let rows = [
+        ("1", r#"{"pedido_id": 1}"#),
+        ("2", r#"{"pedido_id": 2, "falhar": true}"#),
+    ]
+    .map(|(i, args)| {
+        row(
+            "processar_pagamento",
+            Some(args),
+            &format!("IntegrityError: duplicate key value pedido_id={i}"),
+            &format!("2026-12-01T10:0{i}:00Z"),
+            false,
+        )
+    });
+    let db = TestDb::with_rows(Dialect::Postgres, "browse_follow", &rows).await;
+    let worker_env = [("DLQ_TEST_BROKER", b.amqp_url())];
+    let worker_env: Vec<(&str, &str)> = worker_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let worker =
+        CeleryWorker::start_events("follow_tasks", "celery", &worker_env, Events::Task).await;
+    b.wait_queue("celery").await;
+    let state = tempfile::tempdir().unwrap();
+    let env = env(&db, &b.amqp_url(), state.path());
+    let t = start(160, 40, &env, &["browse"]);
+    t.wait_visible(WAIT, |s| s.contains(" sources · read"));
+    t.keys(&["Enter"]);
+    t.wait_visible(WAIT, |s| s.contains("all reasons"));
+    // The first row: every reason, both rows.
+    t.keys(&["F"]);
+    t.wait_for(WAIT, |s| s.contains("[y/N]"));
+    t.keys(&["y", "Enter"]);
+    let s = t.wait_for(Duration::from_secs(120), |s| {
+        s.contains("Press Enter to go back")
+    });
+    assert!(s.contains("row 2 →"), "{s}");
+    assert!(s.contains("failed again: IntegrityError"), "{s}");
+    assert!(!s.contains("row 1 →"), "{s}");
+    assert!(s.contains("ended with exit 3"), "{s}");
+    assert_eq!(worker.wait_runs(2).await.len(), 2);
+    let log = worker.log();
+    assert!(!log.contains("disabled by remote"), "{log}");
+    t.keys(&["Enter"]);
+    t.wait_visible(WAIT, |s| {
+        s.contains("all reasons") || s.contains("nothing here")
+    });
+    t.keys(&["q"]);
+    t.wait_exit();
+    drop(worker);
+    b.delete().await;
+}
+
 /// A vhost of its own where `n` messages expired in `b.main` and now wait in `b.dlq` with
 /// their x-death history; the browser's environment for it, with its own state dir.
 async fn expired_into_dlq(
