@@ -217,6 +217,16 @@ async fn thirty_bad_inputs_change_nothing() {
             "cannot be used with",
         ),
         case(
+            &["browse", "--refresh", "xyz"],
+            2,
+            "--refresh: invalid duration",
+        ),
+        case(
+            &["browse", "--worker-timeout", "0s"],
+            2,
+            "--worker-timeout must be a positive duration",
+        ),
+        case(
             &[
                 "replay",
                 "--no-worker-check",
