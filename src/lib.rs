@@ -25,6 +25,7 @@ pub(crate) mod endpoints;
 pub mod error;
 pub(crate) mod fingerprint;
 pub mod generated;
+pub(crate) mod group;
 pub(crate) mod jq;
 pub(crate) mod model;
 pub(crate) mod monitor;

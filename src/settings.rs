@@ -81,6 +81,9 @@ pub(crate) struct ConfigFile {
 pub(crate) struct Settings {
     /// Where dlq connects and writes, built once; the only part handed below `commands/`.
     pub(crate) endpoints: Endpoints,
+    /// The config file's profile in use (`--profile` / `DLQ_PROFILE`), for the browser's
+    /// status line.
+    pub(crate) profile: Option<String>,
     /// Queues named in the config file.
     pub(crate) config_queues: Vec<String>,
     /// `task_map` from the config file, as `OLD=NEW` entries (flags add to it).
@@ -278,6 +281,7 @@ impl Settings {
         let (config_queues, config_task_map) = config_lists(&profile, &config.base);
         Ok(Settings {
             endpoints,
+            profile: profile_name,
             config_queues,
             config_task_map,
             output,

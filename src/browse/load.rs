@@ -4,7 +4,7 @@
 //! shows it, so an action started from that screen finds them.
 
 use crate::endpoints::Endpoints;
-use crate::fingerprint;
+use crate::group::{Group, GroupKey, group};
 use crate::model::DeadLetter;
 use crate::output::Printer;
 use crate::select::{Selected, Selection};
@@ -12,8 +12,6 @@ use crate::source::overview::{Overview, OverviewOptions};
 use crate::source::queue::Parts;
 use crate::source::{self, SourceChoice};
 use anyhow::Result;
-use chrono::{DateTime, Utc};
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 
@@ -53,10 +51,7 @@ pub(super) type Pending<'a> = Pin<Box<dyn Future<Output = Loaded> + 'a>>;
 #[derive(Debug, Clone)]
 pub(super) struct GroupRow {
     pub(super) fingerprint: Option<String>,
-    pub(super) count: u64,
-    pub(super) oldest: Option<DateTime<Utc>>,
-    pub(super) newest: Option<DateTime<Utc>>,
-    pub(super) example: String,
+    pub(super) group: Group,
 }
 
 pub(super) struct Groups {
@@ -105,44 +100,34 @@ async fn groups(endpoints: &Endpoints, printer: &Printer, choice: &SourceChoice)
     let parts = Parts::for_selection(&sel);
     let rx = source::open_stream(endpoints, printer, choice, &sel, parts).await?;
     let mut selected = Selected::new(rx, &sel);
-    let mut all = GroupRow {
-        fingerprint: None,
-        count: 0,
-        oldest: None,
-        newest: None,
-        example: String::new(),
-    };
-    let mut by: HashMap<String, GroupRow> = HashMap::new();
-    while let Some(rec) = selected.next().await {
-        let rec = rec?;
-        let motivo = rec.motivo.as_deref().unwrap_or("");
-        let fp = fingerprint::fingerprint(motivo);
-        let g = by.entry(fp.clone()).or_insert_with(|| GroupRow {
-            fingerprint: Some(fp),
-            count: 0,
-            oldest: None,
-            newest: None,
-            example: fingerprint::headline(motivo).to_string(),
-        });
-        for g in [g, &mut all] {
-            g.count += 1;
-            if let Some(t) = rec.created_at {
-                g.oldest = Some(g.oldest.map_or(t, |o| o.min(t)));
-                g.newest = Some(g.newest.map_or(t, |o| o.max(t)));
-            }
-        }
-    }
+    let by = group(&mut selected, GroupKey::Motivo).await?;
     let capped = selected.has_more().await;
     drop(selected);
     source::settle().await;
-    all.example = format!("all reasons ({} groups)", by.len());
-    let mut rows: Vec<GroupRow> = by.into_values().collect();
+    let mut all = Group {
+        example: format!("all reasons ({} groups)", by.len()),
+        ..Group::default()
+    };
+    let mut rows: Vec<GroupRow> = by
+        .into_iter()
+        .map(|(fp, g)| {
+            all.merge(&g);
+            GroupRow {
+                fingerprint: Some(fp),
+                group: g,
+            }
+        })
+        .collect();
     rows.sort_by(|a, b| {
-        b.count
-            .cmp(&a.count)
-            .then(a.fingerprint.cmp(&b.fingerprint))
+        (b.group.count.cmp(&a.group.count)).then(a.fingerprint.cmp(&b.fingerprint))
     });
-    rows.insert(0, all);
+    rows.insert(
+        0,
+        GroupRow {
+            fingerprint: None,
+            group: all,
+        },
+    );
     Ok(Groups { rows, capped })
 }
 

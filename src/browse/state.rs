@@ -658,9 +658,9 @@ fn sort_groups(rows: &mut [GroupRow], sort: Sort) {
         return;
     };
     match sort {
-        Sort::Count => groups.sort_by_key(|g| std::cmp::Reverse(g.count)),
-        Sort::Oldest => groups.sort_by_key(|g| g.oldest),
-        Sort::Newest => groups.sort_by_key(|g| std::cmp::Reverse(g.newest)),
+        Sort::Count => groups.sort_by_key(|g| std::cmp::Reverse(g.group.count)),
+        Sort::Oldest => groups.sort_by_key(|g| g.group.oldest),
+        Sort::Newest => groups.sort_by_key(|g| std::cmp::Reverse(g.group.newest)),
     }
 }
 

@@ -53,14 +53,14 @@ fn groups(f: &mut Frame, app: &App, main: Rect, v: &GroupsView) {
     );
     let rows = v.rows.iter().map(|g| {
         Row::new(vec![
-            g.count.to_string(),
-            time(g.oldest),
-            time(g.newest),
-            g.fingerprint.clone().map_or(g.example.clone(), |fp| {
-                if fp == g.example {
+            g.group.count.to_string(),
+            time(g.group.oldest),
+            time(g.group.newest),
+            g.fingerprint.clone().map_or(g.group.example.clone(), |fp| {
+                if fp == g.group.example {
                     fp
                 } else {
-                    format!("{fp}  e.g. {}", g.example)
+                    format!("{fp}  e.g. {}", g.group.example)
                 }
             }),
         ])

@@ -15,25 +15,14 @@ use anyhow::Result;
 
 /// `dlq browse`'s flags as its request; every bad value is a usage error before the screen
 /// changes.
-pub(crate) fn lower(
-    settings: &Settings,
-    a: BrowseArgs,
-    profile: Option<String>,
-) -> Result<Request> {
+pub(crate) fn lower(settings: &Settings, a: BrowseArgs) -> Result<Request> {
     let refresh = when::parse_duration(&a.refresh)
         .map_err(|e| usage(format!("--refresh: {e}")))?
         .to_std()
         .map_err(|_| usage("--refresh must not be negative"))?;
-    let mut named: Vec<String> = Vec::new();
-    for q in a.queues.iter().chain(&settings.config_queues) {
-        if !named.contains(q) {
-            named.push(q.clone());
-        }
-    }
-    let profile = profile.or_else(|| std::env::var("DLQ_PROFILE").ok().filter(|p| !p.is_empty()));
     Ok(Request {
         overview: OverviewOptions {
-            named,
+            named: lower::named_queues(&a.queues, settings),
             top: 1,
             sample: None,
             motivo_headers: a.motivo_header.clone(),
@@ -47,7 +36,7 @@ pub(crate) fn lower(
         refresh: (!refresh.is_zero()).then_some(refresh),
         read_only: a.read_only,
         workers: lower::worker_check(settings, &a.workers)?,
-        profile,
+        profile: settings.profile.clone(),
         lower: Box::new(|terms| lower_terms(terms, chrono::Utc::now())),
     })
 }

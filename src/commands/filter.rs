@@ -2,7 +2,7 @@
 
 use crate::cli;
 use crate::error::Exit;
-use crate::fingerprint;
+use crate::group::{Group, GroupKey, group};
 use crate::model::rfc3339;
 use crate::output::{Printer, ellipsize};
 use crate::select::{Selected, Selection};
@@ -13,13 +13,6 @@ use anyhow::Result;
 use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 use std::collections::HashMap;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum GroupKey {
-    Motivo,
-    Task,
-    Day,
-}
 
 impl From<cli::GroupBy> for GroupKey {
     fn from(g: cli::GroupBy) -> Self {
@@ -41,14 +34,6 @@ pub(crate) struct Options {
     pub(crate) source: SourceChoice,
     pub(crate) selection: Selection,
     pub(crate) mode: Mode,
-}
-
-#[derive(Default)]
-struct Group {
-    count: u64,
-    example: String,
-    oldest: Option<DateTime<Utc>>,
-    newest: Option<DateTime<Utc>>,
 }
 
 /// `dlq filter`'s flags, as its options.
@@ -118,33 +103,6 @@ async fn count(printer: &Printer, selected: &mut Selected<'_>) -> Result<()> {
     bar.finish_and_clear();
     printer.data_line(&n.to_string())?;
     Ok(())
-}
-
-/// The selected records by `key`: count, oldest, newest, and the first one's reason.
-async fn group(selected: &mut Selected<'_>, key: GroupKey) -> Result<HashMap<String, Group>> {
-    let mut groups: HashMap<String, Group> = HashMap::new();
-    while let Some(rec) = selected.next().await {
-        let rec = rec?;
-        let motivo = rec.motivo.as_deref().unwrap_or("");
-        let k = match key {
-            GroupKey::Motivo => fingerprint::fingerprint(motivo),
-            GroupKey::Task => rec.task.clone().unwrap_or_else(|| "-".into()),
-            GroupKey::Day => rec
-                .created_at
-                .map(|t| t.format("%Y-%m-%d").to_string())
-                .unwrap_or_else(|| "-".into()),
-        };
-        let g = groups.entry(k).or_default();
-        if g.count == 0 {
-            g.example = fingerprint::headline(motivo).to_string();
-        }
-        g.count += 1;
-        if let Some(t) = rec.created_at {
-            g.oldest = Some(g.oldest.map_or(t, |o| o.min(t)));
-            g.newest = Some(g.newest.map_or(t, |o| o.max(t)));
-        }
-    }
-    Ok(groups)
 }
 
 /// Days in order; otherwise the largest group first.

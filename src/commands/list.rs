@@ -83,12 +83,7 @@ pub(crate) fn lower(a: crate::cli::ListArgs) -> Options {
 }
 
 pub(crate) async fn run(settings: &Settings, printer: &Printer, opts: Options) -> Result<Exit> {
-    let mut named: Vec<String> = Vec::new();
-    for q in opts.queues.iter().chain(&settings.config_queues) {
-        if !named.contains(q) {
-            named.push(q.clone());
-        }
-    }
+    let named = super::lower::named_queues(&opts.queues, settings);
     let overview = overview::gather(
         &settings.endpoints,
         &OverviewOptions {

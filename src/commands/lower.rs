@@ -29,6 +29,17 @@ pub(crate) fn source(args: &SourceArgs) -> SourceChoice {
     }
 }
 
+/// The queues named with `-Q` and in the config file, each once, in that order.
+pub(crate) fn named_queues(flags: &[String], settings: &Settings) -> Vec<String> {
+    let mut named: Vec<String> = Vec::new();
+    for q in flags.iter().chain(&settings.config_queues) {
+        if !named.contains(q) {
+            named.push(q.clone());
+        }
+    }
+    named
+}
+
 /// `--dry-run` and `--yes`.
 pub(crate) fn safety(a: &SafetyArgs) -> Safety {
     Safety {

@@ -32,7 +32,6 @@ async fn run_command(cli: Cli) -> Result<Exit> {
     if let Command::Completions(a) = &cli.command {
         return completions::run(a.shell);
     }
-    let profile = cli.global.profile.clone();
     let settings = match Settings::from_env(&cli.global) {
         Ok(s) => s,
         // A monitoring system reads exit codes as Nagios states: never CRITICAL for a typo.
@@ -56,7 +55,7 @@ async fn run_command(cli: Cli) -> Result<Exit> {
         Command::Check(a) => check::run(s, p, check::lower(a)).await,
         Command::Metrics(a) => metrics::run(s, p, metrics::lower(a)).await,
         Command::Audit(a) => audit::run(s, p, audit::lower(a, now)?).await,
-        Command::Browse(a) => browse::run(s, p, browse::lower(s, a, profile)?).await,
+        Command::Browse(a) => browse::run(s, p, browse::lower(s, a)?).await,
         Command::Completions(_) => unreachable!("handled above"),
     }
 }

@@ -56,6 +56,30 @@ fn esc(t: &Term) {
     std::thread::sleep(Duration::from_millis(300));
 }
 
+/// A vhost and a table of the test's own, `rows` in it, a stock Celery worker reading Celery's
+/// default queue there with `events`, and the browser's environment with its own state dir.
+async fn with_worker(
+    tag: &str,
+    rows: &[Row],
+    events: Events,
+) -> (
+    Broker,
+    TestDb,
+    CeleryWorker,
+    tempfile::TempDir,
+    Vec<(String, String)>,
+) {
+    let b = Broker::new(tag).await;
+    let db = TestDb::with_rows(Dialect::Postgres, tag, rows).await;
+    let worker_env = [("DLQ_TEST_BROKER", b.amqp_url())];
+    let worker_env: Vec<(&str, &str)> = worker_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let worker = CeleryWorker::start_events("follow_tasks", "celery", &worker_env, events).await;
+    b.wait_queue("celery").await;
+    let state = tempfile::tempdir().unwrap();
+    let env = env(&db, &b.amqp_url(), state.path());
+    (b, db, worker, state, env)
+}
+
 async fn pending(db: &TestDb) -> i64 {
     db.scalar_i64("SELECT COUNT(*) FROM {t} WHERE reprocessada = false OR reprocessada IS NULL")
         .await
@@ -169,15 +193,7 @@ async fn refuses_to_start_without_a_terminal() {
 /// record; then back on the screen, where they are gone.
 #[tokio::test]
 async fn marked_records_are_replayed_and_run_once_by_a_real_worker() {
-    let b = Broker::new("browse_replay").await;
-    let db = TestDb::with_rows(Dialect::Postgres, "browse_replay", &rows()).await;
-    let worker_env = [("DLQ_TEST_BROKER", b.amqp_url())];
-    let worker_env: Vec<(&str, &str)> = worker_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let worker =
-        CeleryWorker::start_events("follow_tasks", "celery", &worker_env, Events::Off).await;
-    b.wait_queue("celery").await;
-    let state = tempfile::tempdir().unwrap();
-    let env = env(&db, &b.amqp_url(), state.path());
+    let (b, db, worker, state, env) = with_worker("browse_replay", &rows(), Events::Off).await;
     let t = start(120, 40, &env, &["browse"]);
     t.wait_visible(WAIT, |s| s.contains(" sources · read"));
     t.keys(&["Enter"]);
@@ -230,7 +246,6 @@ async fn marked_records_are_replayed_and_run_once_by_a_real_worker() {
 /// -E, its events are left on at the end.
 #[tokio::test]
 async fn replay_and_follow_names_the_task_that_failed_again() {
-    let b = Broker::new("browse_follow").await;
     let rows = [
         ("1", r#"{"pedido_id": 1}"#),
         ("2", r#"{"pedido_id": 2, "falhar": true}"#),
@@ -244,14 +259,7 @@ async fn replay_and_follow_names_the_task_that_failed_again() {
             false,
         )
     });
-    let db = TestDb::with_rows(Dialect::Postgres, "browse_follow", &rows).await;
-    let worker_env = [("DLQ_TEST_BROKER", b.amqp_url())];
-    let worker_env: Vec<(&str, &str)> = worker_env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-    let worker =
-        CeleryWorker::start_events("follow_tasks", "celery", &worker_env, Events::Task).await;
-    b.wait_queue("celery").await;
-    let state = tempfile::tempdir().unwrap();
-    let env = env(&db, &b.amqp_url(), state.path());
+    let (b, _db, worker, _state, env) = with_worker("browse_follow", &rows, Events::Task).await;
     let t = start(160, 40, &env, &["browse"]);
     t.wait_visible(WAIT, |s| s.contains(" sources · read"));
     t.keys(&["Enter"]);

@@ -112,6 +112,11 @@ fn spawn_replay_with(
     if plan_first {
         args.push("--plan-first".into());
     }
+    spawn_dlq(b, &args)
+}
+
+/// dlq with `args` on the test's vhost, no config file, its output captured.
+fn spawn_dlq(b: &Broker, args: &[impl AsRef<std::ffi::OsStr>]) -> std::process::Child {
     crate::common::dlq_command()
         .env(
             "XDG_CONFIG_HOME",
@@ -863,17 +868,7 @@ async fn after_a_lost_connection_the_report_names_every_message_in_both_places()
         let args = [
             "replay", "-Q", DLQ, "--yes", "-o", "json", "--window", "64", "--rate", rate,
         ];
-        let child = crate::common::dlq_command()
-            .env(
-                "XDG_CONFIG_HOME",
-                std::env::temp_dir().join("dlq-tests-no-config"),
-            )
-            .env("DLQ_AMQP_URL", b.amqp_url())
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let child = spawn_dlq(&b, &args);
         let pid = child.id();
         wait_moved(&b, 300).await;
         crate::table_faults::close_broker_connection(pid).await;
