@@ -125,6 +125,7 @@ async fn sample_one(conn: &Connection, q: &QueueSummary, spec: &SampleSpec) -> R
         name: q.name.clone(),
         facts: facts(q),
         depth,
+        lost_consumers: 0,
     };
     read_head(conn, ch, &checked, spec)
         .await

@@ -482,6 +482,9 @@ pub(crate) struct Checked {
     pub(crate) name: String,
     pub(crate) facts: QueueFacts,
     pub(crate) depth: Depth,
+    /// Consumers the queue counts that no live connection owns (`topology::Lost`): left out
+    /// of `depth.consumers` here, and of every later count of it.
+    pub(crate) lost_consumers: u32,
 }
 
 /// Checks every named queue before anything is read: it exists (else a usage error naming
@@ -516,6 +519,18 @@ pub(crate) async fn check_queues(
             },
             Err(_) => unknown_facts(),
         };
+        let mut lost_consumers = 0;
+        if facts.kind == QueueKind::Quorum
+            && depth.consumers > 0
+            && let Some(lost) = lost_consumers_of(&mgmt, &target.vhost, name, depth.consumers).await
+        {
+            printer.warn(lost.warning(name));
+            lost_consumers = lost.consumers;
+        }
+        let depth = Depth {
+            consumers: depth.consumers.saturating_sub(lost_consumers),
+            ..depth
+        };
         match topology::read_verdict(name, &facts, depth.consumers) {
             ReadVerdict::Safe(_) => {}
             ReadVerdict::Risky(why) if !force => {
@@ -535,9 +550,28 @@ pub(crate) async fn check_queues(
             name: name.clone(),
             facts,
             depth,
+            lost_consumers,
         });
     }
     Ok(out)
+}
+
+/// How long the management API may take to show a new consumer (its default statistics
+/// interval is 5 s): a queue that seems to have orphaned holders is asked again after it.
+const STATS_LAG: Duration = Duration::from_millis(5_500);
+
+/// Consumers no live connection owns (`topology::lost_consumers`), seen twice a statistics
+/// interval apart, so that a consumer started a moment ago is not taken for one.
+async fn lost_consumers_of(
+    mgmt: &Management,
+    vhost: &str,
+    name: &str,
+    counted: u32,
+) -> Option<topology::Lost> {
+    let look = || async { mgmt.queue(vhost, name).await.ok().flatten() };
+    topology::lost_consumers(&look().await?, counted)?;
+    tokio::time::sleep(STATS_LAG).await;
+    topology::lost_consumers(&look().await?, counted)
 }
 
 fn unknown_facts() -> QueueFacts {

@@ -12,6 +12,15 @@
 //! walking the channel's unacknowledged messages from the oldest, so one channel holding
 //! 90,000 skipped messages made every acknowledgement slow (minutes for a 10% selective
 //! replay of 100,000). Per-window channels bound that walk to one window.
+//!
+//! Quorum queues are taken by one live consumer instead (`continuous`), cancelled only at
+//! the end of the take or once the messages it keeps hold half its credit: RabbitMQ (3.10
+//! at least) never gives back what a *cancelled* consumer holds when that consumer's node
+//! is lost (`rabbit_fifo` returns the messages of `up` consumers only, and re-monitors only
+//! those), so a window model that cancels every consumer while its messages are still being
+//! moved left ~1,700 messages out of reach after a crash of dlq's node. A live consumer's
+//! messages come back at once; acknowledgements only give it credit for the next messages,
+//! in queue order.
 
 use super::reader::{IDLE, ReadSpec, STALL_LIMIT, still_ready};
 use super::renew::Renewal;
@@ -38,6 +47,17 @@ struct Current {
     peeked: Option<Option<lapin::Result<Delivery>>>,
 }
 
+/// Whether the current consumer has delivered its window and is to be cancelled: a window
+/// consumer once it delivered its batch; a continuous one at the end of the take, or once
+/// kept messages hold half its credit.
+fn window_done(continuous: bool, taken: u64, want: u64, kept_here: u64, cur: &Current) -> bool {
+    if continuous {
+        taken >= want || kept_here * 2 >= cur.batch
+    } else {
+        cur.got >= cur.batch
+    }
+}
+
 pub(crate) struct Taker {
     /// One channel per consumer window, oldest first; the last one is in use.
     channels: Vec<Channel>,
@@ -59,12 +79,31 @@ pub(crate) struct Taker {
     ready: u64,
     /// A quorum queue (or one of unknown type): acknowledgements need `settle_grace`.
     quorum: bool,
+    /// One live consumer for the whole take (quorum queues: see the module's notes), and
+    /// its credit.
+    continuous: bool,
+    credit: u64,
+    /// Kept messages held (not renewed) on the current window's channel: they use its
+    /// credit, so a continuous consumer is cancelled once they hold half of it.
+    kept_here: u64,
 }
 
 impl Taker {
     /// Prepares to take at most the ready messages counted in `spec` (so a growing queue
     /// still ends: later arrivals are left for the next run).
     pub(crate) async fn open(spec: &ReadSpec) -> Result<Taker> {
+        Self::open_with(spec, None)
+    }
+
+    /// As `open`, for a caller that settles what it takes as it goes, with at most `unsettled`
+    /// messages unacknowledged: a quorum queue is then taken by one live consumer whose credit
+    /// covers those, and as many kept ones (see the module's notes).
+    pub(crate) async fn open_settling(spec: &ReadSpec, unsettled: u64) -> Result<Taker> {
+        Self::open_with(spec, Some(unsettled))
+    }
+
+    fn open_with(spec: &ReadSpec, unsettled: Option<u64>) -> Result<Taker> {
+        let continuous = unsettled.is_some() && spec.read_all_to_keep_order();
         Ok(Taker {
             channels: Vec::new(),
             delivered: Vec::new(),
@@ -79,6 +118,9 @@ impl Taker {
             renewal: None,
             ready: spec.ready,
             quorum: spec.read_all_to_keep_order(),
+            continuous,
+            credit: unsettled.map_or(0, |u| (2 * u + 64).min(u64::from(u16::MAX))),
+            kept_here: 0,
         })
     }
 
@@ -86,6 +128,7 @@ impl Taker {
     /// count toward the delivery limit it is renewed; otherwise the release gives it back.
     pub(crate) async fn keep(&mut self, conn: &Connection, d: &Delivery) -> Result<()> {
         if !self.renews {
+            self.kept_here += 1;
             return Ok(());
         }
         if self.renewal.is_none() {
@@ -94,8 +137,9 @@ impl Taker {
         let chan = self.channel_index();
         let r = self.renewal.as_mut().expect("opened above");
         r.copy(chan, d).await;
-        // Only originals of cancelled consumers: an ack gives a live one credit (see `renew`).
-        if self.current.as_ref().is_none_or(|c| c.cancelled) {
+        // In windows, only originals of cancelled consumers: an ack gives a live one credit
+        // beyond its window (see `renew`). A continuous consumer takes that credit as it comes.
+        if self.continuous || self.current.as_ref().is_none_or(|c| c.cancelled) {
             r.ack_each(&self.channels).await?;
         }
         Ok(())
@@ -111,10 +155,12 @@ impl Taker {
 
     /// A new take window: its own channel, and a consumer whose prefetch is the window's size.
     async fn open_window(&mut self, conn: &Connection) -> Result<()> {
-        let batch = self
-            .window()
-            .min(self.want - self.taken)
-            .min(u64::from(u16::MAX));
+        let size = if self.continuous {
+            self.credit
+        } else {
+            self.window()
+        };
+        let batch = size.min(self.want - self.taken).min(u64::from(u16::MAX));
         let ch = conn.create_channel().await?;
         ch.basic_qos(batch as u16, BasicQosOptions { global: false })
             .await?;
@@ -129,6 +175,7 @@ impl Taker {
         self.channels.push(ch);
         self.delivered.push(0);
         self.consumers += 1;
+        self.kept_here = 0;
         self.current = Some(Current {
             consumer,
             got: 0,
@@ -152,7 +199,9 @@ impl Taker {
             }
             let cur = self.current.as_mut().expect("set above");
             let ch = self.channels.last().expect("a channel per consumer");
-            if cur.got >= cur.batch && !cur.cancelled {
+            if window_done(self.continuous, self.taken, self.want, self.kept_here, cur)
+                && !cur.cancelled
+            {
                 ch.basic_cancel(cur.consumer.tag(), BasicCancelOptions::default())
                     .await?;
                 cur.cancelled = true;
@@ -220,7 +269,9 @@ impl Taker {
         if cur.peeked.is_some() {
             return true;
         }
-        if cur.got >= cur.batch && !cur.cancelled {
+        if window_done(self.continuous, self.taken, self.want, self.kept_here, cur)
+            && !cur.cancelled
+        {
             return false; // `next` cancels the consumer first: a round trip
         }
         match cur.consumer.next().now_or_never() {

@@ -19,6 +19,78 @@ pub(crate) struct ApiQueue {
     pub(crate) messages: Option<u64>,
     pub(crate) messages_unacknowledged: Option<u64>,
     pub(crate) consumers: Option<u64>,
+    /// The consumers the management API sees on live channels (one GET of the queue only).
+    pub(crate) consumer_details: Option<Vec<Value>>,
+    pub(crate) leader: Option<String>,
+}
+
+/// Consumers a quorum queue still counts though no live channel owns them: their connection
+/// was lost with its node. RabbitMQ keeps such a consumer until it learns the connection is
+/// gone, and a *cancelled* one keeps the messages it holds until then (`rabbit_fifo` gives
+/// back only what live consumers held, and re-checks only those): a leader change while
+/// that node is running.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Lost {
+    pub(crate) consumers: u32,
+    /// Unacknowledged messages (all of them the lost consumers' when no live one is seen;
+    /// otherwise some may be the live consumers'); unknown while the broker has not yet
+    /// published the queue's statistics (seconds after a node was lost).
+    pub(crate) held: Option<u64>,
+    pub(crate) any_live: bool,
+    pub(crate) leader: Option<String>,
+}
+
+/// More consumers than the live ones the management API shows (a quorum queue only).
+/// `counted` is the queue's own count (passive declare): the API's copy of it lags.
+pub(crate) fn lost_consumers(q: &ApiQueue, counted: u32) -> Option<Lost> {
+    if QueueKind::from_api(q.kind.as_deref()) != QueueKind::Quorum {
+        return None;
+    }
+    let live = u32::try_from(q.consumer_details.as_ref()?.len()).unwrap_or(u32::MAX);
+    let lost = counted.checked_sub(live).filter(|&n| n > 0)?;
+    Some(Lost {
+        consumers: lost,
+        held: q.messages_unacknowledged,
+        any_live: live > 0,
+        leader: q.leader.clone(),
+    })
+}
+
+impl Lost {
+    /// What the operator reads, with what to do.
+    pub(crate) fn warning(&self, queue: &str) -> String {
+        let n = self.consumers;
+        let held = match self.held {
+            Some(0) => {
+                return format!(
+                    "{queue:?} still counts {n} consumer(s) of a connection lost with its node; \
+                     they hold nothing and get nothing while that node is away, so dlq does not \
+                     count them"
+                );
+            }
+            None => "any message".to_string(),
+            Some(h) if self.any_live => format!("up to {h} message(s)"),
+            Some(h) => format!("{h} message(s)"),
+        };
+        let leader = self
+            .leader
+            .as_deref()
+            .map(|l| format!(" ({l})"))
+            .unwrap_or_default();
+        let verb = if self.held.is_none() {
+            "may be"
+        } else {
+            "held"
+        };
+        format!(
+            "{queue:?}: {held} {verb} unacknowledged by {n} consumer(s) that no live connection \
+             owns (a connection lost with its node?): no reader sees them and dlq cannot move \
+             them. RabbitMQ gives them back only when the queue's leader{leader} changes while \
+             the lost consumer's node is running: bring that node back, then restart the \
+             leader node or run `rabbitmq-queues rebalance quorum`; for a node gone for good, \
+             `rabbitmqctl forget_cluster_node NODE`. dlq counts and moves only the ready ones"
+        )
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]

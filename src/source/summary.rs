@@ -318,6 +318,7 @@ async fn summarize(
         name: name.clone(),
         facts: facts.clone(),
         depth,
+        lost_consumers: 0,
     };
     let (sample, notes) = match sample_verdict(&checked, ready, sample_size) {
         Some(skipped) => (skipped, Vec::new()),

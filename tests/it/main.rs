@@ -7,6 +7,7 @@ mod audit;
 mod bad_input;
 mod bench_smoke;
 mod browse;
+mod cluster;
 mod disruptive;
 mod dramatiq;
 mod faults;

@@ -316,3 +316,56 @@ fn versions() {
     assert_eq!(Version::parse("4"), Some(Version(4, 0, 0)));
     assert_eq!(Version::parse("x"), None);
 }
+
+/// A quorum queue's management record as the API gives it a few seconds after a node was
+/// lost (statistics may be missing), with `live` consumers on live channels.
+fn after_a_lost_node(unacked: Option<u64>, live: usize) -> ApiQueue {
+    ApiQueue {
+        kind: Some("quorum".into()),
+        messages_unacknowledged: unacked,
+        consumer_details: Some(vec![json!({}); live]),
+        leader: Some("rabbit@a".into()),
+        ..queue("q.dlq", json!({}))
+    }
+}
+
+#[test]
+fn consumers_no_live_channel_owns_are_lost() {
+    // Counted by the queue (passive declare) but not seen live: lost, with what they hold.
+    let lost = lost_consumers(&after_a_lost_node(Some(300), 0), 1).unwrap();
+    assert_eq!(
+        (lost.consumers, lost.held, lost.any_live),
+        (1, Some(300), false)
+    );
+    let w = lost.warning("q.dlq");
+    assert!(w.contains("\"q.dlq\": 300 message(s) held unacknowledged by 1 consumer(s)"));
+    assert!(
+        w.contains("(rabbit@a)") && w.contains("forget_cluster_node"),
+        "{w}"
+    );
+    // Beside a live consumer, only "up to": the live one may hold some.
+    let lost = lost_consumers(&after_a_lost_node(Some(300), 1), 2).unwrap();
+    assert!(lost.warning("q").contains("up to 300 message(s)"));
+    // Holding nothing: said, and left out of the count.
+    let lost = lost_consumers(&after_a_lost_node(Some(0), 0), 1).unwrap();
+    assert!(lost.warning("q").contains("hold nothing"));
+    // Statistics not there yet: "may be".
+    let lost = lost_consumers(&after_a_lost_node(None, 0), 1).unwrap();
+    assert!(
+        lost.warning("q")
+            .contains("any message may be unacknowledged")
+    );
+    // Every consumer live, none counted, a classic queue, no details: nothing to say.
+    assert_eq!(lost_consumers(&after_a_lost_node(Some(5), 2), 2), None);
+    assert_eq!(lost_consumers(&after_a_lost_node(Some(5), 0), 0), None);
+    let classic = ApiQueue {
+        kind: Some("classic".into()),
+        ..after_a_lost_node(Some(5), 0)
+    };
+    assert_eq!(lost_consumers(&classic, 1), None);
+    let no_details = ApiQueue {
+        consumer_details: None,
+        ..after_a_lost_node(Some(5), 0)
+    };
+    assert_eq!(lost_consumers(&no_details, 1), None);
+}

@@ -487,7 +487,9 @@ impl<'a> Mover<'a> {
                 q.name, now.depth.ready
             ),
         );
-        Ok(Some(Taker::open(&ReadSpec::for_checked(&now, None)).await?))
+        let spec = ReadSpec::for_checked(&now, None);
+        let unsettled = self.window.bound() as u64;
+        Ok(Some(Taker::open_settling(&spec, unsettled).await?))
     }
 
     /// Moves what one take delivers, in queue order, until it is drained, the run stops
@@ -843,7 +845,9 @@ async fn as_now(conn: &lapin::Connection, q: &Checked) -> Result<Option<Checked>
         return Ok(None);
     };
     let mut now = q.clone();
-    now.depth = depth;
+    // Consumers found lost at the start stay out of the count (see `Checked`).
+    let consumers = depth.consumers.saturating_sub(q.lost_consumers);
+    now.depth = rabbit::Depth { consumers, ..depth };
     Ok(Some(now))
 }
 

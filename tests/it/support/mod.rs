@@ -4,6 +4,7 @@
 
 pub mod broker;
 pub mod celery_worker;
+pub mod cluster;
 pub mod common;
 pub mod node;
 pub mod target;

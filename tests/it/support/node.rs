@@ -14,7 +14,7 @@ pub struct OwnNode {
 }
 
 /// A port nothing listens on now.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

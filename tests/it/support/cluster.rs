@@ -1,0 +1,283 @@
+//! A 3-node RabbitMQ cluster of a test's own, of the generation the suite runs against: the
+//! host's RabbitMQ 3.10 (Debian 12) or, on gen 4, the 4.0 of the Debian 13 root
+//! (`.ci/trixie`), each node with its own name, ports and data directory. For faults that
+//! take a node away (kill -9): never done to the shared brokers. Every node is killed and
+//! its directory removed on drop.
+
+use super::node::free_port;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The Debian 13 root `.ci/trixie` makes (gen 4).
+const TRIXIE_ROOT: &str = "/var/lib/dlq-trixie";
+
+pub struct Node {
+    pub name: String,
+    pub amqp_port: u16,
+    pub api_port: u16,
+    dist_port: u16,
+    /// The node's directory as the node sees it (inside the root on gen 4).
+    dir: String,
+}
+
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+    /// Gen 4: the nodes run inside the Debian 13 root.
+    root: Option<PathBuf>,
+    /// The cluster's directory on the host.
+    base: PathBuf,
+}
+
+/// Whether the suite runs against RabbitMQ 4 (see `target`).
+pub fn newer_generation() -> bool {
+    super::target::amqp_port() != super::target::DEFAULT_AMQP_PORT
+}
+
+impl Cluster {
+    /// Starts three nodes at once, then joins the second and third to the first.
+    pub fn start(tag: &str) -> Cluster {
+        let root = newer_generation().then(|| PathBuf::from(TRIXIE_ROOT));
+        let inner = format!("/tmp/dlq-cluster-{tag}-{}", std::process::id());
+        let base = match &root {
+            Some(r) => r.join(inner.trim_start_matches('/')),
+            None => PathBuf::from(&inner),
+        };
+        let _ = std::fs::remove_dir_all(&base);
+        let nodes: Vec<Node> = ["a", "b", "c"]
+            .iter()
+            .map(|n| Node {
+                name: format!("dlq-{tag}-{n}-{}@localhost", std::process::id()),
+                amqp_port: free_port(),
+                api_port: free_port(),
+                dist_port: free_port(),
+                dir: format!("{inner}/{n}"),
+            })
+            .collect();
+        let cluster = Cluster { nodes, root, base };
+        for n in &cluster.nodes {
+            cluster.write_config(n);
+        }
+        if cluster.root.is_some() {
+            // Debian's rabbitmq-server runs the node as the root's rabbitmq user.
+            let own = ["chown", "-R", "rabbitmq:rabbitmq", inner.as_str()];
+            assert!(
+                cluster
+                    .command(own[0], &[], &own[1..])
+                    .status()
+                    .unwrap()
+                    .success()
+            );
+        }
+        for n in &cluster.nodes {
+            let status = cluster
+                .command("rabbitmq-server", &cluster.node_env(n), &["-detached"])
+                .status()
+                .expect("rabbitmq-server");
+            assert!(status.success(), "starting RabbitMQ node {}", n.name);
+        }
+        for n in &cluster.nodes {
+            cluster.await_startup(n);
+        }
+        let first = cluster.nodes[0].name.clone();
+        for n in &cluster.nodes[1..] {
+            cluster.ctl(n, &["stop_app"]);
+            cluster.ctl(n, &["join_cluster", &first]);
+            cluster.ctl(n, &["start_app"]);
+        }
+        for n in &cluster.nodes {
+            wait_for_api(n.api_port);
+        }
+        cluster
+    }
+
+    fn host_dir(&self, n: &Node) -> PathBuf {
+        match &self.root {
+            Some(r) => r.join(n.dir.trim_start_matches('/')),
+            None => PathBuf::from(&n.dir),
+        }
+    }
+
+    fn write_config(&self, n: &Node) {
+        let dir = self.host_dir(n);
+        std::fs::create_dir_all(dir.join("mnesia")).unwrap();
+        std::fs::create_dir_all(dir.join("log")).unwrap();
+        std::fs::write(
+            dir.join("rabbitmq.conf"),
+            format!(
+                "listeners.tcp.local = 127.0.0.1:{}\nmanagement.tcp.port = {}\n\
+                 management.tcp.ip = 127.0.0.1\ncollect_statistics_interval = 500\n",
+                n.amqp_port, n.api_port
+            ),
+        )
+        .unwrap();
+        std::fs::write(dir.join("enabled_plugins"), "[rabbitmq_management].\n").unwrap();
+    }
+
+    fn node_env(&self, n: &Node) -> Vec<(String, String)> {
+        let d = &n.dir;
+        vec![
+            ("RABBITMQ_NODENAME".into(), n.name.clone()),
+            ("RABBITMQ_NODE_PORT".into(), n.amqp_port.to_string()),
+            ("RABBITMQ_DIST_PORT".into(), n.dist_port.to_string()),
+            ("RABBITMQ_MNESIA_BASE".into(), format!("{d}/mnesia")),
+            ("RABBITMQ_LOG_BASE".into(), format!("{d}/log")),
+            ("RABBITMQ_CONFIG_FILE".into(), format!("{d}/rabbitmq.conf")),
+            (
+                "RABBITMQ_ENABLED_PLUGINS_FILE".into(),
+                format!("{d}/enabled_plugins"),
+            ),
+            ("RABBITMQ_PID_FILE".into(), format!("{d}/pid")),
+        ]
+    }
+
+    /// `prog` with `env`, on the host (gen 3: as the Debian package's own scripts, with the
+    /// Erlang cookie of rabbitmqctl's user) or inside the Debian 13 root (gen 4: as
+    /// `.ci/trixie` runs its broker).
+    fn command(&self, prog: &str, env: &[(String, String)], args: &[&str]) -> Command {
+        match &self.root {
+            None => {
+                let path = if prog == "rabbitmq-server" {
+                    "/usr/lib/rabbitmq/bin/rabbitmq-server"
+                } else {
+                    prog
+                };
+                let mut c = Command::new(path);
+                c.envs(env.iter().cloned())
+                    .env("HOME", "/var/lib/rabbitmq")
+                    .args(args);
+                c
+            }
+            Some(root) => {
+                let mut c = Command::new("chroot");
+                c.arg(root)
+                    .args(["env", "-i", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"])
+                    .args(["HOME=/root", "LANG=C.UTF-8"])
+                    .args(env.iter().map(|(k, v)| format!("{k}={v}")))
+                    .arg(prog)
+                    .args(args);
+                c
+            }
+        }
+    }
+
+    /// Until the node answers: `await_startup` fails at once while the node is not yet
+    /// known to epmd.
+    fn await_startup(&self, n: &Node) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let out = self.ctl_output(n, &["await_startup", "--timeout", "10"]);
+            if out.status.success() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {} did not start: {}",
+                n.name,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    fn ctl_output(&self, n: &Node, args: &[&str]) -> std::process::Output {
+        let mut all = vec!["-q", "-n", n.name.as_str()];
+        all.extend_from_slice(args);
+        self.command("rabbitmqctl", &[], &all).output().unwrap()
+    }
+
+    /// `rabbitmqctl -n NODE ARGS`, which must succeed.
+    pub fn ctl(&self, n: &Node, args: &[&str]) -> String {
+        let out = self.ctl_output(n, args);
+        assert!(
+            out.status.success(),
+            "rabbitmqctl -n {} {args:?}: {}{}",
+            n.name,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn os_pid(&self, n: &Node) -> Option<i32> {
+        std::fs::read_to_string(self.host_dir(n).join("pid"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Starts node `i` again (after `kill`), from its own data: it rejoins the cluster.
+    pub fn restart(&self, i: usize) {
+        let n = &self.nodes[i];
+        let status = self
+            .command("rabbitmq-server", &self.node_env(n), &["-detached"])
+            .status()
+            .expect("rabbitmq-server");
+        assert!(status.success(), "starting RabbitMQ node {} again", n.name);
+        self.await_startup(n);
+    }
+
+    /// kill -9 of node `i`'s VM, and waits until it is gone.
+    pub fn kill(&self, i: usize) {
+        let n = &self.nodes[i];
+        let pid = self.os_pid(n).expect("the node's pid file");
+        let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(
+                Instant::now() < deadline,
+                "node {} outlived kill -9",
+                n.name
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn amqp_url(&self, i: usize) -> String {
+        format!(
+            "amqp://guest:guest@127.0.0.1:{}/%2f",
+            self.nodes[i].amqp_port
+        )
+    }
+
+    pub fn api_url(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}/", self.nodes[i].api_port)
+    }
+
+    /// GET on node `i`'s management API, as JSON.
+    pub fn api_get(&self, i: usize, path: &str) -> serde_json::Value {
+        let url = format!("http://127.0.0.1:{}/api/{path}", self.nodes[i].api_port);
+        let out = Command::new("curl")
+            .args(["-fsS", "-u", "guest:guest", &url])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "GET {url}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+}
+
+fn wait_for_api(port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let url = format!("http://127.0.0.1:{port}/api/overview");
+    while Command::new("curl")
+        .args(["-fsS", "-u", "guest:guest", &url])
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        assert!(Instant::now() < deadline, "management API on {port}");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for n in &self.nodes {
+            if let Some(pid) = self.os_pid(n) {
+                let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.base);
+    }
+}
