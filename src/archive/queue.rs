@@ -312,8 +312,12 @@ async fn ack_written(
     let mut deleted = 0u64;
     let mut ack_error = None;
     let mut to_verify = Vec::new();
-    for (taker, written) in taken {
-        match ack_each_channel(&taker, &written).await {
+    for (mut taker, written) in taken {
+        let acked = match taker.cancel_consumers().await {
+            Ok(()) => ack_each_channel(&taker, &written).await,
+            Err(e) => Err(e),
+        };
+        match acked {
             Ok(()) => deleted += written.len() as u64,
             Err(e) => {
                 ack_error.get_or_insert(e);
@@ -381,7 +385,7 @@ async fn take_and_write(
     bar: &indicatif::ProgressBar,
 ) -> Result<()> {
     for q in &session.checked {
-        let mut taker = Taker::open(&ReadSpec::for_checked(q, None)).await?;
+        let mut taker = Taker::open_holding(&ReadSpec::for_checked(q, None)).await?;
         let mut tags = Vec::new();
         let outcome: Result<()> = async {
             while let Some(d) = taker.next(conn).await? {

@@ -451,6 +451,8 @@ async fn consume_fifo<T: Send>(
     let mut bytes: u64 = 0;
     let mut n = 0u32;
     let pause = poll_pause(want);
+    // lapin cancels a consumer when its last handle is dropped: live ones are kept here.
+    let mut live = Vec::new();
     while report.read < want {
         let batch = window(bytes, report.read).min(want - report.read);
         let batch16 = u16::try_from(batch).unwrap_or(u16::MAX);
@@ -470,8 +472,14 @@ async fn consume_fifo<T: Send>(
         }
         // No credit left on this consumer: cancel it so the next one continues in order.
         // Its messages stay unacknowledged on the channel until the final close (which
-        // also ends the last consumer: no cancel needed then).
-        if report.read < want {
+        // also ends the last consumer: no cancel needed then). Not on a quorum queue that
+        // is not renewed: nothing is acknowledged there, so the consumer gets no more
+        // credit, and RabbitMQ gives back what a lost node's consumers held only for live
+        // ones (see `take`).
+        let holds_live = spec.read_all_to_keep_order() && renewal.is_none();
+        if holds_live {
+            live.push(consumer);
+        } else if report.read < want {
             ch.basic_cancel(consumer.tag(), BasicCancelOptions::default())
                 .await?;
             *open_consumer = None;
@@ -585,7 +593,9 @@ async fn open_window(ch: &Channel, q: &str, size: u16, n: u32) -> Result<lapin::
     let consumer = ch
         .basic_consume(
             q.into(),
-            format!("dlq-read-{n}").as_str().into(),
+            // Zero-padded: RabbitMQ 3.10 keys a quorum queue's consumers by tag, and gives
+            // back a lost channel's consumers in key order (of up to 32).
+            format!("dlq-read-{n:05}").as_str().into(),
             BasicConsumeOptions::default(),
             FieldTable::default(),
         )

@@ -86,16 +86,38 @@ pub(crate) struct Taker {
     /// Kept messages held (not renewed) on the current window's channel: they use its
     /// credit, so a continuous consumer is cancelled once they hold half of it.
     kept_here: u64,
+    /// Windows are not cancelled once delivered (`open_holding`): the consumers that
+    /// delivered them, live with no credit left, and their channels' indices.
+    holding: bool,
+    live: Vec<(usize, Consumer)>,
 }
 
 impl Taker {
     /// Prepares to take at most the ready messages counted in `spec` (so a growing queue
-    /// still ends: later arrivals are left for the next run).
-    pub(crate) async fn open(spec: &ReadSpec) -> Result<Taker> {
-        Self::open_with(spec, None)
+    /// still ends: later arrivals are left for the next run), for a caller that
+    /// acknowledges nothing until the take is over and then calls `cancel_consumers` first
+    /// (an archive, a replay's plan): on a quorum queue given back by closing,
+    /// a window's consumer then stays live, with no credit left, instead of being cancelled
+    /// while it holds its window (see the module's notes).
+    pub(crate) async fn open_holding(spec: &ReadSpec) -> Result<Taker> {
+        let mut t = Self::open_with(spec, None)?;
+        t.holding = t.quorum && !t.renews;
+        Ok(t)
     }
 
-    /// As `open`, for a caller that settles what it takes as it goes, with at most `unsettled`
+    /// Cancels the consumers `open_holding` left live, before anything is acknowledged: an
+    /// acknowledgement would give one credit for messages out of order.
+    pub(crate) async fn cancel_consumers(&mut self) -> Result<()> {
+        for (i, c) in std::mem::take(&mut self.live) {
+            if let Some(ch) = self.channels.get(i) {
+                ch.basic_cancel(c.tag(), BasicCancelOptions::default())
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// For a caller that settles what it takes as it goes, with at most `unsettled`
     /// messages unacknowledged: a quorum queue is then taken by one live consumer whose credit
     /// covers those, and as many kept ones (see the module's notes).
     pub(crate) async fn open_settling(spec: &ReadSpec, unsettled: u64) -> Result<Taker> {
@@ -121,6 +143,8 @@ impl Taker {
             continuous,
             credit: unsettled.map_or(0, |u| (2 * u + 64).min(u64::from(u16::MAX))),
             kept_here: 0,
+            holding: false,
+            live: Vec::new(),
         })
     }
 
@@ -167,7 +191,8 @@ impl Taker {
         let consumer = ch
             .basic_consume(
                 self.queue.as_str().into(),
-                format!("dlq-take-{}", self.consumers).as_str().into(),
+                // Zero-padded, as the reader's (see `reader::open_window`).
+                format!("dlq-take-{:05}", self.consumers).as_str().into(),
                 BasicConsumeOptions::default(),
                 FieldTable::default(),
             )
@@ -196,6 +221,15 @@ impl Taker {
                     return Ok(None);
                 }
                 self.open_window(conn).await?;
+            }
+            if self.holding
+                && let Some(c) = self
+                    .current
+                    .take_if(|c| c.got >= c.batch && c.peeked.is_none())
+            {
+                // Delivered and out of credit: it stays live until `cancel_consumers`.
+                self.live.push((self.channels.len() - 1, c.consumer));
+                continue;
             }
             let cur = self.current.as_mut().expect("set above");
             let ch = self.channels.last().expect("a channel per consumer");

@@ -5,6 +5,7 @@
 
 use crate::common::dlq_command;
 use crate::support::cluster::Cluster;
+use crate::tmux::Term;
 use futures_util::StreamExt;
 use lapin::options::{
     BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
@@ -25,18 +26,23 @@ async fn connect(url: &str) -> Connection {
     Connection::connect(url, Default::default()).await.unwrap()
 }
 
-fn quorum_args() -> FieldTable {
+fn quorum_args(no_limit: bool) -> FieldTable {
     let mut t = FieldTable::default();
     t.insert(
         "x-queue-type".into(),
         AMQPValue::LongString("quorum".into()),
     );
+    if no_limit && crate::support::cluster::newer_generation() {
+        // 4.x: no delivery limit, so dlq gives back by closing instead of renewing (on
+        // 3.x a negative limit drops every message at its first return; 3.x has none).
+        t.insert("x-delivery-limit".into(), AMQPValue::LongLongInt(-1));
+    }
     t
 }
 
 /// Both queues declared through node A (so led by A), and `n` dead letters `m-0` ... in
-/// the DLQ, as the broker leaves them.
-async fn fill(conn: &Connection, n: usize) {
+/// the DLQ, as the broker leaves them; `no_limit`: see `quorum_args`.
+async fn fill(conn: &Connection, n: usize, no_limit: bool) {
     let ch = conn.create_channel().await.unwrap();
     ch.confirm_select(ConfirmSelectOptions::default())
         .await
@@ -46,7 +52,7 @@ async fn fill(conn: &Connection, n: usize) {
             durable: true,
             ..Default::default()
         };
-        ch.queue_declare(q.into(), durable, quorum_args())
+        ch.queue_declare(q.into(), durable, quorum_args(no_limit))
             .await
             .unwrap();
     }
@@ -128,6 +134,19 @@ async fn ids(conn: &Connection, queue: &str) -> Vec<u64> {
     out
 }
 
+/// `ids` as ascending runs, `first-last`, for a failure message.
+fn runs(ids: &[u64]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut start = 0;
+    for i in 1..=ids.len() {
+        if i == ids.len() || ids[i] != ids[i - 1] + 1 {
+            out.push(format!("{}-{}", ids[start], ids[i - 1]));
+            start = i;
+        }
+    }
+    out.join(", ")
+}
+
 /// How many of `ids` come before a smaller one: 0 when in ascending order.
 fn out_of_order(ids: &[u64]) -> usize {
     ids.windows(2).filter(|w| w[1] < w[0]).count()
@@ -173,31 +192,39 @@ async fn all_ready(conn: &Connection, n: u64) -> Option<u64> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_of_dlqs_node_mid_replay_strands_nothing_and_keeps_the_order() {
-    const N: u64 = 20_000;
-    let cluster = tokio::task::spawn_blocking(|| Cluster::start("crash"))
+/// A cluster whose DLQ (led by A) holds `n` dead letters; `no_limit` (4.x): see
+/// `quorum_args`, the path where dlq holds on live consumers.
+async fn cluster_with(tag: &'static str, n: u64, no_limit: bool) -> (Cluster, Connection) {
+    let cluster = tokio::task::spawn_blocking(move || Cluster::start(tag))
         .await
         .unwrap();
     let on_a = connect(&cluster.amqp_url(A)).await;
-    fill(&on_a, N as usize).await;
+    fill(&on_a, n as usize, no_limit).await;
+    (cluster, on_a)
+}
 
-    let child = dlq(
-        &cluster,
-        C,
-        C,
-        &["replay", "-Q", DLQ, "--yes", "--rate", "2500"],
-    );
+/// A replay through node C, at 2,500/s; once 4,000 are moved (counted through `conn`),
+/// kill -9 of node `victim`; what dlq printed when it ended.
+async fn replay_killing(cluster: &Cluster, conn: &Connection, victim: usize) -> Output {
+    let args = ["replay", "-Q", DLQ, "--yes", "--rate", "2500"];
+    let child = dlq(cluster, C, C, &args);
     let deadline = Instant::now() + Duration::from_secs(60);
-    while ready(&on_a, MAIN).await < 4_000 {
+    while ready(conn, MAIN).await < 4_000 {
         assert!(Instant::now() < deadline, "the replay made no progress");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    cluster.kill(C);
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+    cluster.kill(victim);
+    tokio::task::spawn_blocking(move || child.wait_with_output())
         .await
         .unwrap()
-        .unwrap();
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_of_dlqs_node_mid_replay_strands_nothing_and_keeps_the_order() {
+    const N: u64 = 20_000;
+    let (cluster, on_a) = cluster_with("crash", N, false).await;
+    let out = replay_killing(&cluster, &on_a, C).await;
     assert!(!out.status.success(), "{}", text(&out));
 
     // Every message is ready again in one queue or the other: none held out of reach.
@@ -271,11 +298,7 @@ async fn held_by_a_cancelled_consumer(cluster: &Cluster, held: u16) -> Channel {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_held_by_a_lost_connection_are_reported_on_start() {
     const N: u64 = 1_000;
-    let cluster = tokio::task::spawn_blocking(|| Cluster::start("held"))
-        .await
-        .unwrap();
-    let on_a = connect(&cluster.amqp_url(A)).await;
-    fill(&on_a, N as usize).await;
+    let (cluster, on_a) = cluster_with("held", N, false).await;
     let _holder = held_by_a_cancelled_consumer(&cluster, 300).await;
     cluster.kill(C);
     // The broker keeps them: 700 ready, 300 held by the lost consumer (as its statistics
@@ -325,4 +348,111 @@ async fn messages_held_by_a_lost_connection_are_reported_on_start() {
     assert_eq!(back.len() as u64, N);
     let out = dlq(&cluster, 1, 1, &dry).wait_with_output().unwrap();
     assert!(!text(&out).contains("no live connection"), "{}", text(&out));
+}
+
+/// Waits until at most `ready` messages of the DLQ are ready (the rest held by dlq).
+async fn until_held(conn: &Connection, ready_at_most: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ready(conn, DLQ).await > ready_at_most {
+        assert!(Instant::now() < deadline, "dlq held nothing");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// After a kill of dlq's node: every message ready in the DLQ again (none held out of
+/// reach), each once.
+async fn all_back(cluster: &Cluster, on_a: &Connection, n: u64, what: &str) {
+    let total = all_ready(on_a, n).await;
+    let q = cluster.api_get(A, "queues/%2f/q.dlq");
+    assert!(
+        total.is_some(),
+        "{what}: stranded: {} ready of {n}; the queue: {} unacknowledged, {} consumer(s)",
+        ready(on_a, DLQ).await,
+        q["messages_unacknowledged"],
+        q["consumers"]
+    );
+    let left = ids(on_a, DLQ).await;
+    assert_eq!(left.len() as u64, n, "{what}: the DLQ's count");
+    let mut every = left.clone();
+    every.sort_unstable();
+    every.dedup();
+    assert_eq!(every.len() as u64, n, "{what}: ids lost or doubled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_of_dlqs_node_mid_read_strands_nothing_and_keeps_the_order() {
+    const N: u64 = 30_000;
+    let (cluster, on_a) = cluster_with("read", N, true).await;
+    // A read that holds what it read while its output waits (stdout never read).
+    let reader = dlq(&cluster, C, C, &["inspect", "-Q", DLQ, "-o", "ndjson"]);
+    until_held(&on_a, N - 4_000).await;
+    cluster.kill(C);
+    drop(reader);
+    all_back(&cluster, &on_a, N, "mid-read").await;
+    let left = ids(&on_a, DLQ).await;
+    assert_eq!(out_of_order(&left), 0, "the order changed: {}", runs(&left));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_of_dlqs_node_mid_archive_strands_nothing_and_keeps_the_order() {
+    const N: u64 = 30_000;
+    let (cluster, on_a) = cluster_with("archive", N, true).await;
+    // An archive --delete holds everything it took until the file is on disk.
+    let dir = tempfile::tempdir().unwrap();
+    let to = dir.path().join("dlq.ndjson");
+    let args = ["archive", "-Q", DLQ, "--delete", "--yes", "--to"];
+    let archive = dlq(
+        &cluster,
+        C,
+        C,
+        &[&args[..], &[to.to_str().unwrap()]].concat(),
+    );
+    until_held(&on_a, N - 10_000).await;
+    cluster.kill(C);
+    let out = tokio::task::spawn_blocking(move || archive.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!out.status.success(), "{}", text(&out));
+    all_back(&cluster, &on_a, N, "mid-archive").await;
+    let left = ids(&on_a, DLQ).await;
+    assert_eq!(out_of_order(&left), 0, "the order changed: {}", runs(&left));
+    assert!(!to.exists(), "an archive file after a failed archive");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_of_dlqs_node_while_a_plan_holds_strands_nothing_and_keeps_the_order() {
+    const N: u64 = 30_000;
+    let (cluster, on_a) = cluster_with("plan", N, true).await;
+    // A replay without --yes, on a terminal: its plan holds every message it took while it
+    // waits for the operator's answer.
+    let (url, api) = (cluster.amqp_url(C), cluster.api_url(C));
+    let env = [
+        ("DLQ_AMQP_URL", url.as_str()),
+        ("DLQ_MANAGEMENT_URL", api.as_str()),
+    ];
+    let term = Term::start(120, &env, &["replay", "-Q", DLQ]);
+    term.wait_for(Duration::from_secs(120), |s| s.contains("[y/N]"));
+    assert_eq!(ready(&on_a, DLQ).await, 0, "the plan holds all of them");
+    cluster.kill(C);
+    all_back(&cluster, &on_a, N, "mid-plan").await;
+    let left = ids(&on_a, DLQ).await;
+    assert_eq!(out_of_order(&left), 0, "the order changed: {}", runs(&left));
+    assert_eq!(ready(&on_a, MAIN).await, 0);
+    drop(term);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_of_the_leader_mid_replay_goes_unnoticed() {
+    const N: u64 = 20_000;
+    let (cluster, on_a) = cluster_with("leader", N, false).await;
+    drop(on_a);
+    let on_b = connect(&cluster.amqp_url(1)).await;
+    // The queues' leader goes; B and C elect another and the replay goes on.
+    let out = replay_killing(&cluster, &on_b, A).await;
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(ready(&on_b, DLQ).await, 0);
+    let moved = ids(&on_b, MAIN).await;
+    assert_eq!(moved.len() as u64, N, "moved: {}", runs(&moved));
+    assert_eq!(out_of_order(&moved), 0, "the destination's order changed");
 }

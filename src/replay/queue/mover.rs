@@ -45,7 +45,11 @@ pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<E
     let picks = Picks::Planned(plan.selected);
     let mut mover = Mover::open(&session, plan.count, report, publish_ids, picks, None).await?;
     if holding.single_pass {
-        // Held messages are acknowledged on the take channels that delivered them.
+        // Held messages are acknowledged on the take channels that delivered them; the
+        // consumers the plan left live (`Taker::open_holding`) are cancelled first.
+        for t in takers.iter_mut() {
+            t.cancel_consumers().await?;
+        }
         for (qi, t) in takers.iter().enumerate() {
             for (ci, ch) in t.channels().iter().enumerate() {
                 mover.acks.channel(qi, ci, ch);

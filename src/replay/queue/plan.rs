@@ -193,7 +193,8 @@ pub(crate) async fn take_plan(session: &Session<'_>) -> Result<Taken> {
     let bar = printer.progress(None, "planning");
     let mut takers: Vec<Taker> = Vec::new();
     for (qi, q) in session.checked.iter().enumerate() {
-        let mut taker = Taker::open(&ReadSpec::for_checked(q, None)).await?;
+        // Held live while the plan waits for its answer (see `Taker::open_holding`).
+        let mut taker = Taker::open_holding(&ReadSpec::for_checked(q, None)).await?;
         planner.take_queue(qi, q, &mut taker, &bar).await?;
         takers.push(taker);
     }
