@@ -562,7 +562,7 @@ const STATS_LAG: Duration = Duration::from_millis(5_500);
 
 /// Consumers no live connection owns (`topology::lost_consumers`), seen twice a statistics
 /// interval apart, so that a consumer started a moment ago is not taken for one.
-async fn lost_consumers_of(
+pub(crate) async fn lost_consumers_of(
     mgmt: &Management,
     vhost: &str,
     name: &str,

@@ -109,6 +109,9 @@ pub(crate) struct Listing {
 
 /// Everything the API tells at once, or why it could not.
 struct ApiView {
+    /// For what the bulk listing leaves out (a quorum queue's live consumers).
+    mgmt: Management,
+    vhost: String,
     version: Option<Version>,
     queues: HashMap<String, (ApiQueue, serde_json::Map<String, serde_json::Value>)>,
     topology: topology::Topology,
@@ -131,6 +134,8 @@ async fn api_view(mgmt: &Management, vhost: &str) -> Result<ApiView, ApiError> {
     let mut topo = topology::discover(&queues, &effective, &bindings, &exchanges);
     topo.warnings.extend(warnings);
     Ok(ApiView {
+        mgmt: mgmt.clone(),
+        vhost: vhost.to_string(),
         version,
         queues: queues
             .into_iter()
@@ -314,16 +319,29 @@ async fn summarize(
         QueueKind::Stream => stream_messages.unwrap_or(0),
         _ => u64::from(depth.ready),
     };
+    // Consumers of a connection lost with its node: named, and not counted (see `Checked`).
+    let lost = match api {
+        Some(a) if kind == QueueKind::Quorum && depth.consumers > 0 => {
+            crate::rabbit::lost_consumers_of(&a.mgmt, &a.vhost, &name, depth.consumers).await
+        }
+        _ => None,
+    };
+    let lost_consumers = lost.as_ref().map_or(0, |l| l.consumers);
+    let depth = crate::rabbit::Depth {
+        consumers: depth.consumers.saturating_sub(lost_consumers),
+        ..depth
+    };
     let checked = Checked {
         name: name.clone(),
         facts: facts.clone(),
         depth,
-        lost_consumers: 0,
+        lost_consumers,
     };
-    let (sample, notes) = match sample_verdict(&checked, ready, sample_size) {
+    let (sample, mut notes) = match sample_verdict(&checked, ready, sample_size) {
         Some(skipped) => (skipped, Vec::new()),
         None => sample(conn, ch.take(), &checked, sample_size, opts).await?,
     };
+    notes.extend(lost.map(|l| l.warning(&name)));
     if let Some(ch) = ch {
         let _ = ch.close(200, "dlq list done".into()).await;
     }

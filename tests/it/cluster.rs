@@ -326,6 +326,17 @@ async fn messages_held_by_a_lost_connection_are_reported_on_start() {
         "{said}"
     );
 
+    // `list` (the incident view) says it too.
+    let out = dlq(&cluster, A, A, &["list", "-Q", DLQ])
+        .wait_with_output()
+        .unwrap();
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("300 message(s) held unacknowledged by 1 consumer(s)"),
+        "{said}"
+    );
+
     // What the warning says to do works: the node back, then a leader change.
     tokio::task::block_in_place(|| {
         cluster.restart(C);
