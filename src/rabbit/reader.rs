@@ -172,6 +172,24 @@ impl ReadReport {
 /// the caller wants: a full record, or just what a `list` sample needs.
 pub(crate) type Make<T> = dyn Fn(&str, &str, &str, &BasicProperties, &[u8]) -> T + Send + Sync;
 
+/// The queue's depth once the consumers it had beyond those counted when it was checked are
+/// gone (at most 5 s): the broker gives back what a closed or lost channel held when it
+/// removes that channel's consumers, so a read before then would miss those messages (seen
+/// on RabbitMQ 4.0 right after a connection was closed from the management API).
+async fn until_consumers_left(conn: &Connection, q: &Checked) -> Result<Option<super::Depth>> {
+    let others = q.depth.consumers.saturating_add(q.lost_consumers);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let Some(depth) = super::passive_declare(conn, &q.name).await? else {
+            return Ok(None);
+        };
+        if depth.consumers <= others || tokio::time::Instant::now() >= deadline {
+            return Ok(Some(depth));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// Which of `keys` are in the queue now (each as often as listed), by `key_of` over each
 /// message: a non-destructive read of the whole queue, by the same rules as `inspect`.
 pub(crate) async fn find_in_queue(
@@ -180,7 +198,7 @@ pub(crate) async fn find_in_queue(
     keys: Vec<String>,
     key_of: fn(&lapin::BasicProperties, &[u8]) -> String,
 ) -> Result<Vec<String>> {
-    let Some(depth) = super::passive_declare(conn, &q.name).await? else {
+    let Some(depth) = until_consumers_left(conn, q).await? else {
         return Ok(Vec::new());
     };
     let mut wanted: std::collections::HashMap<String, u64> = Default::default();
