@@ -89,7 +89,15 @@ pub async fn run(cli: cli::Cli) -> Exit {
             }) {
                 return Exit::Ok;
             }
-            eprintln!("error: {}", redact::scrub(&error::describe(&e)));
+            let mut said = error::describe(&e);
+            // What the failed operation saw of a lost connection ("invalid channel state")
+            // says less than the loss itself.
+            if let Some(lost) = rabbit::lost_connection()
+                && !said.contains(rabbit::CONNECTION_LOST)
+            {
+                said = format!("{lost}: {said}");
+            }
+            eprintln!("error: {}", redact::scrub(&said));
             error::exit_for(&e)
         }
     }

@@ -313,11 +313,9 @@ async fn ack_written(
     let mut ack_error = None;
     let mut to_verify = Vec::new();
     for (mut taker, written) in taken {
-        let acked = match taker.cancel_consumers().await {
-            Ok(()) => ack_each_channel(&taker, &written).await,
-            Err(e) => Err(e),
-        };
-        match acked {
+        // Consumers left live by `Taker::open_holding` stay so while they acknowledge.
+        taker.watch_consumers();
+        match ack_each_channel(&taker, &written).await {
             Ok(()) => deleted += written.len() as u64,
             Err(e) => {
                 ack_error.get_or_insert(e);

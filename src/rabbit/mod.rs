@@ -30,7 +30,7 @@ use lapin::uri::{AMQPAuthority, AMQPQueryString, AMQPScheme, AMQPUri, AMQPUserIn
 use lapin::{Connection, ConnectionProperties};
 use management::{ApiError, Management};
 use std::time::Duration;
-use topology::{QueueFacts, QueueKind, ReadVerdict, Version};
+use topology::{ApiQueue, QueueFacts, QueueKind, ReadVerdict, Version};
 
 /// A dead broker address must fail fast, not hang a cron job.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -230,6 +230,10 @@ async fn watch_flow(events: impl futures_util::Stream<Item = lapin::Event>) {
                 crate::output::bar_status(None);
                 crate::output::notice("the broker unblocked publishing: going on")
             }
+            lapin::Event::Error(e) => {
+                let mut lost = LOST.lock().unwrap_or_else(|e| e.into_inner());
+                lost.get_or_insert_with(|| redact::scrub(&e.to_string()));
+            }
             _ => {}
         }
     }
@@ -244,6 +248,51 @@ static BLOCKED: std::sync::Mutex<Option<(std::time::Instant, String)>> =
 
 fn blocked_state() -> std::sync::MutexGuard<'static, Option<(std::time::Instant, String)>> {
     BLOCKED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The first error a connection of this process reported: its loss (an I/O error, or the
+/// broker's own `connection.close`, e.g. a node shutting down).
+static LOST: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// How a stopped run names a lost connection, with its cause, instead of what the failed
+/// operation saw ("IO error: Connection reset by peer", "invalid channel state").
+pub(crate) const CONNECTION_LOST: &str = "the connection to the broker was lost";
+
+/// `CONNECTION_LOST` and its cause, once a connection of this process was lost.
+pub(crate) fn lost_connection() -> Option<String> {
+    let lost = LOST.lock().unwrap_or_else(|e| e.into_inner());
+    lost.as_ref()
+        .map(|why| format!("{CONNECTION_LOST} ({why})"))
+}
+
+/// What lapin says of an operation on a connection that is gone (its I/O failed, or the
+/// broker closed it).
+const LOSS_SIGNS: &[&str] = &[
+    "IO error",
+    "invalid channel state",
+    "invalid connection state",
+    "CONNECTION_FORCED",
+    "connection closed",
+];
+
+/// `CONNECTION_LOST` and its cause, when an error's `text` (or an earlier error of the
+/// connection) says the connection is gone.
+pub(crate) fn lost_connection_in(text: &str) -> Option<String> {
+    lost_connection().or_else(|| {
+        let lost = LOSS_SIGNS.iter().any(|s| text.contains(s));
+        lost.then(|| format!("{CONNECTION_LOST} ({text})"))
+    })
+}
+
+/// An error's text, or what it says of a lost connection instead.
+pub(crate) fn named_loss(text: String) -> String {
+    lost_connection_in(&text).unwrap_or(text)
+}
+
+/// Why a broker operation failed, for a run's `STOPPED:` line.
+pub(crate) fn broker_failure(e: &anyhow::Error) -> String {
+    let text = format!("{e:#}");
+    lost_connection_in(&text).unwrap_or_else(|| format!("broker: {text}"))
 }
 
 /// Since when and why publishing is blocked, if it is.
@@ -441,25 +490,25 @@ pub(crate) async fn passive_declare_keep(
     }
 }
 
-/// What the management API says about one queue, or why it could not say.
-pub(crate) async fn queue_facts(
+/// What the management API says about one queue (and the queue as it showed it), or why it
+/// could not say.
+async fn queue_facts(
     mgmt: &Management,
     vhost: &str,
     queue: &str,
     version: Option<Version>,
-) -> Result<QueueFacts, ApiError> {
+) -> Result<(QueueFacts, Option<ApiQueue>), ApiError> {
     let (q, policies, ops) = tokio::try_join!(
         mgmt.queue(vhost, queue),
         mgmt.policies(vhost),
         mgmt.operator_policies(vhost),
     )?;
     let Some(q) = q else {
-        return Ok(QueueFacts {
-            kind: QueueKind::Unknown,
-            delivery_limit: None,
+        let facts = QueueFacts {
             version,
-            renew_blocker: None,
-        });
+            ..unknown_facts()
+        };
+        return Ok((facts, None));
     };
     let mut warnings = Vec::new();
     let policy = topology::effective_policy(&q, &policies, &ops, &mut warnings);
@@ -468,12 +517,13 @@ pub(crate) async fn queue_facts(
         QueueKind::Quorum => topology::delivery_limit(&q.arguments, &policy, version),
         _ => None,
     };
-    Ok(QueueFacts {
+    let facts = QueueFacts {
         kind,
         delivery_limit,
         version,
         renew_blocker: topology::renew_blocker(&q.arguments, &policy),
-    })
+    };
+    Ok((facts, Some(q)))
 }
 
 /// A queue checked and ready to be read.
@@ -509,28 +559,24 @@ pub(crate) async fn check_queues(
                 target.vhost, target.shown
             )));
         };
-        let facts = match &version {
+        let (facts, seen) = match &version {
             Ok(v) => match queue_facts(&mgmt, &target.vhost, name, *v).await {
                 Ok(f) => f,
                 Err(e) => {
                     printer.warn(format!("{e}"));
-                    unknown_facts()
+                    (unknown_facts(), None)
                 }
             },
-            Err(_) => unknown_facts(),
+            Err(_) => (unknown_facts(), None),
         };
-        let mut lost_consumers = 0;
-        if facts.kind == QueueKind::Quorum
-            && depth.consumers > 0
-            && let Some(lost) = lost_consumers_of(&mgmt, &target.vhost, name, depth.consumers).await
-        {
+        let (depth, lost) = match seen {
+            Some(q) => without_lost_consumers(&mgmt, &target.vhost, name, Some(q), depth).await,
+            None => (depth, None),
+        };
+        if let Some(lost) = &lost {
             printer.warn(lost.warning(name));
-            lost_consumers = lost.consumers;
         }
-        let depth = Depth {
-            consumers: depth.consumers.saturating_sub(lost_consumers),
-            ..depth
-        };
+        let lost_consumers = lost.map_or(0, |l| l.consumers);
         match topology::read_verdict(name, &facts, depth.consumers) {
             ReadVerdict::Safe(_) => {}
             ReadVerdict::Risky(why) if !force => {
@@ -560,16 +606,42 @@ pub(crate) async fn check_queues(
 /// interval is 5 s): a queue that seems to have orphaned holders is asked again after it.
 const STATS_LAG: Duration = Duration::from_millis(5_500);
 
-/// Consumers no live connection owns (`topology::lost_consumers`), seen twice a statistics
-/// interval apart, so that a consumer started a moment ago is not taken for one.
-pub(crate) async fn lost_consumers_of(
+/// `depth` without the consumers no live connection owns (`topology::lost_consumers`), and
+/// those, seen twice a statistics interval apart so that a consumer started a moment ago is
+/// not taken for one. `seen` is a first look at the queue with its consumers' details, if
+/// the caller has one; else the management API is asked.
+pub(crate) async fn without_lost_consumers(
     mgmt: &Management,
     vhost: &str,
     name: &str,
+    seen: Option<ApiQueue>,
+    depth: Depth,
+) -> (Depth, Option<topology::Lost>) {
+    let lost = match depth.consumers {
+        0 => None,
+        counted => lost_consumers_of(mgmt, vhost, name, seen, counted).await,
+    };
+    let n = lost.as_ref().map_or(0, |l| l.consumers);
+    let depth = Depth {
+        consumers: depth.consumers.saturating_sub(n),
+        ..depth
+    };
+    (depth, lost)
+}
+
+async fn lost_consumers_of(
+    mgmt: &Management,
+    vhost: &str,
+    name: &str,
+    seen: Option<ApiQueue>,
     counted: u32,
 ) -> Option<topology::Lost> {
     let look = || async { mgmt.queue(vhost, name).await.ok().flatten() };
-    topology::lost_consumers(&look().await?, counted)?;
+    let first = match seen {
+        Some(q) => q,
+        None => look().await?,
+    };
+    topology::lost_consumers(&first, counted)?;
     tokio::time::sleep(STATS_LAG).await;
     topology::lost_consumers(&look().await?, counted)
 }
@@ -662,6 +734,18 @@ pub(crate) async fn length_limit_warning(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lost_connection_is_named_as_such() {
+        let reset =
+            anyhow!("IO error: Connection reset by peer (os error 104)").context("publishing");
+        assert_eq!(
+            broker_failure(&reset),
+            "the connection to the broker was lost (publishing: IO error: Connection reset by peer (os error 104))"
+        );
+        let full = anyhow!("nacked");
+        assert_eq!(broker_failure(&full), "broker: nacked");
+    }
 
     fn target(url: &str, vhost: Option<&str>) -> Target {
         Target::from_url(url, vhost, &TlsFiles::default(), None).unwrap()

@@ -178,15 +178,29 @@ pub(crate) type Make<T> = dyn Fn(&str, &str, &str, &BasicProperties, &[u8]) -> T
 /// on RabbitMQ 4.0 right after a connection was closed from the management API).
 async fn until_consumers_left(conn: &Connection, q: &Checked) -> Result<Option<super::Depth>> {
     let others = q.depth.consumers.saturating_add(q.lost_consumers);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    poll_depth(conn, &q.name, Duration::from_secs(5), |d| {
+        d.consumers <= others
+    })
+    .await
+}
+
+/// Polls `queue`'s depth (a passive declare) until `done` holds or `limit` has passed: the
+/// last depth seen, or `None` if the queue is gone.
+async fn poll_depth(
+    conn: &Connection,
+    queue: &str,
+    limit: Duration,
+    done: impl Fn(&super::Depth) -> bool,
+) -> Result<Option<super::Depth>> {
+    let deadline = tokio::time::Instant::now() + limit;
     loop {
-        let Some(depth) = super::passive_declare(conn, &q.name).await? else {
+        let Some(depth) = super::passive_declare(conn, queue).await? else {
             return Ok(None);
         };
-        if depth.consumers <= others || tokio::time::Instant::now() >= deadline {
+        if done(&depth) || tokio::time::Instant::now() >= deadline {
             return Ok(Some(depth));
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -375,22 +389,18 @@ async fn give_back(ch: &Channel) {
 
 /// How long to wait for `held` given-back messages to be ready again: the broker requeues a
 /// closed channel's messages asynchronously, about 20,000 a second here.
-pub(crate) fn give_back_wait(held: u64) -> Duration {
+fn give_back_wait(held: u64) -> Duration {
     (GIVE_BACK_WAIT + Duration::from_millis(held / 10)).min(Duration::from_secs(120))
 }
 
 /// A quorum queue requeues a closed channel's messages asynchronously: wait (briefly) until
 /// they are ready again, so that a command run right after dlq sees the queue as it was.
-async fn wait_until_back(conn: &Connection, queue: &str, held: u64) {
-    let deadline = tokio::time::Instant::now() + give_back_wait(held);
-    while tokio::time::Instant::now() < deadline {
-        match super::passive_declare(conn, queue).await {
-            Ok(Some(d)) if u64::from(d.ready) >= held => return,
-            Ok(Some(_)) => tokio::time::sleep(Duration::from_millis(10)).await,
-            // Gone or unreachable: nothing to wait for.
-            _ => return,
-        }
-    }
+pub(super) async fn wait_until_back(conn: &Connection, queue: &str, held: u64) {
+    // Gone or unreachable: nothing to wait for.
+    let _ = poll_depth(conn, queue, give_back_wait(held), |d| {
+        u64::from(d.ready) >= held
+    })
+    .await;
 }
 
 /// A consumer has delivered nothing for `IDLE`: does `queue` still hold ready messages?

@@ -95,26 +95,50 @@ pub(crate) struct Taker {
 impl Taker {
     /// Prepares to take at most the ready messages counted in `spec` (so a growing queue
     /// still ends: later arrivals are left for the next run), for a caller that
-    /// acknowledges nothing until the take is over and then calls `cancel_consumers` first
-    /// (an archive, a replay's plan): on a quorum queue given back by closing,
-    /// a window's consumer then stays live, with no credit left, instead of being cancelled
-    /// while it holds its window (see the module's notes).
+    /// acknowledges nothing until the take is over and then calls `watch_consumers` (an
+    /// archive, a replay's plan): on a quorum queue given back by closing, a window's
+    /// consumer then stays live, with no credit left, instead of being cancelled while it
+    /// holds its window (see the module's notes).
     pub(crate) async fn open_holding(spec: &ReadSpec) -> Result<Taker> {
         let mut t = Self::open_with(spec, None)?;
         t.holding = t.quorum && !t.renews;
         Ok(t)
     }
 
-    /// Cancels the consumers `open_holding` left live, before anything is acknowledged: an
-    /// acknowledgement would give one credit for messages out of order.
-    pub(crate) async fn cancel_consumers(&mut self) -> Result<()> {
-        for (i, c) in std::mem::take(&mut self.live) {
-            if let Some(ch) = self.channels.get(i) {
-                ch.basic_cancel(c.tag(), BasicCancelOptions::default())
-                    .await?;
-            }
+    /// Keeps the consumers `open_holding` left live while the caller acknowledges what it
+    /// moved (a planned replay), so that a crash of dlq's node strands none of what they hold
+    /// (see the module's notes). An acknowledgement gives its consumer credit, which only a
+    /// message that came into the queue since can use: at the first such delivery every one
+    /// of them is cancelled, and what they delivered stays held, given back on release (a
+    /// newcomer may then come back ahead of older messages that were not moved).
+    pub(crate) fn watch_consumers(&mut self) {
+        let live = std::mem::take(&mut self.live);
+        if live.is_empty() {
+            return;
         }
-        Ok(())
+        let mut cancels = Vec::new();
+        let mut streams = Vec::new();
+        for (i, c) in live {
+            if let Some(ch) = self.channels.get(i) {
+                cancels.push((ch.clone(), c.tag()));
+            }
+            streams.push(c);
+        }
+        tokio::spawn(async move {
+            let mut all = futures_util::stream::select_all(streams);
+            // Held until the channels close; the rest of the stream drains meanwhile.
+            let mut arrived = Vec::new();
+            while let Some(Ok(d)) = all.next().await {
+                if arrived.is_empty() {
+                    for (ch, tag) in &cancels {
+                        let _ = ch
+                            .basic_cancel(tag.clone(), BasicCancelOptions::default())
+                            .await;
+                    }
+                }
+                arrived.push(d);
+            }
+        });
     }
 
     /// For a caller that settles what it takes as it goes, with at most `unsettled`
@@ -227,7 +251,7 @@ impl Taker {
                     .current
                     .take_if(|c| c.got >= c.batch && c.peeked.is_none())
             {
-                // Delivered and out of credit: it stays live until `cancel_consumers`.
+                // Delivered and out of credit: it stays live (`watch_consumers`).
                 self.live.push((self.channels.len() - 1, c.consumer));
                 continue;
             }
@@ -401,16 +425,8 @@ impl Taker {
             )
             .await;
         }
-        if held == 0 {
-            return notes;
-        }
-        let deadline = tokio::time::Instant::now() + super::reader::give_back_wait(held);
-        while tokio::time::Instant::now() < deadline {
-            match super::passive_declare(conn, &self.queue).await {
-                Ok(Some(d)) if u64::from(d.ready) >= held => return notes,
-                Ok(Some(_)) => tokio::time::sleep(Duration::from_millis(10)).await,
-                _ => return notes,
-            }
+        if held > 0 {
+            super::reader::wait_until_back(conn, &self.queue, held).await;
         }
         notes
     }

@@ -778,7 +778,7 @@ async fn restore_records(
             }
             Ok(Sent::Refused(why)) => report.fail(id, why),
             Err(e) => {
-                report.stopped = Some(format!("broker: {e:#}"));
+                report.stopped = Some(crate::rabbit::broker_failure(&e));
                 report.fail(id, "outcome unknown: broker connection lost");
                 break;
             }

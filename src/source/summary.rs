@@ -320,17 +320,13 @@ async fn summarize(
         _ => u64::from(depth.ready),
     };
     // Consumers of a connection lost with its node: named, and not counted (see `Checked`).
-    let lost = match api {
-        Some(a) if kind == QueueKind::Quorum && depth.consumers > 0 => {
-            crate::rabbit::lost_consumers_of(&a.mgmt, &a.vhost, &name, depth.consumers).await
+    let (depth, lost) = match api {
+        Some(a) if kind == QueueKind::Quorum => {
+            crate::rabbit::without_lost_consumers(&a.mgmt, &a.vhost, &name, None, depth).await
         }
-        _ => None,
+        _ => (depth, None),
     };
     let lost_consumers = lost.as_ref().map_or(0, |l| l.consumers);
-    let depth = crate::rabbit::Depth {
-        consumers: depth.consumers.saturating_sub(lost_consumers),
-        ..depth
-    };
     let checked = Checked {
         name: name.clone(),
         facts: facts.clone(),

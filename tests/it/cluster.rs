@@ -206,18 +206,45 @@ async fn cluster_with(tag: &'static str, n: u64, no_limit: bool) -> (Cluster, Co
 /// A replay through node C, at 2,500/s; once 4,000 are moved (counted through `conn`),
 /// kill -9 of node `victim`; what dlq printed when it ended.
 async fn replay_killing(cluster: &Cluster, conn: &Connection, victim: usize) -> Output {
+    replay_until(cluster, conn, |c| c.kill(victim)).await
+}
+
+/// A replay through node C, at 2,500/s; once 4,000 are moved (counted through `conn`),
+/// `fault` strikes; what dlq printed when it ended.
+async fn replay_until(
+    cluster: &Cluster,
+    conn: &Connection,
+    fault: impl FnOnce(&Cluster),
+) -> Output {
     let args = ["replay", "-Q", DLQ, "--yes", "--rate", "2500"];
     let child = dlq(cluster, C, C, &args);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while ready(conn, MAIN).await < 4_000 {
-        assert!(Instant::now() < deadline, "the replay made no progress");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    cluster.kill(victim);
+    until_moved(conn, 4_000).await;
+    tokio::task::block_in_place(|| fault(cluster));
     tokio::task::spawn_blocking(move || child.wait_with_output())
         .await
         .unwrap()
         .unwrap()
+}
+
+/// Waits until the destination holds `n` messages.
+async fn until_moved(conn: &Connection, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ready(conn, MAIN).await < n {
+        assert!(Instant::now() < deadline, "the replay made no progress");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// `dlq replay -Q q.dlq ARGS` through node C on a terminal, once its plan asks `[y/N]`.
+fn plan_on_c(cluster: &Cluster, args: &[&str]) -> Term {
+    let (url, api) = (cluster.amqp_url(C), cluster.api_url(C));
+    let env = [
+        ("DLQ_AMQP_URL", url.as_str()),
+        ("DLQ_MANAGEMENT_URL", api.as_str()),
+    ];
+    let term = Term::start(120, &env, &[&["replay", "-Q", DLQ][..], args].concat());
+    term.wait_for(Duration::from_secs(120), |s| s.contains("[y/N]"));
+    term
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -226,24 +253,47 @@ async fn a_crash_of_dlqs_node_mid_replay_strands_nothing_and_keeps_the_order() {
     let (cluster, on_a) = cluster_with("crash", N, false).await;
     let out = replay_killing(&cluster, &on_a, C).await;
     assert!(!out.status.success(), "{}", text(&out));
+    nothing_stranded_after_a_replay(&cluster, &on_a, N).await;
+}
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_of_dlqs_node_mid_replay_strands_nothing_and_keeps_the_order() {
+    const N: u64 = 20_000;
+    let (cluster, on_a) = cluster_with("stop", N, false).await;
+    let out = replay_until(&cluster, &on_a, |c| {
+        c.ctl(&c.nodes[C], &["stop_app"]);
+    })
+    .await;
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("the connection to the broker was lost"),
+        "{said}"
+    );
+    nothing_stranded_after_a_replay(&cluster, &on_a, N).await;
+}
+
+/// After a replay through C that its node's loss ended: every message is ready in one
+/// queue or the other, none lost, few in both, each queue in order; a run through A moves
+/// the rest.
+async fn nothing_stranded_after_a_replay(cluster: &Cluster, on_a: &Connection, n: u64) {
     // Every message is ready again in one queue or the other: none held out of reach.
-    let total = all_ready(&on_a, N).await;
+    let total = all_ready(on_a, n).await;
     let held = cluster.api_get(A, "queues/%2f/q.dlq");
     assert!(
         total.is_some(),
-        "messages stranded after the crash: DLQ {} ready + destination {} < {N}; the queue: \
+        "messages stranded after the node's loss: DLQ {} ready + destination {} < {n}; the queue: \
          {} unacknowledged, {} consumer(s)",
-        ready(&on_a, DLQ).await,
-        ready(&on_a, MAIN).await,
+        ready(on_a, DLQ).await,
+        ready(on_a, MAIN).await,
         held["messages_unacknowledged"],
         held["consumers"]
     );
-    let (left, moved) = (ids(&on_a, DLQ).await, ids(&on_a, MAIN).await);
+    let (left, moved) = (ids(on_a, DLQ).await, ids(on_a, MAIN).await);
     let mut every: Vec<u64> = left.iter().chain(moved.iter()).copied().collect();
     every.sort_unstable();
     every.dedup();
-    assert_eq!(every.len() as u64, N, "ids lost");
+    assert_eq!(every.len() as u64, n, "ids lost");
     let doubled = left.len() + moved.len() - every.len();
     // At most what was unsettled when the node went: the adaptive window's bound.
     assert!(doubled <= 1024, "{doubled} in both places");
@@ -251,17 +301,30 @@ async fn a_crash_of_dlqs_node_mid_replay_strands_nothing_and_keeps_the_order() {
     assert_eq!(out_of_order(&moved), 0, "the destination's order changed");
 
     // A run on a live node moves the rest: the DLQ ends empty, every id in the destination.
-    let again = dlq(&cluster, A, A, &["replay", "-Q", DLQ, "--yes"]);
+    let again = dlq(cluster, A, A, &["replay", "-Q", DLQ, "--yes"]);
     let out = tokio::task::spawn_blocking(move || again.wait_with_output())
         .await
         .unwrap()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
-    assert_eq!(ready(&on_a, DLQ).await, 0);
-    let mut moved = ids(&on_a, MAIN).await;
+    assert_eq!(ready(on_a, DLQ).await, 0);
+    let mut moved = ids(on_a, MAIN).await;
     moved.sort_unstable();
     moved.dedup();
-    assert_eq!(moved.len() as u64, N);
+    assert_eq!(moved.len() as u64, n);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_of_a_follower_mid_replay_goes_unnoticed() {
+    const N: u64 = 20_000;
+    let (cluster, on_a) = cluster_with("follower", N, false).await;
+    // B holds a replica of each queue, and nothing of dlq's.
+    let out = replay_killing(&cluster, &on_a, 1).await;
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(ready(&on_a, DLQ).await, 0);
+    let moved = ids(&on_a, MAIN).await;
+    assert_eq!(moved.len() as u64, N, "moved: {}", runs(&moved));
+    assert_eq!(out_of_order(&moved), 0, "the destination's order changed");
 }
 
 /// What a plain client leaves after its node crashed: a consumer that received `held`
@@ -404,6 +467,30 @@ async fn a_crash_of_dlqs_node_mid_read_strands_nothing_and_keeps_the_order() {
     assert_eq!(out_of_order(&left), 0, "the order changed: {}", runs(&left));
 }
 
+/// `archive --delete` of the DLQ's `n` through node C to `to`; once it holds 10,000, kill -9
+/// of node `victim`; what dlq printed when it ended.
+async fn archive_killing(
+    cluster: &Cluster,
+    conn: &Connection,
+    n: u64,
+    to: &std::path::Path,
+    victim: usize,
+) -> Output {
+    let args = ["archive", "-Q", DLQ, "--delete", "--yes", "--to"];
+    let archive = dlq(
+        cluster,
+        C,
+        C,
+        &[&args[..], &[to.to_str().unwrap()]].concat(),
+    );
+    until_held(conn, n - 10_000).await;
+    tokio::task::block_in_place(|| cluster.kill(victim));
+    tokio::task::spawn_blocking(move || archive.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_of_dlqs_node_mid_archive_strands_nothing_and_keeps_the_order() {
     const N: u64 = 30_000;
@@ -411,20 +498,13 @@ async fn a_crash_of_dlqs_node_mid_archive_strands_nothing_and_keeps_the_order() 
     // An archive --delete holds everything it took until the file is on disk.
     let dir = tempfile::tempdir().unwrap();
     let to = dir.path().join("dlq.ndjson");
-    let args = ["archive", "-Q", DLQ, "--delete", "--yes", "--to"];
-    let archive = dlq(
-        &cluster,
-        C,
-        C,
-        &[&args[..], &[to.to_str().unwrap()]].concat(),
+    let out = archive_killing(&cluster, &on_a, N, &to, C).await;
+    let said = text(&out);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("the connection to the broker was lost"),
+        "{said}"
     );
-    until_held(&on_a, N - 10_000).await;
-    cluster.kill(C);
-    let out = tokio::task::spawn_blocking(move || archive.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(!out.status.success(), "{}", text(&out));
     all_back(&cluster, &on_a, N, "mid-archive").await;
     let left = ids(&on_a, DLQ).await;
     assert_eq!(out_of_order(&left), 0, "the order changed: {}", runs(&left));
@@ -437,19 +517,28 @@ async fn a_crash_of_dlqs_node_while_a_plan_holds_strands_nothing_and_keeps_the_o
     let (cluster, on_a) = cluster_with("plan", N, true).await;
     // A replay without --yes, on a terminal: its plan holds every message it took while it
     // waits for the operator's answer.
-    let (url, api) = (cluster.amqp_url(C), cluster.api_url(C));
-    let env = [
-        ("DLQ_AMQP_URL", url.as_str()),
-        ("DLQ_MANAGEMENT_URL", api.as_str()),
-    ];
-    let term = Term::start(120, &env, &["replay", "-Q", DLQ]);
-    term.wait_for(Duration::from_secs(120), |s| s.contains("[y/N]"));
+    let term = plan_on_c(&cluster, &[]);
     assert_eq!(ready(&on_a, DLQ).await, 0, "the plan holds all of them");
     cluster.kill(C);
     all_back(&cluster, &on_a, N, "mid-plan").await;
     let left = ids(&on_a, DLQ).await;
     assert_eq!(out_of_order(&left), 0, "the order changed: {}", runs(&left));
     assert_eq!(ready(&on_a, MAIN).await, 0);
+    drop(term);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_of_dlqs_node_while_a_planned_replay_moves_strands_nothing() {
+    const N: u64 = 30_000;
+    let (cluster, on_a) = cluster_with("planned", N, true).await;
+    // The plan holds all of them; once answered, it moves them at 2,500/s, acknowledging
+    // each on the consumer that delivered it.
+    let term = plan_on_c(&cluster, &["--rate", "2500"]);
+    term.type_text("y");
+    term.keys(&["Enter"]);
+    until_moved(&on_a, 4_000).await;
+    tokio::task::block_in_place(|| cluster.kill(C));
+    nothing_stranded_after_a_replay(&cluster, &on_a, N).await;
     drop(term);
 }
 
@@ -466,4 +555,38 @@ async fn a_crash_of_the_leader_mid_replay_goes_unnoticed() {
     let moved = ids(&on_b, MAIN).await;
     assert_eq!(moved.len() as u64, N, "moved: {}", runs(&moved));
     assert_eq!(out_of_order(&moved), 0, "the destination's order changed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_of_the_leader_mid_archive_goes_unnoticed() {
+    const N: u64 = 30_000;
+    let (cluster, on_a) = cluster_with("leader-archive", N, true).await;
+    drop(on_a);
+    let on_b = connect(&cluster.amqp_url(1)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let to = dir.path().join("dlq.ndjson");
+    let out = archive_killing(&cluster, &on_b, N, &to, A).await;
+    assert!(out.status.success(), "{}", text(&out));
+    // Every message in the file once, in order, and none left in the DLQ. (The file's
+    // header and trailer lines, count and checksum, have no id.)
+    let archived: Vec<u64> = std::fs::read_to_string(&to)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|v| v["id"].as_str().map(str::to_string))
+        .map(|id| id.trim_start_matches("m-").parse().unwrap())
+        .collect();
+    assert_eq!(archived.len() as u64, N, "archived: {}", runs(&archived));
+    assert_eq!(
+        out_of_order(&archived),
+        0,
+        "the archive's order: {}",
+        runs(&archived)
+    );
+    let q = cluster.api_get(1, "queues/%2f/q.dlq");
+    assert_eq!(
+        ready(&on_b, DLQ).await,
+        0,
+        "the queue after the archive: {q}"
+    );
 }

@@ -46,9 +46,9 @@ pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<E
     let mut mover = Mover::open(&session, plan.count, report, publish_ids, picks, None).await?;
     if holding.single_pass {
         // Held messages are acknowledged on the take channels that delivered them; the
-        // consumers the plan left live (`Taker::open_holding`) are cancelled first.
+        // consumers the plan left live (`Taker::open_holding`) stay live meanwhile.
         for t in takers.iter_mut() {
-            t.cancel_consumers().await?;
+            t.watch_consumers();
         }
         for (qi, t) in takers.iter().enumerate() {
             for (ci, ch) in t.channels().iter().enumerate() {
@@ -519,7 +519,8 @@ impl<'a> Mover<'a> {
                 Ok(Some(d)) => d,
                 Ok(None) => break,
                 Err(e) => {
-                    self.report.stopped = Some(format!("reading {:?}: {e:#}", from.name));
+                    let why = crate::rabbit::named_loss(format!("{e:#}"));
+                    self.report.stopped = Some(format!("reading {:?}: {why}", from.name));
                     break;
                 }
             };
@@ -591,7 +592,8 @@ impl<'a> Mover<'a> {
         if let Err(e) = taker.keep(&self.session.conn, d).await
             && self.report.stopped.is_none()
         {
-            self.report.stopped = Some(format!("renewing {queue:?}: {e:#}"));
+            let why = crate::rabbit::named_loss(format!("{e:#}"));
+            self.report.stopped = Some(format!("renewing {queue:?}: {why}"));
         }
     }
 
@@ -716,7 +718,7 @@ impl<'a> Mover<'a> {
                 );
                 self.report
                     .stopped
-                    .get_or_insert_with(|| format!("broker: {e:#}"));
+                    .get_or_insert_with(|| crate::rabbit::broker_failure(&e));
             }
         }
     }
@@ -745,9 +747,10 @@ impl<'a> Mover<'a> {
                         a.id,
                         format!("published, but its DLQ copy could not be acknowledged ({why}): it is in both places"),
                     );
-                    self.report
-                        .stopped
-                        .get_or_insert_with(|| "lost the channel to the DLQ".into());
+                    let lost = crate::rabbit::lost_connection_in(&why);
+                    self.report.stopped.get_or_insert_with(|| {
+                        lost.unwrap_or_else(|| format!("lost the channel to the DLQ ({why})"))
+                    });
                 }
             }
         }
