@@ -258,7 +258,7 @@ async fn a_crash_of_dlqs_node_mid_replay_strands_nothing_and_keeps_the_order() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_graceful_stop_of_dlqs_node_mid_replay_strands_nothing_and_keeps_the_order() {
-    const N: u64 = 20_000;
+    const N: u64 = 12_000;
     let (cluster, on_a) = cluster_with("stop", N, false).await;
     let out = replay_until(&cluster, &on_a, |c| {
         c.ctl(&c.nodes[C], &["stop_app"]);
@@ -316,7 +316,7 @@ async fn nothing_stranded_after_a_replay(cluster: &Cluster, on_a: &Connection, n
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_of_a_follower_mid_replay_goes_unnoticed() {
-    const N: u64 = 20_000;
+    const N: u64 = 12_000;
     let (cluster, on_a) = cluster_with("follower", N, false).await;
     // B holds a replica of each queue, and nothing of dlq's.
     let out = replay_killing(&cluster, &on_a, 1).await;
@@ -529,7 +529,7 @@ async fn a_crash_of_dlqs_node_while_a_plan_holds_strands_nothing_and_keeps_the_o
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_of_dlqs_node_while_a_planned_replay_moves_strands_nothing() {
-    const N: u64 = 30_000;
+    const N: u64 = 12_000;
     let (cluster, on_a) = cluster_with("planned", N, true).await;
     // The plan holds all of them; once answered, it moves them at 2,500/s, acknowledging
     // each on the consumer that delivered it.
@@ -559,7 +559,7 @@ async fn a_crash_of_the_leader_mid_replay_goes_unnoticed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_of_the_leader_mid_archive_goes_unnoticed() {
-    const N: u64 = 30_000;
+    const N: u64 = 16_000;
     let (cluster, on_a) = cluster_with("leader-archive", N, true).await;
     drop(on_a);
     let on_b = connect(&cluster.amqp_url(1)).await;

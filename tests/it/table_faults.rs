@@ -97,13 +97,18 @@ async fn database_connection_killed_mid_replay() {
     let db = TestDb::with_rows(Dialect::Postgres, "fault_pg", &scenario2()[..340]).await;
     let queue = unique("fault_pg_q");
     declare_queue(&queue).await;
-    let child = spawn_replay(&db, &queue, 150);
+    let mut child = spawn_replay(&db, &queue, 150);
     let pid = child.id();
     wait_until_some_marked(&db).await;
-    db.exec(&format!(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'dlq-{pid}'"
-    ))
-    .await;
+    // Every 50 ms until dlq ends: a kill that finds the connection idle in dlq's pool is
+    // repaired unseen (the pool opens another), one mid-statement stops the run.
+    while child.try_wait().unwrap().is_none() {
+        db.exec(&format!(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'dlq-{pid}'"
+        ))
+        .await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
