@@ -126,17 +126,18 @@ impl Taker {
         }
         tokio::spawn(async move {
             let mut all = futures_util::stream::select_all(streams);
-            // Held until the channels close; the rest of the stream drains meanwhile.
-            let mut arrived = Vec::new();
-            while let Some(Ok(d)) = all.next().await {
-                if arrived.is_empty() {
+            // A delivery dropped unacknowledged stays held on its channel until the release
+            // closes it; the stream drains until then.
+            let mut cancelled = false;
+            while let Some(Ok(_)) = all.next().await {
+                if !cancelled {
                     for (ch, tag) in &cancels {
                         let _ = ch
                             .basic_cancel(tag.clone(), BasicCancelOptions::default())
                             .await;
                     }
+                    cancelled = true;
                 }
-                arrived.push(d);
             }
         });
     }
