@@ -172,16 +172,34 @@ impl ReadReport {
 /// the caller wants: a full record, or just what a `list` sample needs.
 pub(crate) type Make<T> = dyn Fn(&str, &str, &str, &BasicProperties, &[u8]) -> T + Send + Sync;
 
-/// The queue's depth once the consumers it had beyond those counted when it was checked are
-/// gone (at most 5 s): the broker gives back what a closed or lost channel held when it
-/// removes that channel's consumers, so a read before then would miss those messages (seen
-/// on RabbitMQ 4.0 right after a connection was closed from the management API).
-async fn until_consumers_left(conn: &Connection, q: &Checked) -> Result<Option<super::Depth>> {
+/// The queue's depth once what a closed or lost connection held is back (at most 5 s): once
+/// the consumers it had beyond those counted when it was checked are gone (seen on RabbitMQ
+/// 4.0 right after a connection was closed from the management API), and then once its ready
+/// count has held still for `SETTLED`. A channel whose consumer was cancelled (a finished
+/// window) has no consumer to wait for, and the broker gives its messages back only when it
+/// closes that channel, which can come later (seen on a loaded broker: whole windows missing
+/// from the read).
+async fn until_given_back(conn: &Connection, q: &Checked) -> Result<Option<super::Depth>> {
+    const LIMIT: Duration = Duration::from_secs(5);
+    const SETTLED: Duration = Duration::from_millis(500);
+    let deadline = tokio::time::Instant::now() + LIMIT;
     let others = q.depth.consumers.saturating_add(q.lost_consumers);
-    poll_depth(conn, &q.name, Duration::from_secs(5), |d| {
-        d.consumers <= others
-    })
-    .await
+    let left = poll_depth(conn, &q.name, LIMIT, |d| d.consumers <= others).await?;
+    let Some(mut last) = left else {
+        return Ok(None);
+    };
+    let mut still_since = tokio::time::Instant::now();
+    while still_since.elapsed() < SETTLED && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let Some(now) = super::passive_declare(conn, &q.name).await? else {
+            return Ok(None);
+        };
+        if now.ready != last.ready {
+            still_since = tokio::time::Instant::now();
+        }
+        last = now;
+    }
+    Ok(Some(last))
 }
 
 /// Polls `queue`'s depth (a passive declare) until `done` holds or `limit` has passed: the
@@ -212,7 +230,7 @@ pub(crate) async fn find_in_queue(
     keys: Vec<String>,
     key_of: fn(&lapin::BasicProperties, &[u8]) -> String,
 ) -> Result<Vec<String>> {
-    let Some(depth) = until_consumers_left(conn, q).await? else {
+    let Some(depth) = until_given_back(conn, q).await? else {
         return Ok(Vec::new());
     };
     let mut wanted: std::collections::HashMap<String, u64> = Default::default();

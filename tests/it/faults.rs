@@ -619,7 +619,7 @@ async fn a_blocked_broker_is_named_at_once_and_the_replay_finishes_after() {
         .unwrap();
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
+    let reading = std::thread::spawn(move || {
         use std::io::BufRead;
         for line in std::io::BufReader::new(stderr)
             .lines()
@@ -645,6 +645,8 @@ async fn a_blocked_broker_is_named_at_once_and_the_replay_finishes_after() {
     let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
         .await
         .unwrap();
+    // The last lines may still be on their way when dlq has exited: read to the end.
+    reading.join().unwrap();
     said.extend(rx.try_iter());
     assert!(status.success(), "{said:#?}");
     assert!(
@@ -774,7 +776,7 @@ async fn interrupt_while_blocked(
         .unwrap();
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     let stderr = child.stderr.take().unwrap();
-    std::thread::spawn(move || {
+    let reading = std::thread::spawn(move || {
         use std::io::BufRead;
         for line in std::io::BufReader::new(stderr)
             .lines()
@@ -809,6 +811,8 @@ async fn interrupt_while_blocked(
     let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
         .await
         .unwrap();
+    // The last lines may still be on their way when dlq has exited: read to the end.
+    reading.join().unwrap();
     said.extend(rx.try_iter());
     assert_eq!(status.code(), Some(130), "{said:#?}");
     said
