@@ -172,22 +172,28 @@ impl ReadReport {
 /// the caller wants: a full record, or just what a `list` sample needs.
 pub(crate) type Make<T> = dyn Fn(&str, &str, &str, &BasicProperties, &[u8]) -> T + Send + Sync;
 
-/// The queue's depth once what a closed or lost connection held is back (at most 5 s): once
-/// the consumers it had beyond those counted when it was checked are gone (seen on RabbitMQ
-/// 4.0 right after a connection was closed from the management API), and then once its ready
-/// count has held still for `SETTLED`. A channel whose consumer was cancelled (a finished
-/// window) has no consumer to wait for, and the broker gives its messages back only when it
-/// closes that channel, which can come later (seen on a loaded broker: whole windows missing
-/// from the read).
-async fn until_given_back(conn: &Connection, q: &Checked) -> Result<Option<super::Depth>> {
+/// The queue's depth once what a closed or lost connection held is back (at most 5 s), and
+/// whether it all looked back: the consumers it had beyond those counted when it was checked
+/// are gone (seen on RabbitMQ 4.0 right after a connection was closed from the management
+/// API), it has at least `ready_at_least` ready, and then its ready count has held still for
+/// `SETTLED`. A channel whose consumer was cancelled (a finished window) has no consumer to
+/// wait for, and the broker gives its messages back only when it closes that channel, which
+/// can come later: on a loaded broker whole windows were missing from the read, and on 3.10
+/// one message of the last window.
+async fn until_given_back(
+    conn: &Connection,
+    q: &Checked,
+    ready_at_least: u64,
+) -> Result<Option<(super::Depth, bool)>> {
     const LIMIT: Duration = Duration::from_secs(5);
     const SETTLED: Duration = Duration::from_millis(500);
     let deadline = tokio::time::Instant::now() + LIMIT;
     let others = q.depth.consumers.saturating_add(q.lost_consumers);
-    let left = poll_depth(conn, &q.name, LIMIT, |d| d.consumers <= others).await?;
-    let Some(mut last) = left else {
+    let back = |d: &super::Depth| d.consumers <= others && u64::from(d.ready) >= ready_at_least;
+    let Some(mut last) = poll_depth(conn, &q.name, LIMIT, back).await? else {
         return Ok(None);
     };
+    let all_back = back(&last);
     let mut still_since = tokio::time::Instant::now();
     while still_since.elapsed() < SETTLED && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -199,7 +205,7 @@ async fn until_given_back(conn: &Connection, q: &Checked) -> Result<Option<super
         }
         last = now;
     }
-    Ok(Some(last))
+    Ok(Some((last, all_back)))
 }
 
 /// Polls `queue`'s depth (a passive declare) until `done` holds or `limit` has passed: the
@@ -222,16 +228,29 @@ async fn poll_depth(
     }
 }
 
+/// What `find_in_queue` found.
+pub(crate) struct Found {
+    pub(crate) keys: Vec<String>,
+    /// Everything a closed connection held looked back before the read (see
+    /// `until_given_back`); when not, a key not found may still come back.
+    pub(crate) all_back: bool,
+}
+
 /// Which of `keys` are in the queue now (each as often as listed), by `key_of` over each
-/// message: a non-destructive read of the whole queue, by the same rules as `inspect`.
+/// message: a non-destructive read of the whole queue, by the same rules as `inspect`, once
+/// what a closed connection held is back and at least `ready_at_least` are ready.
 pub(crate) async fn find_in_queue(
     conn: &Connection,
     q: &Checked,
     keys: Vec<String>,
     key_of: fn(&lapin::BasicProperties, &[u8]) -> String,
-) -> Result<Vec<String>> {
-    let Some(depth) = until_given_back(conn, q).await? else {
-        return Ok(Vec::new());
+    ready_at_least: u64,
+) -> Result<Found> {
+    let Some((depth, all_back)) = until_given_back(conn, q, ready_at_least).await? else {
+        return Ok(Found {
+            keys: Vec::new(),
+            all_back: true,
+        });
     };
     let mut wanted: std::collections::HashMap<String, u64> = Default::default();
     for k in keys {
@@ -257,9 +276,9 @@ pub(crate) async fn find_in_queue(
         }
         found
     };
-    let (r, found) = tokio::join!(read, found);
+    let (r, keys) = tokio::join!(read, found);
     r?;
-    Ok(found)
+    Ok(Found { keys, all_back })
 }
 
 /// Reads one queue, sending `make`'s result per message to `tx`, and gives everything back.

@@ -909,7 +909,7 @@ async fn after_a_lost_connection_the_report_names_every_message_in_both_places()
         let explained: BTreeSet<String> = lost_ack.union(&unknown).cloned().collect();
         assert!(
             both.is_subset(&explained),
-            "in both {both:?}, named {explained:?}"
+            "in both {both:?}, named {explained:?}; dlq said: {stderr}"
         );
         let dest_only = dest.keys().filter(|k| !dlq.contains_key(*k)).count();
         assert_eq!(report["succeeded"], dest_only, "{stderr}");

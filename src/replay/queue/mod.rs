@@ -227,7 +227,8 @@ impl<'a> Session<'a> {
         passed?;
         let mut report = ended.report;
         if !self.conn.status().connected() && !ended.recent.is_empty() {
-            self.lost_acks(&ended.recent, &mut report).await;
+            self.lost_acks(&ended.recent, &ended.acked, &mut report)
+                .await;
         }
         if let (Some(f), Some(moved)) = (&self.watch, ended.followed) {
             f.follow_through(
@@ -263,10 +264,12 @@ impl<'a> Session<'a> {
 impl Session<'_> {
     /// After a lost connection: the messages counted as moved whose acknowledgement went
     /// with the connection are still in their DLQ as well. Read on a new connection (as
-    /// `inspect` reads), they are named and no longer counted as replayed.
+    /// `inspect` reads), once the DLQ has back at least what it had at the start less what
+    /// dlq acknowledged (`acked`, per DLQ), they are named and no longer counted as replayed.
     async fn lost_acks(
         &self,
         recent: &std::collections::VecDeque<(usize, RecordId)>,
+        acked: &[u64],
         report: &mut Report,
     ) {
         let found = async {
@@ -278,10 +281,20 @@ impl Session<'_> {
                     .filter(|(i, _)| *i == qi)
                     .map(|(_, id)| id.to_string())
                     .collect();
-                if !ids.is_empty() {
-                    let key_of = crate::source::queue::record_id;
-                    found.extend(rabbit::reader::find_in_queue(&conn, q, ids, key_of).await?);
+                if ids.is_empty() {
+                    continue;
                 }
+                let (asked, key_of) = (ids.len(), crate::source::queue::record_id);
+                let back_to = u64::from(q.depth.ready).saturating_sub(acked[qi]);
+                let f = rabbit::reader::find_in_queue(&conn, q, ids, key_of, back_to).await?;
+                if !f.all_back {
+                    self.printer.warn(format!(
+                        "{:?}: the broker had not given back everything the lost connection held when dlq read it again: up to {} message(s) counted as replayed may also still be in it",
+                        q.name,
+                        asked - f.keys.len()
+                    ));
+                }
+                found.extend(f.keys);
             }
             rabbit::close(&conn, "dlq replay: acknowledgements checked").await;
             anyhow::Ok(found)
