@@ -641,9 +641,13 @@ async fn lost_consumers_of(
         Some(q) => q,
         None => look().await?,
     };
-    topology::lost_consumers(&first, counted)?;
+    let before = topology::lost_consumers(&first, counted)?;
     tokio::time::sleep(STATS_LAG).await;
-    topology::lost_consumers(&look().await?, counted)
+    let lost = topology::lost_consumers(&look().await?, counted)?;
+    Some(topology::Lost {
+        held: topology::nearer_held(before.held, lost.held),
+        ..lost
+    })
 }
 
 fn unknown_facts() -> QueueFacts {

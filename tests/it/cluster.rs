@@ -470,15 +470,34 @@ async fn all_back(cluster: &Cluster, on_a: &Connection, n: u64, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_of_dlqs_node_mid_read_strands_nothing_and_keeps_the_order() {
-    const N: u64 = 30_000;
-    let (cluster, on_a) = cluster_with("read", N, true).await;
-    // A read that holds what it read while its output waits (stdout never read).
-    let reader = dlq(&cluster, C, C, &["inspect", "-Q", DLQ, "-o", "ndjson"]);
-    until_held(&on_a, N - 4_000).await;
-    cluster.kill(C);
+    let (cluster, on_a) = cluster_with("read", 30_000, true).await;
+    read_on_c_until(&cluster, &on_a, 30_000, |c| c.kill(C)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_of_dlqs_node_mid_read_strands_nothing_and_keeps_the_order() {
+    let (cluster, on_a) = cluster_with("stop-read", 16_000, true).await;
+    read_on_c_until(&cluster, &on_a, 16_000, |c| {
+        c.ctl(&c.nodes[C], &["stop_app"]);
+    })
+    .await;
+}
+
+/// A read through C that holds what it read while its output waits (stdout never read);
+/// once it holds 4,000, `fault` takes C away: every message is ready again in the DLQ,
+/// once, in order.
+async fn read_on_c_until(
+    cluster: &Cluster,
+    on_a: &Connection,
+    n: u64,
+    fault: impl FnOnce(&Cluster),
+) {
+    let reader = dlq(cluster, C, C, &["inspect", "-Q", DLQ, "-o", "ndjson"]);
+    until_held(on_a, n - 4_000).await;
+    tokio::task::block_in_place(|| fault(cluster));
     drop(reader);
-    all_back(&cluster, &on_a, N, "mid-read").await;
-    let left = ids(&on_a, DLQ).await;
+    all_back(cluster, on_a, n, "after C went mid-read").await;
+    let left = ids(on_a, DLQ).await;
     assert_eq!(out_of_order(&left), 0, "the order changed: {}", runs(&left));
 }
 
@@ -491,6 +510,18 @@ async fn archive_killing(
     to: &std::path::Path,
     victim: usize,
 ) -> Output {
+    archive_until(cluster, conn, n, to, |c| c.kill(victim)).await
+}
+
+/// `archive --delete` of the DLQ's `n` through node C to `to`; once it holds 10,000, `fault`
+/// strikes; what dlq printed when it ended.
+async fn archive_until(
+    cluster: &Cluster,
+    conn: &Connection,
+    n: u64,
+    to: &std::path::Path,
+    fault: impl FnOnce(&Cluster),
+) -> Output {
     let args = ["archive", "-Q", DLQ, "--delete", "--yes", "--to"];
     let archive = dlq(
         cluster,
@@ -499,7 +530,7 @@ async fn archive_killing(
         &[&args[..], &[to.to_str().unwrap()]].concat(),
     );
     until_held(conn, n - 10_000).await;
-    tokio::task::block_in_place(|| cluster.kill(victim));
+    tokio::task::block_in_place(|| fault(cluster));
     tokio::task::spawn_blocking(move || archive.wait_with_output())
         .await
         .unwrap()
@@ -681,21 +712,46 @@ async fn a_crash_of_the_leader_mid_archive_goes_unnoticed() {
     let dir = tempfile::tempdir().unwrap();
     let to = dir.path().join("dlq.ndjson");
     let out = archive_killing(&cluster, &on_b, N, &to, A).await;
-    assert!(out.status.success(), "{}", text(&out));
-    // Every message in the file once, in order, and none left in the DLQ. (The file's
-    // header and trailer lines, count and checksum, have no id.)
-    let file = std::fs::read_to_string(&to).unwrap();
+    archived_unnoticed(&cluster, &out, &to, &on_b, N).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_of_a_follower_mid_archive_goes_unnoticed() {
+    const N: u64 = 16_000;
+    let (cluster, on_a) = cluster_with("follower-archive", N, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let to = dir.path().join("dlq.ndjson");
+    let out = archive_until(&cluster, &on_a, N, &to, |c| {
+        c.ctl(&c.nodes[B], &["stop_app"]);
+    })
+    .await;
+    archived_unnoticed(&cluster, &out, &to, &on_a, N).await;
+}
+
+/// An `archive --delete` that went on through a fault: it succeeded, every message is in
+/// the file once, in order, and none is left in the DLQ. (The file's header and trailer
+/// lines, count and checksum, have no id.)
+async fn archived_unnoticed(
+    cluster: &Cluster,
+    out: &Output,
+    to: &std::path::Path,
+    conn: &Connection,
+    n: u64,
+) {
+    assert!(out.status.success(), "{}", text(out));
+    let file = std::fs::read_to_string(to).unwrap();
     let archived = id_numbers(&file.lines().map(str::to_string).collect::<Vec<_>>());
-    assert_eq!(archived.len() as u64, N, "archived: {}", runs(&archived));
+    assert_eq!(archived.len() as u64, n, "archived: {}", runs(&archived));
     assert_eq!(
         out_of_order(&archived),
         0,
         "the archive's order: {}",
         runs(&archived)
     );
-    let q = cluster.api_get(B, "queues/%2f/q.dlq");
+    // C is never the victim of a test that comes here.
+    let q = cluster.api_get(C, "queues/%2f/q.dlq");
     assert_eq!(
-        ready(&on_b, DLQ).await,
+        ready(conn, DLQ).await,
         0,
         "the queue after the archive: {q}"
     );

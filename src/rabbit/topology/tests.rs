@@ -369,3 +369,12 @@ fn consumers_no_live_channel_owns_are_lost() {
     };
     assert_eq!(lost_consumers(&no_details, 1), None);
 }
+
+#[test]
+fn the_smaller_of_two_held_counts_is_quoted() {
+    // The first look still counted what a dry run held a moment ago.
+    assert_eq!(nearer_held(Some(1000), Some(300)), Some(300));
+    assert_eq!(nearer_held(Some(300), Some(1000)), Some(300));
+    assert_eq!(nearer_held(None, Some(300)), Some(300));
+    assert_eq!(nearer_held(Some(300), None), None);
+}
