@@ -365,8 +365,8 @@ async fn still_queued(
         let Some(q) = checked.iter().find(|c| c.name == queue) else {
             continue;
         };
-        // Nothing to wait for: this connection is live and holds nothing of the queue.
-        let found = rabbit::reader::find_in_queue(conn, q, keys, record::content_key, 0).await?;
+        // dlq's connection is live: only its own closed channels' consumers to wait for.
+        let found = rabbit::reader::find_in_queue(conn, q, keys, record::content_key, None).await?;
         still += found.keys.len() as u64;
     }
     Ok(still)

@@ -172,40 +172,43 @@ impl ReadReport {
 /// the caller wants: a full record, or just what a `list` sample needs.
 pub(crate) type Make<T> = dyn Fn(&str, &str, &str, &BasicProperties, &[u8]) -> T + Send + Sync;
 
-/// The queue's depth once what a closed or lost connection held is back (at most 5 s), and
-/// whether it all looked back: the consumers it had beyond those counted when it was checked
-/// are gone (seen on RabbitMQ 4.0 right after a connection was closed from the management
-/// API), it has at least `ready_at_least` ready, and then its ready count has held still for
-/// `SETTLED`. A channel whose consumer was cancelled (a finished window) has no consumer to
-/// wait for, and the broker gives its messages back only when it closes that channel, which
-/// can come later: on a loaded broker whole windows were missing from the read, and on 3.10
-/// one message of the last window.
+/// The queue's depth once the consumers it had beyond those counted when it was checked are
+/// gone (at most 5 s): the broker gives back what a closed or lost channel held when it
+/// removes that channel's consumers (seen on RabbitMQ 4.0 right after a connection was closed
+/// from the management API). `after_loss`: dlq's own connection was lost, and the queue must
+/// also have that many ready, then hold its ready count still for `SETTLED`: a channel
+/// whose consumer was cancelled (a finished window) has no consumer to wait for, and the
+/// broker gives its messages back only when it closes that channel. Also whether all of that
+/// held in time.
 async fn until_given_back(
     conn: &Connection,
     q: &Checked,
-    ready_at_least: u64,
+    after_loss: Option<u64>,
 ) -> Result<Option<(super::Depth, bool)>> {
     const LIMIT: Duration = Duration::from_secs(5);
     const SETTLED: Duration = Duration::from_millis(500);
     let deadline = tokio::time::Instant::now() + LIMIT;
     let others = q.depth.consumers.saturating_add(q.lost_consumers);
-    let back = |d: &super::Depth| d.consumers <= others && u64::from(d.ready) >= ready_at_least;
-    let Some(mut last) = poll_depth(conn, &q.name, LIMIT, back).await? else {
+    let floor = after_loss.unwrap_or(0);
+    let back = |d: &super::Depth| d.consumers <= others && u64::from(d.ready) >= floor;
+    let Some(depth) = poll_depth(conn, &q.name, LIMIT, back).await? else {
         return Ok(None);
     };
-    let all_back = back(&last);
-    let mut still_since = tokio::time::Instant::now();
-    while still_since.elapsed() < SETTLED && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        let Some(now) = super::passive_declare(conn, &q.name).await? else {
-            return Ok(None);
-        };
-        if now.ready != last.ready {
-            still_since = tokio::time::Instant::now();
-        }
-        last = now;
+    let all_back = back(&depth);
+    if after_loss.is_none() || !all_back {
+        return Ok(Some((depth, all_back)));
     }
-    Ok(Some((last, all_back)))
+    let still = std::cell::Cell::new((depth.ready, tokio::time::Instant::now()));
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    let settled = poll_depth(conn, &q.name, left, |d| {
+        let (ready, since) = still.get();
+        if d.ready != ready {
+            still.set((d.ready, tokio::time::Instant::now()));
+        }
+        since.elapsed() >= SETTLED && d.ready == ready
+    })
+    .await?;
+    Ok(settled.map(|d| (d, all_back)))
 }
 
 /// Polls `queue`'s depth (a passive declare) until `done` holds or `limit` has passed: the
@@ -238,15 +241,15 @@ pub(crate) struct Found {
 
 /// Which of `keys` are in the queue now (each as often as listed), by `key_of` over each
 /// message: a non-destructive read of the whole queue, by the same rules as `inspect`, once
-/// what a closed connection held is back and at least `ready_at_least` are ready.
+/// what a closed connection held is back (`after_loss`: see `until_given_back`).
 pub(crate) async fn find_in_queue(
     conn: &Connection,
     q: &Checked,
     keys: Vec<String>,
     key_of: fn(&lapin::BasicProperties, &[u8]) -> String,
-    ready_at_least: u64,
+    after_loss: Option<u64>,
 ) -> Result<Found> {
-    let Some((depth, all_back)) = until_given_back(conn, q, ready_at_least).await? else {
+    let Some((depth, all_back)) = until_given_back(conn, q, after_loss).await? else {
         return Ok(Found {
             keys: Vec::new(),
             all_back: true,

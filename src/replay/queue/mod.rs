@@ -285,7 +285,7 @@ impl Session<'_> {
                     continue;
                 }
                 let (asked, key_of) = (ids.len(), crate::source::queue::record_id);
-                let back_to = u64::from(q.depth.ready).saturating_sub(acked[qi]);
+                let back_to = Some(u64::from(q.depth.ready).saturating_sub(acked[qi]));
                 let f = rabbit::reader::find_in_queue(&conn, q, ids, key_of, back_to).await?;
                 if !f.all_back {
                     self.printer.warn(format!(
