@@ -249,24 +249,9 @@ impl Cluster {
     /// waits until the cluster's API reports it.
     pub fn memory_alarm(&self, i: usize, on: bool) {
         let n = &self.nodes[i];
-        let mark = if on { "0.0000001" } else { "0.4" };
+        let mark = super::node::alarm_watermark(on);
         self.ctl(n, &["set_vm_memory_high_watermark", mark]);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let nodes = self.api_get(i, "nodes");
-            let this = nodes
-                .as_array()
-                .and_then(|a| a.iter().find(|x| x["name"] == n.name.as_str()));
-            if this.is_some_and(|x| x["mem_alarm"] == on) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} never reported mem_alarm {on}",
-                n.name
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        super::node::await_mem_alarm(n.api_port, &n.name, on);
     }
 
     /// GET on node `i`'s management API, as JSON.

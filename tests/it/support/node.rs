@@ -108,28 +108,38 @@ impl OwnNode {
 impl OwnNode {
     /// Sets (or clears) a memory alarm and waits until the node reports it.
     pub fn memory_alarm(&self, on: bool) {
-        self.ctl(&[
-            "set_vm_memory_high_watermark",
-            if on { "0.0000001" } else { "0.4" },
-        ]);
-        let url = format!("http://127.0.0.1:{}/api/nodes", self.api_port);
-        let want = format!("\"mem_alarm\":{on}");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let out = Command::new("curl")
-                .args(["-fsS", "-u", "guest:guest", &url])
-                .output()
-                .unwrap();
-            if String::from_utf8_lossy(&out.stdout).contains(&want) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} never reported {want}",
-                self.name
-            );
-            std::thread::sleep(Duration::from_millis(200));
+        self.ctl(&["set_vm_memory_high_watermark", alarm_watermark(on)]);
+        await_mem_alarm(self.api_port, &self.name, on);
+    }
+}
+
+/// A memory high watermark that sets a memory alarm (no node can stay under it), or the
+/// default one that clears it.
+pub fn alarm_watermark(on: bool) -> &'static str {
+    if on { "0.0000001" } else { "0.4" }
+}
+
+/// Waits until the management API on `api_port` reports node `name`'s memory alarm as `on`.
+pub fn await_mem_alarm(api_port: u16, name: &str, on: bool) {
+    let url = format!("http://127.0.0.1:{api_port}/api/nodes");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let out = Command::new("curl")
+            .args(["-fsS", "-u", "guest:guest", &url])
+            .output()
+            .unwrap();
+        let nodes: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        let this = nodes
+            .as_array()
+            .and_then(|a| a.iter().find(|x| x["name"] == name));
+        if this.is_some_and(|x| x["mem_alarm"] == on) {
+            return;
         }
+        assert!(
+            Instant::now() < deadline,
+            "{name} never reported mem_alarm {on}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
     }
 }
 
