@@ -314,7 +314,7 @@ async fn ack_written(
     let mut to_verify = Vec::new();
     for (mut taker, written) in taken {
         // Consumers left live by `Taker::open_holding` stay so while they acknowledge.
-        taker.watch_consumers();
+        taker.watch_consumers().await;
         match ack_each_channel(&taker, &written).await {
             Ok(()) => deleted += written.len() as u64,
             Err(e) => {

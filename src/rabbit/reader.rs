@@ -41,6 +41,9 @@ use tokio::sync::mpsc;
 const FIRST_WINDOW: u64 = 200;
 const MIN_WINDOW: u64 = 16;
 const MAX_WINDOW: u64 = 4_000;
+/// A renewing read's one consumer's prefetch (see `consume_renewing`): half of it is
+/// delivered while the other half's copies are confirmed.
+const RENEW_CREDIT: u64 = 2_000;
 /// Bytes of message bodies a window may hold: bounds the client's buffer.
 const WINDOW_BYTES: u64 = 32 << 20;
 /// Reads of at least this many messages poll lapin every `POLL_PAUSE` (see `poll_pause`).
@@ -499,8 +502,8 @@ async fn pause_reactor(pause: Duration) {
     tokio::task::yield_now().await;
 }
 
-/// A renewing read's copies, and the consumer not cancelled yet (the last one, or one
-/// whose window ended early), which must be cancelled before the final acknowledgement.
+/// A renewing read's copies, and its one consumer, which must be cancelled before the final
+/// acknowledgement (`finish_renewal`).
 type Renewing<'a> = (
     &'a mut Option<Renewal>,
     &'a mut Option<lapin::types::ShortString>,
@@ -515,6 +518,10 @@ async fn consume_fifo<T: Send>(
     report: &mut ReadReport,
     (renewal, open_consumer): Renewing<'_>,
 ) -> Result<()> {
+    if renewal.is_some() {
+        let renewing = (renewal, open_consumer);
+        return consume_renewing(ch, spec, want, make, tx, report, renewing).await;
+    }
     let q = spec.queue.as_str();
     let mut bytes: u64 = 0;
     let mut n = 0u32;
@@ -540,22 +547,69 @@ async fn consume_fifo<T: Send>(
         }
         // No credit left on this consumer: cancel it so the next one continues in order.
         // Its messages stay unacknowledged on the channel until the final close (which
-        // also ends the last consumer: no cancel needed then). Not on a quorum queue that
-        // is not renewed: nothing is acknowledged there, so the consumer gets no more
-        // credit, and RabbitMQ gives back what a lost node's consumers held only for live
-        // ones (see `take`).
-        let holds_live = spec.read_all_to_keep_order() && renewal.is_none();
-        if holds_live {
+        // also ends the last consumer: no cancel needed then). Not on a quorum queue:
+        // nothing is acknowledged there, so the consumer gets no more credit, and RabbitMQ
+        // gives back what a lost node's consumers held only for live ones (see `take`).
+        if spec.read_all_to_keep_order() {
             live.push(consumer);
         } else if report.read < want {
             ch.basic_cancel(consumer.tag(), BasicCancelOptions::default())
                 .await?;
             *open_consumer = None;
-            // Its originals whose copies are confirmed can go now (see `Renewal`).
-            if let Some(r) = renewal.as_mut() {
-                r.ack_confirmed(ch).await?;
-            }
         }
+    }
+    Ok(())
+}
+
+/// A renewing read: one live consumer for the whole read, so that a crash of dlq's node
+/// gives back everything it holds (see `take`'s notes). Its credit is bounded: it may be
+/// delivered at most `acked + credit` messages, and `acked` stays at most `want - credit`,
+/// so it never reaches the copies at the tail (nor a newcomer). Originals are acknowledged
+/// as their copies are confirmed, and at the end of each half-credit step, while the other
+/// half keeps the broker delivering. The last `credit` originals are acknowledged by
+/// `finish_renewal`, once the consumer is cancelled.
+async fn consume_renewing<T: Send>(
+    ch: &Channel,
+    spec: &ReadSpec,
+    want: u64,
+    make: &Make<T>,
+    tx: &mpsc::Sender<Result<T>>,
+    report: &mut ReadReport,
+    (renewal, open_consumer): Renewing<'_>,
+) -> Result<()> {
+    let credit = RENEW_CREDIT.min(want);
+    let consumer = open_window(ch, &spec.queue, credit as u16, 0).await?;
+    *open_consumer = Some(consumer.tag());
+    let pause = poll_pause(want);
+    let most = want - credit;
+    renewal
+        .as_mut()
+        .expect("a renewing read")
+        .ack_as_confirmed(ch, most);
+    let mut bytes = 0u64;
+    while report.read < want {
+        let acked = renewal.as_ref().map_or(0, Renewal::renewed);
+        let may = (acked + credit).min(want) - report.read;
+        if may == 0 {
+            let r = renewal.as_ref().expect("a renewing read");
+            let why = r.failure().unwrap_or("no copy was confirmed");
+            bail!("renewing {:?} stopped: {why}", spec.queue);
+        }
+        let read = Window {
+            size: may.min((credit / 2).max(1)) as u16,
+            pause,
+        };
+        if !read_window(
+            ch, spec, &read, &consumer, make, tx, report, renewal, &mut bytes,
+        )
+        .await?
+        {
+            return Ok(());
+        }
+        let r = renewal.as_mut().expect("a renewing read");
+        r.settle().await;
+        r.ack_confirmed_first(ch, most.saturating_sub(r.renewed()))
+            .await?;
     }
     Ok(())
 }

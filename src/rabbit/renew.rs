@@ -3,9 +3,11 @@
 //! Before RabbitMQ 4.3 every return of a quorum message counts toward the queue's delivery
 //! limit (20 by default from 4.0), whatever the protocol: 20 peeks drop a DLQ. So such a read
 //! renews the queue instead of giving messages back (`GiveBack::Renew`): each held message
-//! is published again to the queue, through the default exchange, with confirms; once a
-//! window's copies are confirmed and its consumer cancelled, its originals are acknowledged
-//! (`multiple`). The copies stand at the tail in the original order, with every property and
+//! is published again to the queue, through the default exchange, with confirms; once copies
+//! are confirmed, their originals are acknowledged (`multiple` on a read's channel). A read's
+//! one consumer stays live meanwhile, its credit bounded so that it never reaches a copy
+//! (`reader::consume_renewing`); a take acknowledges only where no live consumer gains
+//! credit. The copies stand at the tail in the original order, with every property and
 //! header, less the broker's own delivery counters (`x-delivery-count`, `x-acquired-count`),
 //! so their count starts again at 0, and they are not flagged redelivered.
 //!
@@ -15,7 +17,8 @@
 //!   whose original cannot be acknowledged (the channel gone) is there twice, and said so.
 //! - dlq killed mid-read: the broker gives back the originals not yet acknowledged, and the
 //!   copies confirmed since the last acknowledgement stay too: at most one window and the
-//!   publishes in flight are duplicated, nothing is lost.
+//!   publishes in flight are duplicated, nothing is lost. A crash of dlq's node gives them
+//!   back too, since the consumer that holds them is live (see `take`'s notes).
 //! - Only for a queue with no consumer and no TTL or length limit (`topology::renew_blocker`),
 //!   where nothing else can remove an original or take a copy.
 
@@ -49,6 +52,10 @@ pub(crate) struct Renewal {
     acked: u64,
     /// Why a copy was not confirmed; from then on nothing more is confirmed or acknowledged.
     failed: Option<String>,
+    /// A read's channel, whose one live consumer may gain credit up to this many
+    /// acknowledgements: originals are then acknowledged as their copies are confirmed
+    /// (`ack_as_confirmed`).
+    live: Option<(Channel, u64)>,
     audit: crate::audit::Audit,
 }
 
@@ -67,6 +74,7 @@ impl Renewal {
             confirmed: 0,
             acked: 0,
             failed: None,
+            live: None,
             audit,
         })
     }
@@ -97,6 +105,20 @@ impl Renewal {
         while let Some((tag, outcome)) = self.pipeline.try_next() {
             self.settle_one(tag, outcome);
         }
+        if self.to_ack.len() >= FLUSH_EVERY
+            && let Some((ch, most)) = self.live.clone()
+        {
+            // A failed ack fails the read's channel: the read sees that on its own.
+            let _ = self
+                .ack_confirmed_first(&ch, most.saturating_sub(self.acked))
+                .await;
+        }
+    }
+
+    /// Acknowledges originals on `ch` as their copies are confirmed, as long as no more than
+    /// `most` are acknowledged in all: a crash of dlq then leaves few messages twice.
+    pub(crate) fn ack_as_confirmed(&mut self, ch: &Channel, most: u64) {
+        self.live = Some((ch.clone(), most));
     }
 
     fn settle_one(&mut self, held: Held, outcome: Result<Outcome>) {
@@ -136,6 +158,55 @@ impl Renewal {
         self.acked += self.to_ack.len() as u64;
         self.to_ack.clear();
         Ok(())
+    }
+
+    /// Like `ack_confirmed`, for at most `max` of the oldest confirmed originals: a live
+    /// consumer gets one credit per acknowledgement, which the caller bounds. How many.
+    pub(crate) async fn ack_confirmed_first(&mut self, ch: &Channel, max: u64) -> Result<u64> {
+        let n = self
+            .to_ack
+            .len()
+            .min(usize::try_from(max).unwrap_or(usize::MAX));
+        let Some(&(_, upto)) = n.checked_sub(1).and_then(|i| self.to_ack.get(i)) else {
+            return Ok(0);
+        };
+        ch.basic_ack(upto, BasicAckOptions { multiple: true })
+            .await?;
+        self.to_ack.drain(..n);
+        self.acked += n as u64;
+        Ok(n as u64)
+    }
+
+    /// Acknowledges, one by one and oldest first, at most `max` originals held on the take
+    /// channel `index` (`ch`) whose copies are confirmed; the others stay for later. How many.
+    pub(crate) async fn ack_on(&mut self, index: usize, ch: &Channel, max: u64) -> Result<u64> {
+        if max == 0 || !self.to_ack.iter().any(|&(i, _)| i == index) {
+            return Ok(0);
+        }
+        let mut n = 0u64;
+        let mut rest = Vec::with_capacity(self.to_ack.len());
+        let mut failure = None;
+        for (i, tag) in std::mem::take(&mut self.to_ack) {
+            if i != index || n >= max || failure.is_some() {
+                rest.push((i, tag));
+                continue;
+            }
+            match ch.basic_ack(tag, BasicAckOptions { multiple: false }).await {
+                Ok(()) => n += 1,
+                Err(e) => {
+                    rest.push((i, tag));
+                    failure = Some(e);
+                }
+            }
+        }
+        self.to_ack = rest;
+        self.acked += n;
+        failure.map_or(Ok(n), |e| Err(e.into()))
+    }
+
+    /// Why a copy was not confirmed, once one was not: nothing after it is acknowledged.
+    pub(crate) fn failure(&self) -> Option<&str> {
+        self.failed.as_deref()
     }
 
     /// Acknowledges each original whose copy is confirmed on its own channel: a take holds

@@ -42,6 +42,11 @@ struct Current {
     consumer: Consumer,
     got: u64,
     batch: u64,
+    /// Messages taken before this consumer started.
+    start: u64,
+    /// Kept originals acknowledged on its channel while it was live: each gave it one more
+    /// credit (`Taker::ack_kept_here`).
+    acked: u64,
     cancelled: bool,
     /// What the consumer yielded when `ready` looked, not yet handed out by `next`.
     peeked: Option<Option<lapin::Result<Delivery>>>,
@@ -54,7 +59,7 @@ fn window_done(continuous: bool, taken: u64, want: u64, kept_here: u64, cur: &Cu
     if continuous {
         taken >= want || kept_here * 2 >= cur.batch
     } else {
-        cur.got >= cur.batch
+        cur.got >= cur.batch + cur.acked
     }
 }
 
@@ -96,12 +101,12 @@ impl Taker {
     /// Prepares to take at most the ready messages counted in `spec` (so a growing queue
     /// still ends: later arrivals are left for the next run), for a caller that
     /// acknowledges nothing until the take is over and then calls `watch_consumers` (an
-    /// archive, a replay's plan): on a quorum queue given back by closing, a window's
-    /// consumer then stays live, with no credit left, instead of being cancelled while it
-    /// holds its window (see the module's notes).
+    /// archive, a replay's plan): on a quorum queue, a window's consumer then stays live,
+    /// with no credit left, instead of being cancelled while it holds its window (see the
+    /// module's notes; a renewing take's kept messages: `ack_kept_here`).
     pub(crate) async fn open_holding(spec: &ReadSpec) -> Result<Taker> {
         let mut t = Self::open_with(spec, None)?;
-        t.holding = t.quorum && !t.renews;
+        t.holding = t.quorum;
         Ok(t)
     }
 
@@ -111,7 +116,15 @@ impl Taker {
     /// message that came into the queue since can use: at the first such delivery every one
     /// of them is cancelled, and what they delivered stays held, given back on release (a
     /// newcomer may then come back ahead of older messages that were not moved).
-    pub(crate) fn watch_consumers(&mut self) {
+    ///
+    /// Not for a renewing take: there the message after the last one taken may be a copy,
+    /// which must not be held and given back (its delivery count would go up), so every
+    /// consumer is cancelled before the caller acknowledges anything.
+    pub(crate) async fn watch_consumers(&mut self) {
+        if self.renews {
+            self.cancel_live().await;
+            return;
+        }
         let live = std::mem::take(&mut self.live);
         if live.is_empty() {
             return;
@@ -140,6 +153,17 @@ impl Taker {
                 }
             }
         });
+    }
+
+    /// Cancels the consumers left live (`open_holding`): what they hold stays held.
+    async fn cancel_live(&mut self) {
+        for (i, c) in std::mem::take(&mut self.live) {
+            if let Some(ch) = self.channels.get(i) {
+                let _ = ch
+                    .basic_cancel(c.tag(), BasicCancelOptions::default())
+                    .await;
+            }
+        }
     }
 
     /// For a caller that settles what it takes as it goes, with at most `unsettled`
@@ -186,12 +210,36 @@ impl Taker {
         let chan = self.channel_index();
         let r = self.renewal.as_mut().expect("opened above");
         r.copy(chan, d).await;
+        if self.holding {
+            self.ack_kept_here(false).await?;
+            return Ok(());
+        }
         // In windows, only originals of cancelled consumers: an ack gives a live one credit
         // beyond its window (see `renew`). A continuous consumer takes that credit as it comes.
         if self.continuous || self.current.as_ref().is_none_or(|c| c.cancelled) {
             r.ack_each(&self.channels).await?;
         }
         Ok(())
+    }
+
+    /// A holding take's renewed originals (`keep`) are acknowledged only on the current
+    /// consumer's channel: the credit each gives it just extends its window, in queue order,
+    /// as long as it cannot reach past the messages counted at the start (a copy, a
+    /// newcomer). An older consumer, live with no credit, would take the next message out of
+    /// order: its kept originals wait until the consumers are cancelled (`release`,
+    /// `watch_consumers`). `settle`: wait for every copy's confirm first. How many.
+    async fn ack_kept_here(&mut self, settle: bool) -> Result<u64> {
+        let (Some(r), Some(cur)) = (self.renewal.as_mut(), self.current.as_mut()) else {
+            return Ok(0);
+        };
+        if settle {
+            r.settle().await;
+        }
+        let room = (self.want - cur.start).saturating_sub(cur.batch + cur.acked);
+        let i = self.channels.len() - 1;
+        let n = r.ack_on(i, &self.channels[i], room).await?;
+        cur.acked += n;
+        Ok(n)
     }
 
     fn window(&self) -> u64 {
@@ -230,6 +278,8 @@ impl Taker {
             consumer,
             got: 0,
             batch,
+            start: self.taken,
+            acked: 0,
             cancelled: false,
             peeked: None,
         });
@@ -248,11 +298,17 @@ impl Taker {
                 self.open_window(conn).await?;
             }
             if self.holding
-                && let Some(c) = self
+                && self
                     .current
-                    .take_if(|c| c.got >= c.batch && c.peeked.is_none())
+                    .as_ref()
+                    .is_some_and(|c| c.got >= c.batch + c.acked && c.peeked.is_none())
             {
+                // Its kept originals' acknowledgements give it more to deliver.
+                if self.ack_kept_here(true).await? > 0 {
+                    continue;
+                }
                 // Delivered and out of credit: it stays live (`watch_consumers`).
+                let c = self.current.take().expect("checked above");
                 self.live.push((self.channels.len() - 1, c.consumer));
                 continue;
             }
@@ -406,6 +462,8 @@ impl Taker {
                     .basic_cancel(cur.consumer.tag(), BasicCancelOptions::default())
                     .await;
             }
+            // Acknowledging kept originals must not give a live consumer credit.
+            self.cancel_live().await;
             r.settle().await;
             let acked = r.ack_each(&self.channels).await;
             held = held.saturating_sub(r.renewed());

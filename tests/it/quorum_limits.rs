@@ -213,8 +213,10 @@ async fn renewal_killed_mid_read_loses_nothing() {
     );
     let duplicated = recs.len() - n;
     eprintln!("killed mid-renewal: {duplicated} duplicate(s) of {n}");
-    // At most one read window (4,000) and the publishes in flight.
-    assert!(duplicated <= 5_000, "{duplicated} duplicates");
+    // Originals are acknowledged as their copies are confirmed, 64 at a time: only those
+    // confirmed since the last acknowledgement are doubled (120 seen; 3,278 when it was done
+    // per read window of up to 4,000).
+    assert!(duplicated <= 256, "{duplicated} duplicates");
     b.delete().await;
 }
 

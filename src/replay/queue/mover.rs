@@ -48,7 +48,7 @@ pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<E
         // Held messages are acknowledged on the take channels that delivered them; the
         // consumers the plan left live (`Taker::open_holding`) stay live meanwhile.
         for t in takers.iter_mut() {
-            t.watch_consumers();
+            t.watch_consumers().await;
         }
         for (qi, t) in takers.iter().enumerate() {
             for (ci, ch) in t.channels().iter().enumerate() {
