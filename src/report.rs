@@ -4,8 +4,11 @@ use crate::error::Exit;
 use crate::model::RecordId;
 use serde::Serialize;
 
-/// At most this many failures/skips are listed one by one; all are counted.
-const LISTED: usize = 50;
+/// At most this many failures/skips are listed one by one in the report (its JSON names each,
+/// so a script can act on every id); all are counted. About 10 MB at most.
+const LISTED: usize = 100_000;
+/// Failures printed one by one on stderr; the JSON report has the rest.
+pub(crate) const PRINTED: usize = 50;
 
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct ItemNote {
@@ -154,6 +157,16 @@ mod tests {
     }
 
     #[test]
+    fn every_failure_is_listed_far_past_what_stderr_prints() {
+        let mut r = Report::new("replay");
+        for i in 0..(PRINTED as i64 * 3) {
+            r.fail(RecordId::Int(i), "outcome unknown");
+        }
+        assert_eq!(r.failed.len(), PRINTED * 3);
+        assert!(r.lists_cut.is_none());
+    }
+
+    #[test]
     fn a_cut_list_says_so() {
         let mut r = Report::new("replay");
         for i in 0..LISTED as i64 {
@@ -169,7 +182,10 @@ mod tests {
         );
         let json = serde_json::to_value(&r).unwrap();
         assert!(
-            json["lists_cut"].as_str().unwrap().contains("at most 50"),
+            json["lists_cut"]
+                .as_str()
+                .unwrap()
+                .contains("at most 100000"),
             "{json}"
         );
         let mut total = Report::new("replay");

@@ -55,13 +55,14 @@ pub(crate) fn print_report(
         }
         _ => {}
     }
-    for f in &report.failed {
+    for f in report.failed.iter().take(crate::report::PRINTED) {
         printer.warn_always(format!("failed: id {}: {}", f.id, f.reason));
     }
-    if report.failed_count > report.failed.len() as u64 {
+    let printed = report.failed.len().min(crate::report::PRINTED) as u64;
+    if report.failed_count > printed {
         printer.warn_always(format!(
-            "... and {} more failures",
-            report.failed_count - report.failed.len() as u64
+            "... and {} more failures (`-o json` names each one)",
+            report.failed_count - printed
         ));
     }
     for s in report.skipped.iter().take(10) {
