@@ -324,6 +324,17 @@ async fn a_crash_of_a_follower_mid_replay_goes_unnoticed() {
     moved_unnoticed(&out, &on_a, N).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_of_a_follower_mid_replay_goes_unnoticed() {
+    const N: u64 = 12_000;
+    let (cluster, on_a) = cluster_with("stop-follower", N, false).await;
+    let out = replay_until(&cluster, &on_a, |c| {
+        c.ctl(&c.nodes[B], &["stop_app"]);
+    })
+    .await;
+    moved_unnoticed(&out, &on_a, N).await;
+}
+
 /// A replay that went on through a fault: it succeeded, the DLQ is empty, every message is
 /// in the destination once, in order.
 async fn moved_unnoticed(out: &Output, conn: &Connection, n: u64) {
@@ -663,6 +674,14 @@ async fn a_graceful_stop_of_the_leader_mid_read_goes_unnoticed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_of_a_follower_mid_read_goes_unnoticed() {
     read_unnoticed("follower-read", B, |c| c.kill(B)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_graceful_stop_of_a_follower_mid_read_goes_unnoticed() {
+    read_unnoticed("stop-follower-read", B, |c| {
+        c.ctl(&c.nodes[B], &["stop_app"]);
+    })
+    .await;
 }
 
 /// An inspect of 12,000 through C, blocked on its output after 4,000 lines while `fault`
