@@ -652,11 +652,6 @@ impl Drop for Server {
     }
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 async fn get(url: &str) -> (u16, String) {
     let r = reqwest::get(url).await.expect("metrics server answers");
     (r.status().as_u16(), r.text().await.unwrap())
@@ -669,7 +664,7 @@ async fn metrics_listen_serves_caches_and_refreshes() {
     let work = topology(&b, dlq).await;
     kill(&b, &work, 1).await;
     b.wait_depth(dlq, 1).await;
-    let addr = format!("127.0.0.1:{}", free_port());
+    let addr = format!("127.0.0.1:{}", crate::support::node::free_port());
     let interval = Duration::from_secs(3);
     let child = crate::common::dlq_command()
         .env_clear()

@@ -172,12 +172,30 @@ impl Cluster {
             }
             assert!(
                 Instant::now() < deadline,
-                "node {} did not start: {}",
+                "node {} did not start: {}\nthe end of its log:\n{}",
                 n.name,
-                String::from_utf8_lossy(&out.stderr)
+                String::from_utf8_lossy(&out.stderr),
+                self.log_tail(n)
             );
             std::thread::sleep(Duration::from_millis(500));
         }
+    }
+
+    /// The last lines of node `n`'s logs, to say why it did not start.
+    fn log_tail(&self, n: &Node) -> String {
+        let Ok(dir) = std::fs::read_dir(self.host_dir(n).join("log")) else {
+            return "(no log directory)".into();
+        };
+        let mut tail = String::new();
+        for entry in dir.flatten() {
+            let text = std::fs::read_to_string(entry.path()).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let from = lines.len().saturating_sub(30);
+            tail.push_str(&format!("== {}\n", entry.path().display()));
+            tail.push_str(&lines[from..].join("\n"));
+            tail.push('\n');
+        }
+        tail
     }
 
     fn ctl_output(&self, n: &Node, args: &[&str]) -> std::process::Output {

@@ -13,13 +13,24 @@ pub struct OwnNode {
     dir: PathBuf,
 }
 
-/// A port nothing listens on now.
+/// A port nothing listens on now, for a node's listener, below the kernel's ephemeral range
+/// (32768-60999 here): a port that `bind(0)` found free comes from that range, so any
+/// outgoing connection (dlq's, a worker's, another node's) could take it before the node
+/// listens on it, and the node then never starts. Spread by process id, since every test
+/// is a process of its own.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    const LOW: u32 = 10_000;
+    const SPAN: u32 = 22_000;
+    let start = std::process::id().wrapping_mul(7_919);
+    loop {
+        let k = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = (LOW + start.wrapping_add(k.wrapping_mul(7)) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 impl OwnNode {
