@@ -357,16 +357,12 @@ async fn read_fifo<T: Send>(
         _ => None,
     };
     let mut open_consumer = None;
-    let mut result = consume_fifo(
-        &ch,
-        spec,
-        want,
-        make,
-        tx,
-        &mut report,
-        (&mut renewal, &mut open_consumer),
-    )
-    .await;
+    let mut result = if renewal.is_some() {
+        let renewing = (&mut renewal, &mut open_consumer);
+        consume_renewing(&ch, spec, want, make, tx, &mut report, renewing).await
+    } else {
+        consume_fifo(&ch, spec, want, make, tx, &mut report).await
+    };
     let mut back = report.read;
     if let Some(mut r) = renewal {
         // After an error too: what was copied and confirmed is acknowledged rather than
@@ -516,12 +512,7 @@ async fn consume_fifo<T: Send>(
     make: &Make<T>,
     tx: &mpsc::Sender<Result<T>>,
     report: &mut ReadReport,
-    (renewal, open_consumer): Renewing<'_>,
 ) -> Result<()> {
-    if renewal.is_some() {
-        let renewing = (renewal, open_consumer);
-        return consume_renewing(ch, spec, want, make, tx, report, renewing).await;
-    }
     let q = spec.queue.as_str();
     let mut bytes: u64 = 0;
     let mut n = 0u32;
@@ -532,14 +523,13 @@ async fn consume_fifo<T: Send>(
         let batch = window(bytes, report.read).min(want - report.read);
         let batch16 = u16::try_from(batch).unwrap_or(u16::MAX);
         let consumer = open_window(ch, q, batch16, n).await?;
-        *open_consumer = Some(consumer.tag());
         n += 1;
         let read = Window {
             size: batch16,
             pause,
         };
         if !read_window(
-            ch, spec, &read, &consumer, make, tx, report, renewal, &mut bytes,
+            ch, spec, &read, &consumer, make, tx, report, &mut None, &mut bytes,
         )
         .await?
         {
@@ -555,7 +545,6 @@ async fn consume_fifo<T: Send>(
         } else if report.read < want {
             ch.basic_cancel(consumer.tag(), BasicCancelOptions::default())
                 .await?;
-            *open_consumer = None;
         }
     }
     Ok(())

@@ -105,9 +105,15 @@ impl Renewal {
         while let Some((tag, outcome)) = self.pipeline.try_next() {
             self.settle_one(tag, outcome);
         }
-        if self.to_ack.len() >= FLUSH_EVERY
-            && let Some((ch, most)) = self.live.clone()
-        {
+        if self.to_ack.len() >= FLUSH_EVERY {
+            self.ack_live().await;
+        }
+    }
+
+    /// Acknowledges confirmed originals on a read's live channel, within its bound
+    /// (`ack_as_confirmed`); nothing without one.
+    async fn ack_live(&mut self) {
+        if let Some((ch, most)) = self.live.clone() {
             // A failed ack fails the read's channel: the read sees that on its own.
             let _ = self
                 .ack_confirmed_first(&ch, most.saturating_sub(self.acked))
@@ -150,14 +156,7 @@ impl Renewal {
     /// Only once the consumers that delivered them are cancelled: an ack gives a live
     /// consumer credit for one more message, which could be a copy.
     pub(crate) async fn ack_confirmed(&mut self, ch: &Channel) -> Result<()> {
-        let Some(&(_, upto)) = self.to_ack.last() else {
-            return Ok(());
-        };
-        ch.basic_ack(upto, BasicAckOptions { multiple: true })
-            .await?;
-        self.acked += self.to_ack.len() as u64;
-        self.to_ack.clear();
-        Ok(())
+        self.ack_confirmed_first(ch, u64::MAX).await.map(drop)
     }
 
     /// Like `ack_confirmed`, for at most `max` of the oldest confirmed originals: a live
@@ -202,6 +201,12 @@ impl Renewal {
         self.to_ack = rest;
         self.acked += n;
         failure.map_or(Ok(n), |e| Err(e.into()))
+    }
+
+    /// Copies published whose originals are not acknowledged yet, while nothing failed:
+    /// `settle` and an acknowledgement would renew them.
+    pub(crate) fn unacknowledged(&self) -> bool {
+        self.failed.is_none() && self.copied > self.acked
     }
 
     /// Why a copy was not confirmed, once one was not: nothing after it is acknowledged.

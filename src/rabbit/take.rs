@@ -52,6 +52,14 @@ struct Current {
     peeked: Option<Option<lapin::Result<Delivery>>>,
 }
 
+impl Current {
+    /// Delivered all the credit it had: its window and one more per kept original
+    /// acknowledged on its channel.
+    fn out_of_credit(&self) -> bool {
+        self.got >= self.batch + self.acked
+    }
+}
+
 /// Whether the current consumer has delivered its window and is to be cancelled: a window
 /// consumer once it delivered its batch; a continuous one at the end of the take, or once
 /// kept messages hold half its credit.
@@ -59,7 +67,7 @@ fn window_done(continuous: bool, taken: u64, want: u64, kept_here: u64, cur: &Cu
     if continuous {
         taken >= want || kept_here * 2 >= cur.batch
     } else {
-        cur.got >= cur.batch + cur.acked
+        cur.out_of_credit()
     }
 }
 
@@ -301,7 +309,7 @@ impl Taker {
                 && self
                     .current
                     .as_ref()
-                    .is_some_and(|c| c.got >= c.batch + c.acked && c.peeked.is_none())
+                    .is_some_and(|c| c.out_of_credit() && c.peeked.is_none())
             {
                 // Its kept originals' acknowledgements give it more to deliver.
                 if self.ack_kept_here(true).await? > 0 {
@@ -325,6 +333,21 @@ impl Taker {
             let next = loop {
                 if let Some(n) = cur.peeked.take() {
                     break n;
+                }
+                // A continuous consumer gets credit back from kept originals only as they
+                // are acknowledged (`keep`), which otherwise happens only at the next
+                // delivery: with its credit all held by kept messages, none would come.
+                if self.continuous
+                    && !cur.cancelled
+                    && let Some(r) = self.renewal.as_mut()
+                    && r.unacknowledged()
+                {
+                    if let Some(n) = cur.consumer.next().now_or_never() {
+                        break n;
+                    }
+                    r.settle().await;
+                    r.ack_each(&self.channels).await?;
+                    continue;
                 }
                 match tokio::time::timeout(IDLE, cur.consumer.next()).await {
                     Ok(n) => break n,

@@ -514,3 +514,56 @@ async fn selective_replay_and_archive_renew_what_they_leave() {
     b.wait_depth("q.dlq", 20).await;
     b.delete().await;
 }
+
+/// A streamed replay that selects nothing among more messages than its consumer's credit
+/// (2,112 at the default window): every message it takes is kept, and renewed. The
+/// consumer gets more credit only as kept originals are acknowledged, which dlq must do
+/// while it waits for deliveries (it stalled for 30 s and failed here, all kept held).
+/// Then one selected at the very end: it moves, nothing else does, and no kept message
+/// comes back counted more than once.
+#[tokio::test]
+async fn a_replay_that_keeps_more_than_its_credit_renews_and_goes_on() {
+    const N: usize = 3_000;
+    let b = quorum_dlq("qkeep", limit(20), N).await;
+    let none = [
+        "replay",
+        "-Q",
+        "q.dlq",
+        "--where",
+        ".payload.n < 0",
+        "--yes",
+    ];
+    let run = b.run(&none).await;
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    assert!(
+        run.stderr().contains("nothing to replay"),
+        "{}",
+        run.stderr()
+    );
+    assert!(run.stderr().contains("renewed 3000"), "{}", run.stderr());
+    b.wait_depth("q.dlq", N as u32).await;
+    let last = format!(".payload.n == {}", N - 1);
+    let run = b
+        .run(&["replay", "-Q", "q.dlq", "--where", &last, "--yes"])
+        .await;
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    assert!(run.stderr().contains("1 replayed"), "{}", run.stderr());
+    b.wait_depth("q.src", 1).await;
+    b.wait_depth("q.dlq", N as u32 - 1).await;
+    let snaps = b.snapshot("q.dlq").await;
+    let left: Vec<i64> = snaps
+        .iter()
+        .map(|s| {
+            serde_json::from_slice::<Value>(&s.body).unwrap()["n"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(left, (0..N as i64 - 1).collect::<Vec<_>>());
+    assert!(
+        snaps.iter().all(|m| m.delivery_count.unwrap_or(0) <= 1),
+        "{:?}",
+        snaps.iter().map(|m| m.delivery_count).collect::<Vec<_>>()
+    );
+    b.delete().await;
+}
