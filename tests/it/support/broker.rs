@@ -364,12 +364,13 @@ impl Broker {
     pub async fn snapshot(&self, queue: &str) -> Vec<Snap> {
         let n = self.depth(queue).await as usize;
         let ch = self.conn.create_channel().await.unwrap();
-        // Room for all of them at once: without a prefetch a quorum queue stopped
-        // delivering a 3,000-message snapshot part way.
-        let room = u16::try_from(n).unwrap_or(u16::MAX).max(1);
-        ch.basic_qos(room, lapin::options::BasicQosOptions::default())
-            .await
-            .unwrap();
+        // Room for all of them at once: without a prefetch a quorum queue (3.10) stopped
+        // delivering a 3,000-message snapshot part way. Past 65,535 (classic queues in
+        // these tests) no prefetch can hold them all: none, then.
+        if let Ok(room) = u16::try_from(n) {
+            let qos = lapin::options::BasicQosOptions::default();
+            ch.basic_qos(room.max(1), qos).await.unwrap();
+        }
         let mut c = ch
             .basic_consume(
                 queue.into(),
