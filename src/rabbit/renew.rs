@@ -37,6 +37,14 @@ const FLUSH_EVERY: usize = 64;
 /// read has one, index 0) and its delivery tag.
 type Held = (usize, u64);
 
+/// A held message to renew: where it is held, and what its copy carries.
+pub(crate) struct Kept {
+    pub(crate) channel: usize,
+    pub(crate) tag: u64,
+    pub(crate) properties: lapin::BasicProperties,
+    pub(crate) body: Vec<u8>,
+}
+
 /// The copies of one read or take, in delivery order, and which originals they cover.
 pub(crate) struct Renewal {
     pipeline: Pipeline<Held>,
@@ -81,7 +89,23 @@ impl Renewal {
 
     /// Publishes the copy of one message held on `channel` (staged; sent every `FLUSH_EVERY`).
     pub(crate) async fn copy(&mut self, channel: usize, d: &Delivery) {
-        let mut properties = d.properties.clone();
+        let kept = Kept {
+            channel,
+            tag: d.delivery_tag,
+            properties: d.properties.clone(),
+            body: d.data.clone(),
+        };
+        self.copy_kept(kept).await;
+    }
+
+    /// `copy`, of a message whose delivery is gone (a take that deferred its copies).
+    pub(crate) async fn copy_kept(&mut self, kept: Kept) {
+        let Kept {
+            channel,
+            tag,
+            mut properties,
+            body,
+        } = kept;
         if let Some(h) = properties.headers().as_ref() {
             let mut map = h.inner().clone();
             for k in BROKER_COUNTERS {
@@ -92,10 +116,10 @@ impl Renewal {
         let msg = Outgoing {
             exchange: String::new(),
             routing_key: self.queue.clone(),
-            body: d.data.clone(),
+            body,
             properties,
         };
-        self.pipeline.stage(msg, (channel, d.delivery_tag));
+        self.pipeline.stage(msg, (channel, tag));
         self.copied += 1;
         self.staged += 1;
         if self.staged >= FLUSH_EVERY {

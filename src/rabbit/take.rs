@@ -23,7 +23,7 @@
 //! in queue order.
 
 use super::reader::{IDLE, ReadSpec, STALL_LIMIT, still_ready};
-use super::renew::Renewal;
+use super::renew::{Kept, Renewal};
 use super::topology::GiveBack;
 use anyhow::{Result, anyhow, bail};
 use futures_util::{FutureExt, StreamExt};
@@ -34,6 +34,9 @@ use lapin::{Channel, Connection, Consumer};
 use std::time::Duration;
 
 const FIRST_WINDOW: u64 = 200;
+/// Kept messages a holding renewing take keeps in memory to copy on release, once its
+/// consumers are cancelled (`keep`), in bytes; past this it copies them as it takes.
+const DEFER_BYTES: u64 = 64 << 20;
 const MAX_WINDOW: u64 = 2_000;
 /// Bytes of bodies a window may hold in the client.
 const WINDOW_BYTES: u64 = 32 << 20;
@@ -106,6 +109,9 @@ pub(crate) struct Taker {
     /// The consumers `watch_consumers` watches (channel, tag): cancelled before a renewing
     /// take's kept originals are acknowledged on release.
     watched: Vec<(Channel, lapin::types::ShortString)>,
+    /// A holding take's kept messages, not copied yet (`keep`), and their bodies' bytes.
+    deferred: Vec<Kept>,
+    deferred_bytes: u64,
 }
 
 impl Taker {
@@ -128,11 +134,11 @@ impl Taker {
     /// of them is cancelled, and what they delivered stays held, given back on release (a
     /// newcomer may then come back ahead of older messages that were not moved).
     ///
-    /// A renewing take that kept nothing too: a newcomer given back counts one delivery,
-    /// which the next run's renewal sets to 0 again. One that kept messages cancels every
-    /// consumer first: the message after the last one taken is then a copy of a kept one,
-    /// and the copies delivered before the cancel would be given back (64 of 6,000, each
-    /// counted once, measured) at the very first acknowledgement.
+    /// A renewing take too, as long as it copied nothing yet (`keep` defers the copies): a
+    /// newcomer given back counts one delivery, which the next run's renewal sets to 0 again.
+    /// One that copied kept messages cancels every consumer first: the message after the
+    /// last one taken may then be a copy, and the copies delivered before the cancel would be
+    /// given back (64 of 6,000, each counted once, measured) at the first acknowledgement.
     pub(crate) async fn watch_consumers(&mut self) {
         if self.renewal.as_ref().is_some_and(|r| r.copied > 0) {
             self.cancel_live().await;
@@ -209,20 +215,38 @@ impl Taker {
             holding: false,
             live: Vec::new(),
             watched: Vec::new(),
+            deferred: Vec::new(),
+            deferred_bytes: 0,
         })
     }
 
     /// The caller leaves `d` (just returned by `next`) in the queue. Where giving it back would
     /// count toward the delivery limit it is renewed; otherwise the release gives it back.
+    /// A holding take copies it only on release, after cancelling its consumers (up to
+    /// `DEFER_BYTES` of bodies): until then nothing stands behind what it took but newcomers,
+    /// so its consumers can stay live while the caller acknowledges (`watch_consumers`).
     pub(crate) async fn keep(&mut self, conn: &Connection, d: &Delivery) -> Result<()> {
         if !self.renews {
             self.kept_here += 1;
             return Ok(());
         }
+        let chan = self.channel_index();
+        // Headers and properties counted at a rough 512 bytes.
+        let size = d.data.len() as u64 + 512;
+        if self.holding && self.renewal.is_none() && self.deferred_bytes + size <= DEFER_BYTES {
+            self.deferred_bytes += size;
+            self.deferred.push(Kept {
+                channel: chan,
+                tag: d.delivery_tag,
+                properties: d.properties.clone(),
+                body: d.data.clone(),
+            });
+            return Ok(());
+        }
         if self.renewal.is_none() {
             self.renewal = Some(Renewal::open(conn, &self.queue, self.ready).await?);
+            self.copy_deferred().await;
         }
-        let chan = self.channel_index();
         let r = self.renewal.as_mut().expect("opened above");
         r.copy(chan, d).await;
         if self.holding {
@@ -235,6 +259,33 @@ impl Taker {
             r.ack_each(&self.channels).await?;
         }
         Ok(())
+    }
+
+    /// Copies, in take order, the kept messages `keep` deferred.
+    async fn copy_deferred(&mut self) {
+        if let Some(r) = self.renewal.as_mut() {
+            for kept in std::mem::take(&mut self.deferred) {
+                r.copy_kept(kept).await;
+            }
+        }
+        self.deferred_bytes = 0;
+    }
+
+    /// Cancels every consumer still live: the current one, those left live and those
+    /// watched. What they hold stays held.
+    async fn cancel_all(&mut self) {
+        if let Some(cur) = self.current.as_mut().filter(|c| !c.cancelled)
+            && let Some(ch) = self.channels.last()
+        {
+            let _ = ch
+                .basic_cancel(cur.consumer.tag(), BasicCancelOptions::default())
+                .await;
+            cur.cancelled = true;
+        }
+        self.cancel_live().await;
+        for (ch, tag) in std::mem::take(&mut self.watched) {
+            let _ = ch.basic_cancel(tag, BasicCancelOptions::default()).await;
+        }
     }
 
     /// A holding take's renewed originals (`keep`) are acknowledged only on the current
@@ -484,19 +535,25 @@ impl Taker {
     pub(crate) async fn release(mut self, conn: &Connection, held: u64) -> Vec<String> {
         let mut notes = Vec::new();
         let mut held = held;
+        // Every consumer cancelled first: no copy may reach one with credit, and
+        // acknowledging kept originals must not give one credit.
+        if self.renewal.is_some() || !self.deferred.is_empty() {
+            self.cancel_all().await;
+        }
+        if !self.deferred.is_empty() && self.renewal.is_none() {
+            match Renewal::open(conn, &self.queue, self.ready).await {
+                Ok(r) => {
+                    self.renewal = Some(r);
+                    self.copy_deferred().await;
+                }
+                Err(e) => notes.push(format!(
+                    "{:?}: {} kept message(s) were given back instead of renewed: {e:#}",
+                    self.queue,
+                    self.deferred.len()
+                )),
+            }
+        }
         if let Some(mut r) = self.renewal.take() {
-            if let Some(cur) = self.current.take().filter(|c| !c.cancelled)
-                && let Some(ch) = self.channels.last()
-            {
-                let _ = ch
-                    .basic_cancel(cur.consumer.tag(), BasicCancelOptions::default())
-                    .await;
-            }
-            // Acknowledging kept originals must not give a live consumer credit.
-            self.cancel_live().await;
-            for (ch, tag) in std::mem::take(&mut self.watched) {
-                let _ = ch.basic_cancel(tag, BasicCancelOptions::default()).await;
-            }
             r.settle().await;
             let acked = r.ack_each(&self.channels).await;
             held = held.saturating_sub(r.renewed());

@@ -620,7 +620,7 @@ async fn crash_of_dlqs_node_while_a_plan_holds(tag: &'static str, n: u64, no_lim
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_of_dlqs_node_while_a_planned_replay_moves_strands_nothing() {
-    crash_of_dlqs_node_while_a_planned_replay_moves("planned", true).await;
+    crash_of_dlqs_node_while_a_planned_replay_moves("planned", true, &[]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -629,17 +629,31 @@ async fn a_crash_of_dlqs_node_while_a_renewing_planned_replay_moves_strands_noth
         // 3.x has no default delivery limit, so no take renews: see the test above.
         return;
     }
-    crash_of_dlqs_node_while_a_planned_replay_moves("renew-planned", false).await;
+    crash_of_dlqs_node_while_a_planned_replay_moves("renew-planned", false, &[]).await;
 }
 
-/// kill -9 of dlq's node once an answered plan of 12,000 has moved 4,000: nothing
-/// stranded (see `nothing_stranded_after_a_replay`).
-async fn crash_of_dlqs_node_while_a_planned_replay_moves(tag: &'static str, no_limit: bool) {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_of_dlqs_node_while_a_selective_renewing_planned_replay_moves_strands_nothing() {
+    if !crate::support::cluster::newer_generation() {
+        return;
+    }
+    // Half of them kept: their copies wait until the consumers are cancelled.
+    let even = ["--where", ".payload.n % 2 == 0"];
+    crash_of_dlqs_node_while_a_planned_replay_moves("renew-sel", false, &even).await;
+}
+
+/// kill -9 of dlq's node once an answered plan (`select`: its selection) of 12,000 has
+/// moved 4,000: nothing stranded (see `nothing_stranded_after_a_replay`).
+async fn crash_of_dlqs_node_while_a_planned_replay_moves(
+    tag: &'static str,
+    no_limit: bool,
+    select: &[&str],
+) {
     const N: u64 = 12_000;
     let (cluster, on_a) = cluster_with(tag, N, no_limit).await;
     // The plan holds all of them; once answered, it moves them at 2,500/s, acknowledging
     // each on the consumer that delivered it.
-    let term = plan_on_c(&cluster, &["--rate", "2500"]);
+    let term = plan_on_c(&cluster, &[&["--rate", "2500"][..], select].concat());
     term.type_text("y");
     term.keys(&["Enter"]);
     until_moved(&on_a, 4_000).await;
