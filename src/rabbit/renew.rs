@@ -45,6 +45,18 @@ pub(crate) struct Kept {
     pub(crate) body: Vec<u8>,
 }
 
+impl Kept {
+    /// What renewing `d`, held on `channel`, needs once its delivery is gone.
+    pub(crate) fn of(channel: usize, d: &Delivery) -> Kept {
+        Kept {
+            channel,
+            tag: d.delivery_tag,
+            properties: d.properties.clone(),
+            body: d.data.clone(),
+        }
+    }
+}
+
 /// The copies of one read or take, in delivery order, and which originals they cover.
 pub(crate) struct Renewal {
     pipeline: Pipeline<Held>,
@@ -89,13 +101,7 @@ impl Renewal {
 
     /// Publishes the copy of one message held on `channel` (staged; sent every `FLUSH_EVERY`).
     pub(crate) async fn copy(&mut self, channel: usize, d: &Delivery) {
-        let kept = Kept {
-            channel,
-            tag: d.delivery_tag,
-            properties: d.properties.clone(),
-            body: d.data.clone(),
-        };
-        self.copy_kept(kept).await;
+        self.copy_kept(Kept::of(channel, d)).await;
     }
 
     /// `copy`, of a message whose delivery is gone (a take that deferred its copies).

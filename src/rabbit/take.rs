@@ -235,18 +235,10 @@ impl Taker {
         let size = d.data.len() as u64 + 512;
         if self.holding && self.renewal.is_none() && self.deferred_bytes + size <= DEFER_BYTES {
             self.deferred_bytes += size;
-            self.deferred.push(Kept {
-                channel: chan,
-                tag: d.delivery_tag,
-                properties: d.properties.clone(),
-                body: d.data.clone(),
-            });
+            self.deferred.push(Kept::of(chan, d));
             return Ok(());
         }
-        if self.renewal.is_none() {
-            self.renewal = Some(Renewal::open(conn, &self.queue, self.ready).await?);
-            self.copy_deferred().await;
-        }
+        self.open_renewal(conn).await?;
         let r = self.renewal.as_mut().expect("opened above");
         r.copy(chan, d).await;
         if self.holding {
@@ -261,14 +253,20 @@ impl Taker {
         Ok(())
     }
 
-    /// Copies, in take order, the kept messages `keep` deferred.
-    async fn copy_deferred(&mut self) {
-        if let Some(r) = self.renewal.as_mut() {
-            for kept in std::mem::take(&mut self.deferred) {
-                r.copy_kept(kept).await;
-            }
+    /// Opens the renewal at its first use, and copies first, in take order, the kept
+    /// messages `keep` deferred.
+    async fn open_renewal(&mut self, conn: &Connection) -> Result<()> {
+        if self.renewal.is_some() {
+            return Ok(());
+        }
+        let r = self
+            .renewal
+            .insert(Renewal::open(conn, &self.queue, self.ready).await?);
+        for kept in std::mem::take(&mut self.deferred) {
+            r.copy_kept(kept).await;
         }
         self.deferred_bytes = 0;
+        Ok(())
     }
 
     /// Cancels every consumer still live: the current one, those left live and those
@@ -540,18 +538,14 @@ impl Taker {
         if self.renewal.is_some() || !self.deferred.is_empty() {
             self.cancel_all().await;
         }
-        if !self.deferred.is_empty() && self.renewal.is_none() {
-            match Renewal::open(conn, &self.queue, self.ready).await {
-                Ok(r) => {
-                    self.renewal = Some(r);
-                    self.copy_deferred().await;
-                }
-                Err(e) => notes.push(format!(
-                    "{:?}: {} kept message(s) were given back instead of renewed: {e:#}",
-                    self.queue,
-                    self.deferred.len()
-                )),
-            }
+        if !self.deferred.is_empty()
+            && let Err(e) = self.open_renewal(conn).await
+        {
+            notes.push(format!(
+                "{:?}: {} kept message(s) were given back instead of renewed: {e:#}",
+                self.queue,
+                self.deferred.len()
+            ));
         }
         if let Some(mut r) = self.renewal.take() {
             r.settle().await;
