@@ -9,7 +9,7 @@ use crate::tmux::Term;
 use futures_util::StreamExt;
 use lapin::options::{
     BasicCancelOptions, BasicConsumeOptions, BasicPublishOptions, BasicQosOptions,
-    ConfirmSelectOptions, QueueDeclareOptions,
+    ConfirmSelectOptions, QueueDeclareOptions, QueueDeleteOptions,
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection};
@@ -193,15 +193,31 @@ async fn all_ready(conn: &Connection, n: u64) -> Option<u64> {
     }
 }
 
-/// A cluster whose DLQ (led by A) holds `n` dead letters; `no_limit` (4.x): see
-/// `quorum_args`, the path where dlq holds on live consumers.
-async fn cluster_with(tag: &'static str, n: u64, no_limit: bool) -> (Cluster, Connection) {
-    let cluster = tokio::task::spawn_blocking(move || Cluster::start(tag))
+/// A cluster of the test's own, which serves each of its trials (`trial`): a cluster's start
+/// costs more than most trials.
+async fn start(tag: &'static str) -> Cluster {
+    tokio::task::spawn_blocking(move || Cluster::start(tag))
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// One trial on `cluster`, after whatever trial came before: every node up again, both
+/// queues declared anew through A (so led by A), and `n` dead letters in the DLQ; `no_limit`
+/// (4.x): see `quorum_args`, the path where dlq holds on live consumers. `what` names the
+/// trial in the test's output, for a failure.
+async fn trial(cluster: &Cluster, what: &str, n: u64, no_limit: bool) -> Connection {
+    eprintln!("== trial: {what}");
+    tokio::task::block_in_place(|| cluster.heal());
     let on_a = connect(&cluster.amqp_url(A)).await;
+    let ch = on_a.create_channel().await.unwrap();
+    for q in [DLQ, MAIN] {
+        ch.queue_delete(q.into(), QueueDeleteOptions::default())
+            .await
+            .unwrap();
+    }
+    let _ = ch.close(200, "".into()).await;
     fill(&on_a, n as usize, no_limit).await;
-    (cluster, on_a)
+    on_a
 }
 
 /// A replay through node C, at 2,500/s; once 4,000 are moved (counted through `conn`),
@@ -249,18 +265,22 @@ fn plan_on_c(cluster: &Cluster, args: &[&str]) -> Term {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_of_dlqs_node_mid_replay_strands_nothing_and_keeps_the_order() {
+async fn dlqs_node_lost_mid_replay_strands_nothing_and_keeps_the_order() {
+    let cluster = start("replay").await;
     const N: u64 = 20_000;
-    let (cluster, on_a) = cluster_with("crash", N, false).await;
+    let on_a = trial(&cluster, "kill -9 of dlq's node mid replay", N, false).await;
     let out = replay_killing(&cluster, &on_a, C).await;
     assert!(!out.status.success(), "{}", text(&out));
     nothing_stranded_after_a_replay(&cluster, &on_a, N).await;
-}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_graceful_stop_of_dlqs_node_mid_replay_strands_nothing_and_keeps_the_order() {
-    const N: u64 = 12_000;
-    let (cluster, on_a) = cluster_with("stop", N, false).await;
+    const M: u64 = 12_000;
+    let on_a = trial(
+        &cluster,
+        "a graceful stop of dlq's node mid replay",
+        M,
+        false,
+    )
+    .await;
     let out = replay_until(&cluster, &on_a, |c| {
         c.ctl(&c.nodes[C], &["stop_app"]);
     })
@@ -271,7 +291,7 @@ async fn a_graceful_stop_of_dlqs_node_mid_replay_strands_nothing_and_keeps_the_o
         said.contains("the connection to the broker was lost"),
         "{said}"
     );
-    nothing_stranded_after_a_replay(&cluster, &on_a, N).await;
+    nothing_stranded_after_a_replay(&cluster, &on_a, M).await;
 }
 
 /// After a replay through C that its node's loss ended: every message is ready in one
@@ -313,26 +333,6 @@ async fn nothing_stranded_after_a_replay(cluster: &Cluster, on_a: &Connection, n
     moved.sort_unstable();
     moved.dedup();
     assert_eq!(moved.len() as u64, n);
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_of_a_follower_mid_replay_goes_unnoticed() {
-    const N: u64 = 12_000;
-    let (cluster, on_a) = cluster_with("follower", N, false).await;
-    // B holds a replica of each queue, and nothing of dlq's.
-    let out = replay_killing(&cluster, &on_a, B).await;
-    moved_unnoticed(&out, &on_a, N).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_graceful_stop_of_a_follower_mid_replay_goes_unnoticed() {
-    const N: u64 = 12_000;
-    let (cluster, on_a) = cluster_with("stop-follower", N, false).await;
-    let out = replay_until(&cluster, &on_a, |c| {
-        c.ctl(&c.nodes[B], &["stop_app"]);
-    })
-    .await;
-    moved_unnoticed(&out, &on_a, N).await;
 }
 
 /// A replay that went on through a fault: it succeeded, the DLQ is empty, every message is
@@ -379,7 +379,8 @@ async fn held_by_a_cancelled_consumer(cluster: &Cluster, held: u16) -> Channel {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn messages_held_by_a_lost_connection_are_reported_on_start() {
     const N: u64 = 1_000;
-    let (cluster, on_a) = cluster_with("held", N, false).await;
+    let cluster = start("held").await;
+    let on_a = trial(&cluster, "a lost connection's messages", N, false).await;
     let _holder = held_by_a_cancelled_consumer(&cluster, 300).await;
     cluster.kill(C);
     // The broker keeps them: 700 ready, 300 held by the lost consumer (as its statistics
@@ -485,18 +486,22 @@ async fn all_back_via(cluster: &Cluster, api: usize, on_a: &Connection, n: u64, 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_of_dlqs_node_mid_read_strands_nothing_and_keeps_the_order() {
-    let (cluster, on_a) = cluster_with("read", 30_000, true).await;
+async fn dlqs_node_lost_mid_read_strands_nothing_and_keeps_the_order() {
+    let cluster = start("read").await;
+    let on_a = trial(&cluster, "kill -9 of dlq's node mid read", 30_000, true).await;
     read_on_c_until(&cluster, &on_a, 30_000, |c| c.kill(C)).await;
-}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_graceful_stop_of_dlqs_node_mid_read_strands_nothing_and_keeps_the_order() {
-    let (cluster, on_a) = cluster_with("stop-read", 16_000, true).await;
+    let what = "a graceful stop of dlq's node mid read";
+    let on_a = trial(&cluster, what, 16_000, true).await;
     read_on_c_until(&cluster, &on_a, 16_000, |c| {
         c.ctl(&c.nodes[C], &["stop_app"]);
     })
     .await;
+
+    // 3.x has no default delivery limit, so no read renews.
+    if crate::support::cluster::newer_generation() {
+        crash_of_dlqs_node_mid_renewing_read(&cluster).await;
+    }
 }
 
 /// A read through C that holds what it read while its output waits (stdout never read);
@@ -554,64 +559,63 @@ async fn archive_until(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_of_dlqs_node_mid_archive_strands_nothing_and_keeps_the_order() {
-    crash_of_dlqs_node_mid_archive("archive", 30_000, true).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_of_dlqs_node_mid_renewing_archive_strands_nothing_and_keeps_the_order() {
-    if !crate::support::cluster::newer_generation() {
-        // 3.x has no default delivery limit, so no take renews: see the test above.
-        return;
+async fn dlqs_node_lost_mid_archive_strands_nothing_and_keeps_the_order() {
+    let cluster = start("archive").await;
+    let what = "kill -9 of dlq's node mid archive";
+    crash_of_dlqs_node_mid_archive(&cluster, what, 30_000, true).await;
+    // 3.x has no default delivery limit, so no take renews.
+    if crate::support::cluster::newer_generation() {
+        // The default delivery limit: on 4.0 what an archive leaves is renewed, not given back.
+        let what = "kill -9 of dlq's node mid renewing archive";
+        crash_of_dlqs_node_mid_archive(&cluster, what, 16_000, false).await;
     }
-    // The default delivery limit: on 4.0 what an archive leaves is renewed, not given back.
-    crash_of_dlqs_node_mid_archive("renew-archive", 16_000, false).await;
 }
 
 /// kill -9 of dlq's node mid `archive --delete` of `n`: nothing stranded, every message
 /// ready again in the DLQ, once, in order, and no archive file.
-async fn crash_of_dlqs_node_mid_archive(tag: &'static str, n: u64, no_limit: bool) {
-    let (cluster, on_a) = cluster_with(tag, n, no_limit).await;
+async fn crash_of_dlqs_node_mid_archive(cluster: &Cluster, what: &str, n: u64, no_limit: bool) {
+    let on_a = trial(cluster, what, n, no_limit).await;
     // An archive --delete holds everything it took until the file is on disk.
     let dir = tempfile::tempdir().unwrap();
     let to = dir.path().join("dlq.ndjson");
-    let out = archive_killing(&cluster, &on_a, n, &to, C).await;
+    let out = archive_killing(cluster, &on_a, n, &to, C).await;
     let said = text(&out);
     assert!(!out.status.success(), "{said}");
     assert!(
         said.contains("the connection to the broker was lost"),
         "{said}"
     );
-    all_back(&cluster, &on_a, n, "mid-archive").await;
+    all_back(cluster, &on_a, n, "mid-archive").await;
     let left = ids(&on_a, DLQ).await;
     assert_eq!(out_of_order(&left), 0, "the order changed: {}", runs(&left));
     assert!(!to.exists(), "an archive file after a failed archive");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_of_dlqs_node_while_a_plan_holds_strands_nothing_and_keeps_the_order() {
-    crash_of_dlqs_node_while_a_plan_holds("plan", 30_000, true).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_of_dlqs_node_while_a_renewing_plan_holds_strands_nothing() {
-    if !crate::support::cluster::newer_generation() {
-        // 3.x has no default delivery limit, so no take renews: see the test above.
-        return;
+async fn dlqs_node_lost_while_a_plan_holds_strands_nothing_and_keeps_the_order() {
+    let cluster = start("plan").await;
+    crash_of_dlqs_node_while_a_plan_holds(&cluster, "a plan", 30_000, true).await;
+    // 3.x has no default delivery limit, so no take renews.
+    if crate::support::cluster::newer_generation() {
+        crash_of_dlqs_node_while_a_plan_holds(&cluster, "a renewing plan", 12_000, false).await;
     }
-    crash_of_dlqs_node_while_a_plan_holds("renew-plan", 12_000, false).await;
 }
 
 /// kill -9 of dlq's node while a replay's plan of `n` waits for its answer: every message
 /// ready again in the DLQ, once, in order, none moved.
-async fn crash_of_dlqs_node_while_a_plan_holds(tag: &'static str, n: u64, no_limit: bool) {
-    let (cluster, on_a) = cluster_with(tag, n, no_limit).await;
+async fn crash_of_dlqs_node_while_a_plan_holds(
+    cluster: &Cluster,
+    what: &str,
+    n: u64,
+    no_limit: bool,
+) {
+    let on_a = trial(cluster, what, n, no_limit).await;
     // A replay without --yes, on a terminal: its plan holds every message it took while it
     // waits for the operator's answer.
-    let term = plan_on_c(&cluster, &[]);
+    let term = plan_on_c(cluster, &[]);
     assert_eq!(ready(&on_a, DLQ).await, 0, "the plan holds all of them");
-    cluster.kill(C);
-    all_back(&cluster, &on_a, n, "mid-plan").await;
+    tokio::task::block_in_place(|| cluster.kill(C));
+    all_back(cluster, &on_a, n, "mid-plan").await;
     let left = ids(&on_a, DLQ).await;
     assert_eq!(out_of_order(&left), 0, "the order changed: {}", runs(&left));
     assert_eq!(ready(&on_a, MAIN).await, 0);
@@ -619,118 +623,158 @@ async fn crash_of_dlqs_node_while_a_plan_holds(tag: &'static str, n: u64, no_lim
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_of_dlqs_node_while_a_planned_replay_moves_strands_nothing() {
-    crash_of_dlqs_node_while_a_planned_replay_moves("planned", true, &[]).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_of_dlqs_node_while_a_renewing_planned_replay_moves_strands_nothing() {
-    if !crate::support::cluster::newer_generation() {
-        // 3.x has no default delivery limit, so no take renews: see the test above.
-        return;
-    }
-    crash_of_dlqs_node_while_a_planned_replay_moves("renew-planned", false, &[]).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_of_dlqs_node_while_a_selective_renewing_planned_replay_moves_strands_nothing() {
+async fn dlqs_node_lost_while_a_planned_replay_moves_strands_nothing() {
+    let cluster = start("planned").await;
+    crash_of_dlqs_node_while_a_planned_replay_moves(&cluster, "a planned replay", true, &[]).await;
+    // 3.x has no default delivery limit, so no take renews.
     if !crate::support::cluster::newer_generation() {
         return;
     }
+    let what = "a renewing planned replay";
+    crash_of_dlqs_node_while_a_planned_replay_moves(&cluster, what, false, &[]).await;
     // Half of them kept: their copies wait until the consumers are cancelled.
     let even = ["--where", ".payload.n % 2 == 0"];
-    crash_of_dlqs_node_while_a_planned_replay_moves("renew-sel", false, &even).await;
+    let what = "a selective renewing planned replay";
+    crash_of_dlqs_node_while_a_planned_replay_moves(&cluster, what, false, &even).await;
 }
 
 /// kill -9 of dlq's node once an answered plan (`select`: its selection) of 12,000 has
 /// moved 4,000: nothing stranded (see `nothing_stranded_after_a_replay`).
 async fn crash_of_dlqs_node_while_a_planned_replay_moves(
-    tag: &'static str,
+    cluster: &Cluster,
+    what: &str,
     no_limit: bool,
     select: &[&str],
 ) {
     const N: u64 = 12_000;
-    let (cluster, on_a) = cluster_with(tag, N, no_limit).await;
+    let on_a = trial(cluster, what, N, no_limit).await;
     // The plan holds all of them; once answered, it moves them at 2,500/s, acknowledging
     // each on the consumer that delivered it.
-    let term = plan_on_c(&cluster, &[&["--rate", "2500"][..], select].concat());
+    let term = plan_on_c(cluster, &[&["--rate", "2500"][..], select].concat());
     term.type_text("y");
     term.keys(&["Enter"]);
     until_moved(&on_a, 4_000).await;
     tokio::task::block_in_place(|| cluster.kill(C));
-    nothing_stranded_after_a_replay(&cluster, &on_a, N).await;
+    nothing_stranded_after_a_replay(cluster, &on_a, N).await;
     drop(term);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_of_the_leader_mid_replay_goes_unnoticed() {
-    const N: u64 = 20_000;
-    let (cluster, on_a) = cluster_with("leader", N, false).await;
-    drop(on_a);
-    let on_b = connect(&cluster.amqp_url(B)).await;
-    // The queues' leader goes; B and C elect another and the replay goes on.
-    let out = replay_killing(&cluster, &on_b, A).await;
-    moved_unnoticed(&out, &on_b, N).await;
+async fn the_leader_lost_mid_replay_read_or_archive_goes_unnoticed() {
+    let cluster = start("leader").await;
+    // The queues' leader goes (killed, or an operator's restart, which hands leadership over
+    // as it stops); B and C elect another and the take goes on.
+    lost_mid_replay_read_and_archive(&cluster, "the leader", A, [20_000, 12_000]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_graceful_stop_of_the_leader_mid_replay_goes_unnoticed() {
-    const N: u64 = 12_000;
-    let (cluster, on_a) = cluster_with("leader-stop", N, false).await;
-    drop(on_a);
-    let on_b = connect(&cluster.amqp_url(B)).await;
-    // An operator's restart of the leader's node: it hands leadership over as it stops.
-    let out = replay_until(&cluster, &on_b, |c| {
-        c.ctl(&c.nodes[A], &["stop_app"]);
-    })
-    .await;
-    moved_unnoticed(&out, &on_b, N).await;
+async fn a_follower_lost_mid_replay_read_or_archive_goes_unnoticed() {
+    let cluster = start("follower").await;
+    // B holds a replica of each queue, and nothing of dlq's.
+    lost_mid_replay_read_and_archive(&cluster, "a follower", B, [12_000, 12_000]).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_of_the_leader_mid_read_goes_unnoticed() {
-    read_unnoticed("leader-read", A, |c| c.kill(A)).await;
+/// What takes a node away mid-trial.
+type Fault = dyn Fn(&Cluster) + Sync;
+
+/// Six trials: kill -9, then a graceful stop, of node `victim` (`role`; never dlq's node C)
+/// mid replay (of `replayed[0]`, then `replayed[1]`), mid read and mid archive.
+async fn lost_mid_replay_read_and_archive(
+    cluster: &Cluster,
+    role: &str,
+    victim: usize,
+    replayed: [u64; 2],
+) {
+    let crash = move |c: &Cluster| c.kill(victim);
+    let stop = move |c: &Cluster| {
+        c.ctl(&c.nodes[victim], &["stop_app"]);
+    };
+    let faults: [(&str, &Fault); 2] = [("kill -9", &crash), ("a graceful stop", &stop)];
+    for ((fault, f), n) in faults.into_iter().zip(replayed) {
+        let what = format!("{fault} of {role} mid replay");
+        replay_unnoticed(cluster, &what, n, victim, f).await;
+    }
+    for (fault, f) in faults {
+        read_unnoticed(cluster, &format!("{fault} of {role} mid read"), victim, f).await;
+    }
+    for (fault, f) in faults {
+        archive_unnoticed(
+            cluster,
+            &format!("{fault} of {role} mid archive"),
+            victim,
+            f,
+        )
+        .await;
+    }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_graceful_stop_of_the_leader_mid_read_goes_unnoticed() {
-    read_unnoticed("stop-leader-read", A, |c| {
-        c.ctl(&c.nodes[A], &["stop_app"]);
-    })
-    .await;
+/// Node A or B, whichever `victim` is not: where the test counts from.
+fn other_than(victim: usize) -> usize {
+    if victim == A { B } else { A }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_of_a_follower_mid_read_goes_unnoticed() {
-    read_unnoticed("follower-read", B, |c| c.kill(B)).await;
+/// A `trial`, counted from the node that `victim` is not.
+async fn trial_beside(
+    cluster: &Cluster,
+    what: &str,
+    n: u64,
+    no_limit: bool,
+    victim: usize,
+) -> Connection {
+    drop(trial(cluster, what, n, no_limit).await);
+    connect(&cluster.amqp_url(other_than(victim))).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_graceful_stop_of_a_follower_mid_read_goes_unnoticed() {
-    read_unnoticed("stop-follower-read", B, |c| {
-        c.ctl(&c.nodes[B], &["stop_app"]);
-    })
-    .await;
+/// A replay of `n` through C while `fault` takes node `victim` (not C) away once 4,000 are
+/// moved: see `moved_unnoticed`.
+async fn replay_unnoticed(
+    cluster: &Cluster,
+    what: &str,
+    n: u64,
+    victim: usize,
+    fault: impl FnOnce(&Cluster),
+) {
+    let conn = trial_beside(cluster, what, n, false, victim).await;
+    let out = replay_until(cluster, &conn, fault).await;
+    moved_unnoticed(&out, &conn, n).await;
 }
 
 /// An inspect of 12,000 through C, blocked on its output after 4,000 lines while `fault`
 /// takes node `victim` (not C) away: exit 0, every message printed once, in order, and all
 /// of them in the DLQ again, once, in order. With the default delivery limit: on 4.0 the
 /// read renews the queue as it goes.
-async fn read_unnoticed(tag: &'static str, victim: usize, fault: impl FnOnce(&Cluster)) {
+async fn read_unnoticed(
+    cluster: &Cluster,
+    what: &str,
+    victim: usize,
+    fault: impl FnOnce(&Cluster),
+) {
     const N: u64 = 12_000;
-    let (cluster, on_a) = cluster_with(tag, N, false).await;
-    drop(on_a);
-    let other = if victim == A { B } else { A };
-    let conn = connect(&cluster.amqp_url(other)).await;
-    let (out, lines) = inspect_on_c_pausing(&cluster, fault).await;
+    let conn = trial_beside(cluster, what, N, false, victim).await;
+    let (out, lines) = inspect_on_c_pausing(cluster, fault).await;
     assert!(out.status.success(), "{}", text(&out));
     let read: Vec<u64> = id_numbers(&lines);
     assert_eq!(read.len() as u64, N, "read: {}", runs(&read));
     assert_eq!(out_of_order(&read), 0, "the read's order: {}", runs(&read));
-    all_back_via(&cluster, other, &conn, N, "after the read").await;
+    all_back_via(cluster, other_than(victim), &conn, N, "after the read").await;
     let left = ids(&conn, DLQ).await;
     assert_eq!(out_of_order(&left), 0, "the order changed: {}", runs(&left));
+}
+
+/// An `archive --delete` of 16,000 through C while `fault` takes node `victim` (not C) away
+/// once it holds 10,000: see `archived_unnoticed`.
+async fn archive_unnoticed(
+    cluster: &Cluster,
+    what: &str,
+    victim: usize,
+    fault: impl FnOnce(&Cluster),
+) {
+    const N: u64 = 16_000;
+    let conn = trial_beside(cluster, what, N, true, victim).await;
+    let dir = tempfile::tempdir().unwrap();
+    let to = dir.path().join("dlq.ndjson");
+    let out = archive_until(cluster, &conn, N, &to, fault).await;
+    archived_unnoticed(cluster, &out, &to, &conn, N).await;
 }
 
 /// `inspect -o ndjson` of the DLQ through node C, its output read up to 4,000 lines and then
@@ -773,16 +817,12 @@ async fn inspect_on_c_pausing(
     (out, lines.join().unwrap())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_of_dlqs_node_mid_renewing_read_strands_nothing() {
+/// kill -9 of dlq's node mid read with the default delivery limit: on 4.0 the read renews
+/// the queue as it goes.
+async fn crash_of_dlqs_node_mid_renewing_read(cluster: &Cluster) {
     const N: u64 = 12_000;
-    if !crate::support::cluster::newer_generation() {
-        // 3.x has no default delivery limit, so no read renews: see the mid-read crash test.
-        return;
-    }
-    // The default delivery limit: on 4.0 the read renews the queue as it goes.
-    let (cluster, on_a) = cluster_with("renew-read", N, false).await;
-    let (out, _) = inspect_on_c_pausing(&cluster, |c| c.kill(C)).await;
+    let on_a = trial(cluster, "kill -9 of dlq's node mid renewing read", N, false).await;
+    let (out, _) = inspect_on_c_pausing(cluster, |c| c.kill(C)).await;
     assert!(!out.status.success(), "{}", text(&out));
     // The originals not acknowledged come back at the front, the copies stand at the tail.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -836,7 +876,8 @@ fn id_numbers(lines: &[String]) -> Vec<u64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_memory_alarm_on_another_node_holds_the_replay_until_it_clears() {
     const N: u64 = 12_000;
-    let (cluster, on_a) = cluster_with("alarm", N, false).await;
+    let cluster = start("alarm").await;
+    let on_a = trial(&cluster, "a memory alarm on B mid replay", N, false).await;
     let child = dlq(
         &cluster,
         C,
@@ -863,56 +904,6 @@ async fn a_memory_alarm_on_another_node_holds_the_replay_until_it_clears() {
     );
     assert!(said.contains("unblocked publishing"), "{said}");
     moved_unnoticed(&out, &on_a, N).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_of_the_leader_mid_archive_goes_unnoticed() {
-    const N: u64 = 16_000;
-    let (cluster, on_a) = cluster_with("leader-archive", N, true).await;
-    drop(on_a);
-    let on_b = connect(&cluster.amqp_url(B)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let to = dir.path().join("dlq.ndjson");
-    let out = archive_killing(&cluster, &on_b, N, &to, A).await;
-    archived_unnoticed(&cluster, &out, &to, &on_b, N).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_graceful_stop_of_the_leader_mid_archive_goes_unnoticed() {
-    const N: u64 = 16_000;
-    let (cluster, on_a) = cluster_with("stop-leader-archive", N, true).await;
-    drop(on_a);
-    let on_b = connect(&cluster.amqp_url(B)).await;
-    let dir = tempfile::tempdir().unwrap();
-    let to = dir.path().join("dlq.ndjson");
-    let out = archive_until(&cluster, &on_b, N, &to, |c| {
-        c.ctl(&c.nodes[A], &["stop_app"]);
-    })
-    .await;
-    archived_unnoticed(&cluster, &out, &to, &on_b, N).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_of_a_follower_mid_archive_goes_unnoticed() {
-    const N: u64 = 16_000;
-    let (cluster, on_a) = cluster_with("follower-crash-archive", N, true).await;
-    let dir = tempfile::tempdir().unwrap();
-    let to = dir.path().join("dlq.ndjson");
-    let out = archive_killing(&cluster, &on_a, N, &to, B).await;
-    archived_unnoticed(&cluster, &out, &to, &on_a, N).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_graceful_stop_of_a_follower_mid_archive_goes_unnoticed() {
-    const N: u64 = 16_000;
-    let (cluster, on_a) = cluster_with("follower-archive", N, true).await;
-    let dir = tempfile::tempdir().unwrap();
-    let to = dir.path().join("dlq.ndjson");
-    let out = archive_until(&cluster, &on_a, N, &to, |c| {
-        c.ctl(&c.nodes[B], &["stop_app"]);
-    })
-    .await;
-    archived_unnoticed(&cluster, &out, &to, &on_a, N).await;
 }
 
 /// An `archive --delete` that went on through a fault: it succeeded, every message is in

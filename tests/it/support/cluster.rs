@@ -12,6 +12,10 @@ use std::time::{Duration, Instant};
 /// The Debian 13 root `.ci/trixie` makes (gen 4).
 const TRIXIE_ROOT: &str = "/var/lib/dlq-trixie";
 
+/// Held (flock) while a cluster boots, in the temporary directory: shared by every test
+/// process, the two generations' runs included.
+const BOOT_LOCK: &str = "dlq-cluster-boot.lock";
+
 pub struct Node {
     pub name: String,
     pub amqp_port: u16,
@@ -35,8 +39,12 @@ pub fn newer_generation() -> bool {
 }
 
 impl Cluster {
-    /// Starts three nodes at once, then joins the second and third to the first.
+    /// Starts three nodes at once, then joins the second and third to the first. One
+    /// cluster boots at a time on the machine (`BOOT_LOCK`), whichever test process asks:
+    /// two booting at once on two cores missed the 120 s start limit.
     pub fn start(tag: &str) -> Cluster {
+        let lock = std::fs::File::create(std::env::temp_dir().join(BOOT_LOCK)).unwrap();
+        lock.lock().unwrap();
         let root = newer_generation().then(|| PathBuf::from(TRIXIE_ROOT));
         let inner = format!("/tmp/dlq-cluster-{tag}-{}", std::process::id());
         let base = match &root {
@@ -234,6 +242,35 @@ impl Cluster {
             .expect("rabbitmq-server");
         assert!(status.success(), "starting RabbitMQ node {} again", n.name);
         self.await_startup(n);
+    }
+
+    /// Brings every node back after a fault, so that one cluster serves several trials: a
+    /// killed node starts again from its data (and rejoins), a stopped one starts its app.
+    pub fn heal(&self) {
+        for (i, n) in self.nodes.iter().enumerate() {
+            if self.alive(n) {
+                if !self.listening(n) {
+                    self.ctl(n, &["start_app"]);
+                    self.await_startup(n);
+                }
+            } else {
+                self.restart(i);
+            }
+        }
+        for n in &self.nodes {
+            wait_for_api(n.api_port);
+        }
+    }
+
+    /// Whether node `n` takes AMQP connections: its app runs (a stopped app closes its
+    /// listeners).
+    fn listening(&self, n: &Node) -> bool {
+        std::net::TcpStream::connect(("127.0.0.1", n.amqp_port)).is_ok()
+    }
+
+    fn alive(&self, n: &Node) -> bool {
+        self.os_pid(n)
+            .is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
     }
 
     /// kill -9 of node `i`'s VM, and waits until it is gone.
