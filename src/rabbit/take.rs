@@ -40,6 +40,9 @@ const DEFER_BYTES: u64 = 64 << 20;
 const MAX_WINDOW: u64 = 2_000;
 /// Bytes of bodies a window may hold in the client.
 const WINDOW_BYTES: u64 = 32 << 20;
+/// How long a continuous renewing take waits for a delivery before it settles its copies
+/// and acknowledges kept originals (`Taker::next`).
+const SETTLE_AFTER: Duration = Duration::from_millis(2);
 
 struct Current {
     consumer: Consumer,
@@ -112,6 +115,9 @@ pub(crate) struct Taker {
     /// A holding take's kept messages, not copied yet (`keep`), and their bodies' bytes.
     deferred: Vec<Kept>,
     deferred_bytes: u64,
+    /// Deliveries beyond the count taken at the start, held and given back on release: on
+    /// a renewing take, mostly copies it made itself (see `release`).
+    beyond: u64,
 }
 
 impl Taker {
@@ -217,6 +223,7 @@ impl Taker {
             watched: Vec::new(),
             deferred: Vec::new(),
             deferred_bytes: 0,
+            beyond: 0,
         })
     }
 
@@ -393,12 +400,14 @@ impl Taker {
                 // A continuous consumer gets credit back from kept originals only as they
                 // are acknowledged (`keep`), which otherwise happens only at the next
                 // delivery: with its credit all held by kept messages, none would come.
+                // It settles only after 2 ms without one: settling at every momentary gap
+                // made a replay selecting 1 in 10 of 20,000 take 1.39 s instead of 1.19 s.
                 if self.continuous
                     && !cur.cancelled
                     && let Some(r) = self.renewal.as_mut()
                     && r.unacknowledged()
                 {
-                    if let Some(n) = cur.consumer.next().now_or_never() {
+                    if let Ok(n) = tokio::time::timeout(SETTLE_AFTER, cur.consumer.next()).await {
                         break n;
                     }
                     r.settle().await;
@@ -444,6 +453,7 @@ impl Taker {
                     }
                     if self.taken >= self.want {
                         // Beyond the count taken at the start: held, given back on release.
+                        self.beyond += 1;
                         continue;
                     }
                     self.taken += 1;
@@ -553,6 +563,9 @@ impl Taker {
             held = held.saturating_sub(r.renewed());
             let copied = r.copied;
             notes = r.finish(copied, acked.err().as_ref());
+            if self.beyond > 0 {
+                notes.push(beyond_note(&self.queue, self.beyond));
+            }
         }
         if self.quorum && held < self.taken {
             super::settle_grace().await;
@@ -573,4 +586,14 @@ impl Taker {
         }
         notes
     }
+}
+
+/// What a renewing take says of the messages delivered past its count: the consumer's credit
+/// reached the copies it had put at the tail (or newcomers) before its cancel took effect.
+/// Measured on 3,000 kept: 1,224–2,074 of them, every run, on 3.10 and 4.0; in 2 to 5 of 20
+/// runs under load they came back ahead of the rest out of order.
+fn beyond_note(queue: &str, n: u64) -> String {
+    format!(
+        "{queue:?}: {n} of those copies (or messages that arrived since) reached dlq's consumer before it stopped and were given back: their delivery count is 1, not 0 (the next read renews them again), and a quorum queue puts them back ahead of the rest, not always in order"
+    )
 }

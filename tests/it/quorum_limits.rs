@@ -565,5 +565,20 @@ async fn a_replay_that_keeps_more_than_its_credit_renews_and_goes_on() {
         "{:?}",
         snaps.iter().map(|m| m.delivery_count).collect::<Vec<_>>()
     );
+    // The copies the consumer reached before it stopped were given back, counted once: dlq
+    // says how many.
+    let counted = snaps.iter().filter(|m| m.delivery_count == Some(1)).count();
+    assert_eq!(
+        given_back_copies(&run.stderr()),
+        counted,
+        "{}",
+        run.stderr()
+    );
     b.delete().await;
+}
+
+/// How many copies a renewing take says it gave back ("N of those copies ..."), else 0.
+fn given_back_copies(stderr: &str) -> usize {
+    let re = regex::Regex::new(r"(\d+) of those copies").unwrap();
+    re.captures(stderr).map_or(0, |c| c[1].parse().unwrap())
 }
