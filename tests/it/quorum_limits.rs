@@ -559,7 +559,21 @@ async fn a_replay_that_keeps_more_than_its_credit_renews_and_goes_on() {
                 .unwrap()
         })
         .collect();
-    assert_eq!(left, (0..N as i64 - 1).collect::<Vec<_>>());
+    let mut all = left.clone();
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        (0..N as i64 - 1).collect::<Vec<_>>(),
+        "lost or doubled"
+    );
+    // The renewed ones (count 0) keep their order. Those dlq names as given back (count 1)
+    // go back ahead of them, not always in order under load (docs/QUEUES.md, "Still
+    // exposed"): 3 of 8 runs at -j 8, and once in CI.
+    let renewed: Vec<i64> = (left.iter().zip(&snaps))
+        .filter(|(_, m)| m.delivery_count != Some(1))
+        .map(|(n, _)| *n)
+        .collect();
+    assert!(renewed.is_sorted(), "the order changed: {renewed:?}");
     assert!(
         snaps.iter().all(|m| m.delivery_count.unwrap_or(0) <= 1),
         "{:?}",
