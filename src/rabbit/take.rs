@@ -115,9 +115,6 @@ pub(crate) struct Taker {
     /// A holding take's kept messages, not copied yet (`keep`), and their bodies' bytes.
     deferred: Vec<Kept>,
     deferred_bytes: u64,
-    /// Deliveries beyond the count taken at the start, held and given back on release: on
-    /// a renewing take, mostly copies it made itself (see `release`).
-    beyond: u64,
 }
 
 impl Taker {
@@ -223,7 +220,6 @@ impl Taker {
             watched: Vec::new(),
             deferred: Vec::new(),
             deferred_bytes: 0,
-            beyond: 0,
         })
     }
 
@@ -453,7 +449,6 @@ impl Taker {
                     }
                     if self.taken >= self.want {
                         // Beyond the count taken at the start: held, given back on release.
-                        self.beyond += 1;
                         continue;
                     }
                     self.taken += 1;
@@ -485,6 +480,12 @@ impl Taker {
             }
             None => false,
         }
+    }
+
+    /// Deliveries beyond the count taken at the start, held and given back on release: on
+    /// a renewing take, mostly copies it made itself (`beyond_note`).
+    fn beyond(&self) -> u64 {
+        self.delivered.iter().sum::<u64>() - self.taken
     }
 
     /// Which channel the message just returned by `next` came on (for `ack`).
@@ -563,8 +564,9 @@ impl Taker {
             held = held.saturating_sub(r.renewed());
             let copied = r.copied;
             notes = r.finish(copied, acked.err().as_ref());
-            if self.beyond > 0 {
-                notes.push(beyond_note(&self.queue, self.beyond));
+            let beyond = self.beyond();
+            if beyond > 0 {
+                notes.push(beyond_note(&self.queue, beyond));
             }
         }
         if self.quorum && held < self.taken {

@@ -269,8 +269,7 @@ impl Cluster {
     }
 
     fn alive(&self, n: &Node) -> bool {
-        self.os_pid(n)
-            .is_some_and(|pid| std::path::Path::new(&format!("/proc/{pid}")).exists())
+        self.os_pid(n).is_some_and(process_exists)
     }
 
     /// kill -9 of node `i`'s VM, and waits until it is gone.
@@ -279,7 +278,7 @@ impl Cluster {
         let pid = self.os_pid(n).expect("the node's pid file");
         let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
         let deadline = Instant::now() + Duration::from_secs(20);
-        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        while process_exists(pid) {
             assert!(
                 Instant::now() < deadline,
                 "node {} outlived kill -9",
@@ -319,6 +318,10 @@ impl Cluster {
         assert!(out.status.success(), "GET {url}");
         serde_json::from_slice(&out.stdout).unwrap()
     }
+}
+
+fn process_exists(pid: i32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
 fn wait_for_api(port: u16) {
