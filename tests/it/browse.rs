@@ -351,7 +351,7 @@ async fn a_large_dlq_shows_its_first_screen_and_is_left_unchanged() {
 #[tokio::test]
 async fn ctrl_c_mid_replay_loses_nothing_and_gives_the_terminal_back() {
     let n = 60_000;
-    let (b, _state, env) = expired_into_dlq("browse_stop", n).await;
+    let (mut b, _state, env) = expired_into_dlq("browse_stop", n).await;
     let t = start(120, 40, &env, &["browse", "-Q", "b.dlq"]);
     t.wait_visible(WAIT, |s| s.contains(" sources · read"));
     t.keys(&["Enter"]);
@@ -362,6 +362,9 @@ async fn ctrl_c_mid_replay_loses_nothing_and_gives_the_terminal_back() {
     t.keys(&["R"]);
     t.wait_for(long, |s| s.contains("[y/N]"));
     t.keys(&["y", "Enter"]);
+    // The waits on the terminal block this runtime: a connection idle through them may have
+    // missed its heartbeats (seen under load in CI).
+    b.reconnect().await;
     // Stopped once some messages moved, before all did.
     let moved_some = Instant::now();
     loop {
@@ -384,6 +387,7 @@ async fn ctrl_c_mid_replay_loses_nothing_and_gives_the_terminal_back() {
     assert!(s.contains("[dlq exited 0]"), "{s}");
     // The ordinary screen is back: the shell's line is what shows.
     assert!(t.visible().contains("[dlq exited 0]"));
+    b.reconnect().await;
     let (dlq, main) = (b.depth("b.dlq").await, b.depth("b.main").await);
     assert!(
         main > 0 && dlq > 0,

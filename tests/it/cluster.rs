@@ -13,7 +13,7 @@ use lapin::options::{
 };
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::{BasicProperties, Channel, Connection};
-use std::process::{Output, Stdio};
+use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const DLQ: &str = "q.dlq";
@@ -237,10 +237,7 @@ async fn replay_until(
     let child = dlq(cluster, C, C, &args);
     until_moved(conn, 4_000).await;
     tokio::task::block_in_place(|| fault(cluster));
-    tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap()
+    ended(child, Duration::from_secs(120)).await
 }
 
 /// Waits until the destination holds `n` messages.
@@ -323,10 +320,7 @@ async fn nothing_stranded_after_a_replay(cluster: &Cluster, on_a: &Connection, n
 
     // A run on a live node moves the rest: the DLQ ends empty, every id in the destination.
     let again = dlq(cluster, A, A, &["replay", "-Q", DLQ, "--yes"]);
-    let out = tokio::task::spawn_blocking(move || again.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let out = ended(again, Duration::from_secs(120)).await;
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(ready(on_a, DLQ).await, 0);
     let mut moved = ids(on_a, MAIN).await;
@@ -450,13 +444,44 @@ async fn messages_held_by_a_lost_connection_are_reported_on_start() {
     assert!(!text(&out).contains("no live connection"), "{}", text(&out));
 }
 
-/// Waits until at most `ready` messages of the DLQ are ready (the rest held by dlq).
-async fn until_held(conn: &Connection, ready_at_most: u64) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while ready(conn, DLQ).await > ready_at_most {
-        assert!(Instant::now() < deadline, "dlq held nothing");
+/// Waits until at most `ready` messages of the DLQ are ready (the rest held by `child`, a dlq);
+/// fails with what it said if it ends first or takes nothing more for 60 s (a fixed limit
+/// failed a slow but steady take on a loaded machine).
+async fn until_held(conn: &Connection, ready_at_most: u64, child: &mut Child) {
+    let (mut fewest, mut since) = (u64::MAX, Instant::now());
+    loop {
+        let now = ready(conn, DLQ).await;
+        if now <= ready_at_most {
+            return;
+        }
+        if now < fewest {
+            (fewest, since) = (now, Instant::now());
+        }
+        let ended = child.try_wait().unwrap();
+        if ended.is_some() || since.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let mut said = String::new();
+            use std::io::Read;
+            let _ = child.stderr.take().unwrap().read_to_string(&mut said);
+            panic!("dlq held too few ({now} ready, ended: {ended:?}); it said:\n{said}");
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// What `dlq` printed when it ended, within `limit`; if it has not, it is killed and the test
+/// fails with what it said.
+async fn ended(dlq: Child, limit: Duration) -> Output {
+    let pid = dlq.id();
+    let mut waiting = tokio::task::spawn_blocking(move || dlq.wait_with_output());
+    if let Ok(out) = tokio::time::timeout(limit, &mut waiting).await {
+        return out.unwrap().unwrap();
+    }
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status();
+    let out = waiting.await.unwrap().unwrap();
+    panic!("dlq did not end within {limit:?}; it said:\n{}", text(&out));
 }
 
 /// After a kill of dlq's node: every message ready in the DLQ again (none held out of
@@ -513,8 +538,8 @@ async fn read_on_c_until(
     n: u64,
     fault: impl FnOnce(&Cluster),
 ) {
-    let reader = dlq(cluster, C, C, &["inspect", "-Q", DLQ, "-o", "ndjson"]);
-    until_held(on_a, n - 4_000).await;
+    let mut reader = dlq(cluster, C, C, &["inspect", "-Q", DLQ, "-o", "ndjson"]);
+    until_held(on_a, n - 4_000, &mut reader).await;
     tokio::task::block_in_place(|| fault(cluster));
     drop(reader);
     all_back(cluster, on_a, n, "after C went mid-read").await;
@@ -544,18 +569,15 @@ async fn archive_until(
     fault: impl FnOnce(&Cluster),
 ) -> Output {
     let args = ["archive", "-Q", DLQ, "--delete", "--yes", "--to"];
-    let archive = dlq(
+    let mut archive = dlq(
         cluster,
         C,
         C,
         &[&args[..], &[to.to_str().unwrap()]].concat(),
     );
-    until_held(conn, n - 10_000).await;
+    until_held(conn, n - 10_000, &mut archive).await;
     tokio::task::block_in_place(|| fault(cluster));
-    tokio::task::spawn_blocking(move || archive.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap()
+    ended(archive, Duration::from_secs(60)).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -810,10 +832,7 @@ async fn inspect_on_c_pausing(
         fault(cluster);
         struck.0.send(()).unwrap();
     });
-    let out = tokio::task::spawn_blocking(move || reader.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let out = ended(reader, Duration::from_secs(120)).await;
     (out, lines.join().unwrap())
 }
 
@@ -893,10 +912,7 @@ async fn a_memory_alarm_on_another_node_holds_the_replay_until_it_clears() {
     assert_eq!(ready(&on_a, MAIN).await, stalled, "moved while blocked");
     assert!(stalled < N, "the replay ended before the alarm");
     tokio::task::block_in_place(|| cluster.memory_alarm(B, false));
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
-        .await
-        .unwrap()
-        .unwrap();
+    let out = ended(child, Duration::from_secs(120)).await;
     let said = text(&out);
     assert!(
         said.contains("the broker blocked publishing") && said.contains("alarm"),

@@ -260,6 +260,28 @@ impl Cluster {
         for n in &self.nodes {
             wait_for_api(n.api_port);
         }
+        self.await_all_running();
+    }
+
+    /// Until node A's API counts every node running: a node just restarted answers before
+    /// the others see it back.
+    fn await_all_running(&self) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let nodes = self.api_get(0, "nodes");
+            let running = nodes
+                .as_array()
+                .map_or(0, |all| all.iter().filter(|n| n["running"] == true).count());
+            if running == self.nodes.len() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{running} of {} nodes running, as node A sees them",
+                self.nodes.len()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
     }
 
     /// Whether node `n` takes AMQP connections: its app runs (a stopped app closes its
