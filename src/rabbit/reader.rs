@@ -432,6 +432,29 @@ fn give_back_wait(held: u64) -> Duration {
     (GIVE_BACK_WAIT + Duration::from_millis(held / 10)).min(Duration::from_secs(120))
 }
 
+/// After a give-back of `back` messages to `queue`, which had `before` ready just before it:
+/// waits (briefly) until they are ready again, then says how many more than that came back
+/// (acknowledgements the broker dropped, or newcomers). Each closed channel's messages come
+/// back at once, so one more look after a pause sees any that came with them.
+pub(super) async fn more_back(
+    conn: &Connection,
+    queue: &str,
+    before: super::Depth,
+    back: u64,
+) -> u64 {
+    let expected = u64::from(before.ready) + back;
+    let wait = give_back_wait(back);
+    let Ok(Some(_)) = poll_depth(conn, queue, wait, |d| u64::from(d.ready) >= expected).await
+    else {
+        return 0;
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    match super::passive_declare(conn, queue).await {
+        Ok(Some(d)) => u64::from(d.ready).saturating_sub(expected),
+        _ => 0,
+    }
+}
+
 /// A quorum queue requeues a closed channel's messages asynchronously: wait (briefly) until
 /// they are ready again, so that a command run right after dlq sees the queue as it was.
 pub(super) async fn wait_until_back(conn: &Connection, queue: &str, held: u64) {

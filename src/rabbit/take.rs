@@ -558,9 +558,15 @@ impl Taker {
                 self.deferred.len()
             ));
         }
+        // Single acknowledgements sent just now, and how long the broker took to confirm.
+        let (mut burst, mut confirms) = (0, Duration::ZERO);
         if let Some(mut r) = self.renewal.take() {
+            let started = std::time::Instant::now();
             r.settle().await;
+            confirms = started.elapsed();
+            let before = r.renewed();
             let acked = r.ack_each(&self.channels).await;
+            burst = r.renewed() - before;
             held = held.saturating_sub(r.renewed());
             let copied = r.copied;
             notes = r.finish(copied, acked.err().as_ref());
@@ -570,8 +576,15 @@ impl Taker {
             }
         }
         if self.quorum && held < self.taken {
-            super::settle_grace().await;
+            super::settle_grace_after(burst, confirms).await;
         }
+        let ready_before = match self.quorum {
+            true => super::passive_declare(conn, &self.queue)
+                .await
+                .ok()
+                .flatten(),
+            false => None,
+        };
         // Oldest first: a quorum queue appends returned messages in the order they come back.
         for ch in &self.channels {
             let _ = tokio::time::timeout(
@@ -583,11 +596,24 @@ impl Taker {
             )
             .await;
         }
-        if held > 0 {
+        if let Some(before) = ready_before {
+            let back = held + self.beyond();
+            let more = super::reader::more_back(conn, &self.queue, before, back).await;
+            if more > 0 {
+                notes.push(more_back_note(&self.queue, more));
+            }
+        } else if held > 0 {
             super::reader::wait_until_back(conn, &self.queue, held).await;
         }
         notes
     }
+}
+
+/// The queue's count after the give-back says more came back than dlq held unacknowledged.
+fn more_back_note(queue: &str, n: u64) -> String {
+    format!(
+        "{queue:?}: {n} message(s) more than dlq gave back are ready again: either acknowledgements the broker dropped when dlq's channel closed (a quorum queue drops those it had not sent on yet), and then up to {n} message(s) that dlq moved, archived or renewed are there twice, or messages that arrived meanwhile"
+    )
 }
 
 /// What a renewing take says of the messages delivered past its count: the consumer's credit
