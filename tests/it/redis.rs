@@ -11,7 +11,7 @@ use base64::Engine as _;
 use redis::AsyncTypedCommands as _;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const SEP: &str = "\x06\x16";
 
@@ -560,7 +560,19 @@ async fn kill_mid_run_leaves_at_most_a_window() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(1000)).await;
+    // Killed once the first task is pushed, not after a fixed second: under CI's load a debug
+    // dlq had not pushed anything after one second. At 150/s the 340 take over two seconds.
+    let started = Instant::now();
+    while space.waiting().await == 0 {
+        let ended = child.try_wait().unwrap();
+        assert!(ended.is_none(), "dlq ended before pushing: {ended:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "nothing pushed"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
     child.kill().unwrap();
     child.wait().unwrap();
     let pushed = space.waiting().await as i64;
