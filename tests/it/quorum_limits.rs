@@ -2,7 +2,7 @@
 //! reading never brings a dead letter closer to being dropped. Each test sets the limit
 //! explicitly where it matters, so that it runs alike on RabbitMQ 3.10 and 4.0.
 
-use crate::broker::{Broker, ls, table};
+use crate::broker::{Broker, Snap, ls, table};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable};
 use serde_json::{Value, json};
@@ -57,6 +57,12 @@ async fn unlimited_quorum_dlq(b: &Broker, name: &str) {
 
 fn limit(n: i64) -> Vec<(&'static str, AMQPValue)> {
     vec![("x-delivery-limit", AMQPValue::LongLongInt(n))]
+}
+
+/// The `n` of each message's body, in queue order.
+fn snap_ns(snaps: &[Snap]) -> Vec<i64> {
+    let n = |s: &Snap| serde_json::from_slice::<Value>(&s.body).unwrap()["n"].as_i64();
+    snaps.iter().map(|s| n(s).unwrap()).collect()
 }
 
 fn ns(recs: &[Value]) -> Vec<i64> {
@@ -425,16 +431,6 @@ async fn celery_quorum_work_queue_is_never_a_dlq() {
 async fn selective_replay_and_archive_renew_what_they_leave() {
     let b = quorum_dlq("qsel", limit(20), 40).await;
     let left = |from: i64| (from..40).collect::<Vec<_>>();
-    let ns_of = |snaps: &[crate::broker::Snap]| -> Vec<i64> {
-        snaps
-            .iter()
-            .map(|s| {
-                serde_json::from_slice::<Value>(&s.body).unwrap()["n"]
-                    .as_i64()
-                    .unwrap()
-            })
-            .collect()
-    };
     for round in 0..25 {
         let run = b
             .run(&[
@@ -505,7 +501,7 @@ async fn selective_replay_and_archive_renew_what_they_leave() {
     assert!(run.stderr().contains("5 deleted"), "{}", run.stderr());
     b.wait_depth("q.dlq", 20).await;
     let snaps = b.snapshot("q.dlq").await;
-    assert_eq!(ns_of(&snaps), left(20));
+    assert_eq!(snap_ns(&snaps), left(20));
     assert!(
         snaps.iter().all(|m| m.delivery_count.unwrap_or(0) <= 1),
         "{:?}",
@@ -525,15 +521,7 @@ async fn selective_replay_and_archive_renew_what_they_leave() {
 async fn a_replay_that_keeps_more_than_its_credit_renews_and_goes_on() {
     const N: usize = 3_000;
     let b = quorum_dlq("qkeep", limit(20), N).await;
-    let none = [
-        "replay",
-        "-Q",
-        "q.dlq",
-        "--where",
-        ".payload.n < 0",
-        "--yes",
-    ];
-    let run = b.run(&none).await;
+    let run = b.run(&SELECTS_NONE).await;
     assert_eq!(run.code(), 0, "{}", run.stderr());
     assert!(
         run.stderr().contains("nothing to replay"),
@@ -551,14 +539,7 @@ async fn a_replay_that_keeps_more_than_its_credit_renews_and_goes_on() {
     b.wait_depth("q.src", 1).await;
     b.wait_depth("q.dlq", N as u32 - 1).await;
     let snaps = b.snapshot("q.dlq").await;
-    let left: Vec<i64> = snaps
-        .iter()
-        .map(|s| {
-            serde_json::from_slice::<Value>(&s.body).unwrap()["n"]
-                .as_i64()
-                .unwrap()
-        })
-        .collect();
+    let left = snap_ns(&snaps);
     let mut all = left.clone();
     all.sort_unstable();
     assert_eq!(
@@ -591,8 +572,69 @@ async fn a_replay_that_keeps_more_than_its_credit_renews_and_goes_on() {
     b.delete().await;
 }
 
+/// A replay of `q.dlq` that selects none: its plan takes and renews every message.
+const SELECTS_NONE: [&str; 6] = [
+    "replay",
+    "-Q",
+    "q.dlq",
+    "--where",
+    ".payload.n < 0",
+    "--yes",
+];
+
 /// How many copies a renewing take says it gave back ("N of those copies ..."), else 0.
 fn given_back_copies(stderr: &str) -> usize {
     let re = regex::Regex::new(r"(\d+) of those copies").unwrap();
+    re.captures(stderr).map_or(0, |c| c[1].parse().unwrap())
+}
+
+/// Messages that reach a quorum DLQ while a take (here a replay that selects none, so it
+/// renews every one) gives back what it held: the queue then holds more than dlq gave back,
+/// and dlq says so (newcomers, or acknowledgements the broker dropped). Every message is
+/// there, and any surplus is within what dlq named.
+#[tokio::test]
+async fn newcomers_during_a_give_back_are_named_and_kept() {
+    const N: usize = 500;
+    let b = quorum_dlq("qmore", limit(20), N).await;
+    let read = b.dlq().args(&SELECTS_NONE);
+    let read = tokio::task::spawn_blocking(move || read.run());
+    // A steady trickle into the DLQ until dlq has ended, each publish confirmed.
+    let mut sent = 0;
+    while !read.is_finished() {
+        let body = format!("{{\"n\": {}}}", N + sent);
+        b.publish("q.dlq", body.as_bytes(), BasicProperties::default())
+            .await;
+        sent += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    let run = read.await.unwrap();
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let named = more_back(&run.stderr());
+    assert!(named > 0, "{sent} sent, none named: {}", run.stderr());
+    let total = N + sent;
+    // Given back asynchronously, and perhaps some twice: at least every one, then settled.
+    let start = std::time::Instant::now();
+    while (b.depth("q.dlq").await as usize) < total {
+        assert!(
+            start.elapsed().as_secs() < 30,
+            "fewer than {total} came back"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let snaps = b.snapshot("q.dlq").await;
+    let mut all = snap_ns(&snaps);
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all, (0..total as i64).collect::<Vec<_>>(), "lost");
+    let surplus = snaps.len() - total;
+    eprintln!("{sent} sent meanwhile, {named} named, {surplus} twice");
+    assert!(surplus <= named, "{surplus} twice, {named} named");
+    b.delete().await;
+}
+
+/// How many more than it gave back a take says are ready again, else 0.
+fn more_back(stderr: &str) -> usize {
+    let re = regex::Regex::new(r"(\d+) message\(s\) more than dlq gave back").unwrap();
     re.captures(stderr).map_or(0, |c| c[1].parse().unwrap())
 }
