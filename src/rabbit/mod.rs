@@ -14,8 +14,11 @@ pub(crate) mod private;
 pub(crate) mod publish;
 pub(crate) mod reader;
 mod renew;
+mod settle;
 pub(crate) mod take;
 pub(crate) mod topology;
+
+pub(crate) use settle::{AckMarks, count_acks, settle_grace, settle_grace_after};
 
 use crate::error::usage;
 use crate::model::TargetFacts;
@@ -430,37 +433,6 @@ pub struct Depth {
 
 /// How long a closing handshake (channel or connection) may take once the work is done.
 pub(crate) const CLOSE_LIMIT: Duration = Duration::from_secs(10);
-
-/// How long acknowledgements on a quorum queue are given before their channel closes.
-///
-/// A quorum queue's channel sends a settle command per acknowledgement; past a soft limit of
-/// commands in flight it stashes further settles in the channel process and sends them as
-/// earlier ones are applied (rabbit_fifo_client `settle/3`). Closing the channel then drops the
-/// stash, and the broker gives back messages that were acknowledged: measured here, 6 of 40 on
-/// RabbitMQ 3.10 after 40 single acknowledgements and an immediate close, and none in 100 runs with
-/// this pause. The applied notifications that flush the stash take milliseconds on an idle broker.
-pub(crate) const SETTLE_GRACE: Duration = Duration::from_millis(200);
-
-/// The soft limit of commands in flight per channel and quorum queue (rabbit_fifo_client).
-const SOFT_LIMIT: u64 = 32;
-
-pub(crate) async fn settle_grace() {
-    tokio::time::sleep(SETTLE_GRACE).await;
-}
-
-/// `settle_grace` after `acks` single acknowledgements sent at once, on a broker that took
-/// `confirms` to confirm what was in flight just before. Past the soft limit the stash waits
-/// for the first settles to be applied, which takes longer on a loaded broker: 200 ms let
-/// 301 of 3,000 acknowledged messages come back (twice in the queue) under CI's load on
-/// 3.10. Then at least a second, and four times the broker's own confirm wait.
-pub(crate) async fn settle_grace_after(acks: u64, confirms: Duration) {
-    let grace = if acks <= SOFT_LIMIT {
-        SETTLE_GRACE
-    } else {
-        (confirms * 4).clamp(Duration::from_secs(1), Duration::from_secs(10))
-    };
-    tokio::time::sleep(grace).await;
-}
 
 /// Closes the connection at the end of a command. Bounded: everything was settled before,
 /// and a close-ok that never comes (the client's I/O loop already gone) must not keep the

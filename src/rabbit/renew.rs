@@ -199,6 +199,7 @@ impl Renewal {
         let Some(&(_, upto)) = n.checked_sub(1).and_then(|i| self.to_ack.get(i)) else {
             return Ok(0);
         };
+        super::count_acks(1);
         ch.basic_ack(upto, BasicAckOptions { multiple: true })
             .await?;
         self.to_ack.drain(..n);
@@ -220,6 +221,7 @@ impl Renewal {
                 rest.push((i, tag));
                 continue;
             }
+            super::count_acks(1);
             match ch.basic_ack(tag, BasicAckOptions { multiple: false }).await {
                 Ok(()) => n += 1,
                 Err(e) => {
@@ -251,6 +253,7 @@ impl Renewal {
             let ch = channels
                 .get(i)
                 .ok_or_else(|| anyhow::anyhow!("no take channel {i}"))?;
+            super::count_acks(1);
             ch.basic_ack(tag, BasicAckOptions { multiple: false })
                 .await?;
             self.acked += 1;

@@ -22,6 +22,7 @@
 //! messages come back at once; acknowledgements only give it credit for the next messages,
 //! in queue order.
 
+use super::AckMarks;
 use super::reader::{IDLE, ReadSpec, STALL_LIMIT, still_ready};
 use super::renew::{Kept, Renewal};
 use super::topology::GiveBack;
@@ -115,6 +116,8 @@ pub(crate) struct Taker {
     /// A holding take's kept messages, not copied yet (`keep`), and their bodies' bytes.
     deferred: Vec<Kept>,
     deferred_bytes: u64,
+    /// Acknowledgements sent lately, for the wait before the release closes the channels.
+    ack_marks: AckMarks,
 }
 
 impl Taker {
@@ -220,6 +223,7 @@ impl Taker {
             watched: Vec::new(),
             deferred: Vec::new(),
             deferred_bytes: 0,
+            ack_marks: AckMarks::new(),
         })
     }
 
@@ -453,6 +457,7 @@ impl Taker {
                     }
                     self.taken += 1;
                     self.bytes += d.data.len() as u64;
+                    self.ack_marks.tick();
                     return Ok(Some(d));
                 }
             }
@@ -505,6 +510,7 @@ impl Taker {
             .channels
             .get(channel)
             .ok_or_else(|| anyhow!("no channel {channel}"))?;
+        super::count_acks(1);
         let sent = ch
             .basic_ack(delivery_tag, lapin::options::BasicAckOptions::default())
             .await;
@@ -519,6 +525,7 @@ impl Taker {
             .get(channel)
             .ok_or_else(|| anyhow!("no channel {channel}"))?;
         let multiple = lapin::options::BasicAckOptions { multiple: true };
+        super::count_acks(1);
         let sent = ch.basic_ack(delivery_tag, multiple).await;
         sent.map_err(|e| anyhow!("acknowledging messages of {:?}: {e}", self.queue))
     }
@@ -558,15 +565,13 @@ impl Taker {
                 self.deferred.len()
             ));
         }
-        // Single acknowledgements sent just now, and how long the broker took to confirm.
-        let (mut burst, mut confirms) = (0, Duration::ZERO);
+        // How long the broker took to confirm the copies.
+        let mut confirms = Duration::ZERO;
         if let Some(mut r) = self.renewal.take() {
             let started = std::time::Instant::now();
             r.settle().await;
             confirms = started.elapsed();
-            let before = r.renewed();
             let acked = r.ack_each(&self.channels).await;
-            burst = r.renewed() - before;
             held = held.saturating_sub(r.renewed());
             let copied = r.copied;
             notes = r.finish(copied, acked.err().as_ref());
@@ -576,7 +581,8 @@ impl Taker {
             }
         }
         if self.quorum && held < self.taken {
-            super::settle_grace_after(burst, confirms).await;
+            // Every acknowledgement sent lately, the caller's and `next`'s too.
+            super::settle_grace_after(self.ack_marks.recent(), confirms).await;
         }
         let ready_before = match self.quorum {
             true => super::passive_declare(conn, &self.queue)

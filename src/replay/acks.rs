@@ -139,6 +139,7 @@ impl Acks {
         }
         self.in_sending += self.waiting;
         self.waiting = 0;
+        crate::rabbit::count_acks(sends.len() as u64);
         // The first poll queues the frame in lapin, now, in this order.
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         for mut s in sends {
