@@ -356,6 +356,9 @@ async fn read_fifo<T: Send>(
         GiveBack::Renew => Some(Renewal::open(conn, &spec.queue, spec.ready).await?),
         _ => None,
     };
+    // Every acknowledgement of the read counts toward the wait before the close: a
+    // renewing read sends one `multiple` per 64 copies confirmed.
+    let marks = super::AckMarks::new();
     let mut open_consumer = None;
     let mut result = if renewal.is_some() {
         let renewing = (&mut renewal, &mut open_consumer);
@@ -364,16 +367,22 @@ async fn read_fifo<T: Send>(
         consume_fifo(&ch, spec, want, make, tx, &mut report).await
     };
     let mut back = report.read;
+    let mut ready_before = None;
     if let Some(mut r) = renewal {
         // After an error too: what was copied and confirmed is acknowledged rather than
         // given back beside its copy, as far as the channel still allows.
+        let started = std::time::Instant::now();
         let finished = finish_renewal(&ch, &mut r, open_consumer).await;
         if result.is_ok() {
             result = finished;
         }
         back = r.unrenewed(report.read);
         if r.renewed() > 0 {
-            super::settle_grace().await;
+            super::settle_grace_after(marks.recent(), started.elapsed()).await;
+            ready_before = super::passive_declare(conn, &spec.queue)
+                .await
+                .ok()
+                .flatten();
         }
         report.renewal_notes = r.finish(report.read, result.as_ref().err());
     } else if let (GiveBack::Nack, Some(last)) = (spec.give_back, report.last_tag) {
@@ -391,7 +400,11 @@ async fn read_fifo<T: Send>(
     give_back(&ch).await;
     // Messages pushed over a delivery limit do not come back.
     let back = back.saturating_sub(report.pushed_over);
-    if back > 0 {
+    if let Some(before) = ready_before {
+        report
+            .renewal_notes
+            .extend(more_back(conn, &spec.queue, before, back).await);
+    } else if back > 0 {
         wait_until_back(conn, &spec.queue, back).await;
     }
     result.map(|()| report)
@@ -433,7 +446,7 @@ fn give_back_wait(held: u64) -> Duration {
 }
 
 /// After a give-back of `back` messages to `queue`, which had `before` ready just before it:
-/// waits (briefly) until they are ready again, then says how many more than that came back
+/// waits (briefly) until they are ready again, then says if more than that came back
 /// (acknowledgements the broker dropped, or newcomers). Each closed channel's messages come
 /// back at once, so one more look after a pause sees any that came with them.
 pub(super) async fn more_back(
@@ -441,18 +454,26 @@ pub(super) async fn more_back(
     queue: &str,
     before: super::Depth,
     back: u64,
-) -> u64 {
+) -> Option<String> {
     let expected = u64::from(before.ready) + back;
     let wait = give_back_wait(back);
     let Ok(Some(_)) = poll_depth(conn, queue, wait, |d| u64::from(d.ready) >= expected).await
     else {
-        return 0;
+        return None;
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
-    match super::passive_declare(conn, queue).await {
+    let more = match super::passive_declare(conn, queue).await {
         Ok(Some(d)) => u64::from(d.ready).saturating_sub(expected),
         _ => 0,
-    }
+    };
+    (more > 0).then(|| more_back_note(queue, more))
+}
+
+/// The queue's count after the give-back says more came back than dlq held unacknowledged.
+fn more_back_note(queue: &str, n: u64) -> String {
+    format!(
+        "{queue:?}: {n} message(s) more than dlq gave back are ready again: either acknowledgements the broker dropped when dlq's channel closed (a quorum queue drops those it had not sent on yet), and then up to {n} message(s) that dlq moved, archived or renewed are there twice, or messages that arrived meanwhile"
+    )
 }
 
 /// A quorum queue requeues a closed channel's messages asynchronously: wait (briefly) until

@@ -32,11 +32,7 @@ fn acks_sent() -> u64 {
     ACKS_SENT.load(Ordering::Relaxed)
 }
 
-pub(crate) async fn settle_grace() {
-    tokio::time::sleep(SETTLE_GRACE).await;
-}
-
-/// `settle_grace` after `acks` acknowledgements sent lately, on a broker that took
+/// The wait before closing a quorum queue's channel after `acks` acknowledgements sent lately, on a broker that took
 /// `confirms` to confirm what was in flight just before. Past the soft limit the stash waits
 /// for the first settles to be applied, which takes longer on a loaded broker: 200 ms let
 /// 301 of 3,000 acknowledged messages come back (twice in the queue) under CI's load on

@@ -97,7 +97,7 @@ pub(crate) struct Taker {
     renewal: Option<Renewal>,
     /// Ready messages at the start, for the renewal's audit record.
     ready: u64,
-    /// A quorum queue (or one of unknown type): acknowledgements need `settle_grace`.
+    /// A quorum queue (or one of unknown type): acknowledgements need `settle_grace_after`.
     quorum: bool,
     /// One live consumer for the whole take (quorum queues: see the module's notes), and
     /// its credit.
@@ -604,22 +604,12 @@ impl Taker {
         }
         if let Some(before) = ready_before {
             let back = held + self.beyond();
-            let more = super::reader::more_back(conn, &self.queue, before, back).await;
-            if more > 0 {
-                notes.push(more_back_note(&self.queue, more));
-            }
+            notes.extend(super::reader::more_back(conn, &self.queue, before, back).await);
         } else if held > 0 {
             super::reader::wait_until_back(conn, &self.queue, held).await;
         }
         notes
     }
-}
-
-/// The queue's count after the give-back says more came back than dlq held unacknowledged.
-fn more_back_note(queue: &str, n: u64) -> String {
-    format!(
-        "{queue:?}: {n} message(s) more than dlq gave back are ready again: either acknowledgements the broker dropped when dlq's channel closed (a quorum queue drops those it had not sent on yet), and then up to {n} message(s) that dlq moved, archived or renewed are there twice, or messages that arrived meanwhile"
-    )
 }
 
 /// What a renewing take says of the messages delivered past its count: the consumer's credit

@@ -588,52 +588,66 @@ fn given_back_copies(stderr: &str) -> usize {
     re.captures(stderr).map_or(0, |c| c[1].parse().unwrap())
 }
 
-/// Messages that reach a quorum DLQ while a take (here a replay that selects none, so it
-/// renews every one) gives back what it held: the queue then holds more than dlq gave back,
-/// and dlq says so (newcomers, or acknowledgements the broker dropped). Every message is
-/// there, and any surplus is within what dlq named.
+/// Messages that reach a quorum DLQ while dlq gives back what it held, after a take (a
+/// replay that selects none, so it renews every one) and after a renewing read: the queue
+/// then holds more than dlq gave back, and dlq says so (newcomers, or acknowledgements the
+/// broker dropped). Every message is there, and any surplus is within what dlq named.
 #[tokio::test]
 async fn newcomers_during_a_give_back_are_named_and_kept() {
     const N: usize = 500;
     let b = quorum_dlq("qmore", limit(20), N).await;
-    let read = b.dlq().args(&SELECTS_NONE);
-    let read = tokio::task::spawn_blocking(move || read.run());
-    // A steady trickle into the DLQ until dlq has ended, each publish confirmed.
+    let (mut total, mut named) = (N, 0);
+    let read = ["filter", "-Q", "q.dlq", "--count"];
+    for args in [&SELECTS_NONE[..], &read[..]] {
+        let (run, sent) = trickle_during(&b, args, total).await;
+        assert_eq!(run.code(), 0, "{}", run.stderr());
+        let more = more_back(&run.stderr());
+        assert!(
+            more > 0,
+            "{args:?}: {sent} sent, none named: {}",
+            run.stderr()
+        );
+        (total, named) = (total + sent, named + more);
+        // Given back asynchronously, and perhaps some twice: at least every one, then settled.
+        let start = std::time::Instant::now();
+        while (b.depth("q.dlq").await as usize) < total {
+            let waited = start.elapsed().as_secs();
+            assert!(waited < 30, "fewer than {total} came back");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let snaps = b.snapshot("q.dlq").await;
+        let mut all = snap_ns(&snaps);
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all, (0..total as i64).collect::<Vec<_>>(), "lost");
+        let surplus = snaps.len() - total;
+        eprintln!(
+            "{}: {sent} sent meanwhile, {more} named, {surplus} twice",
+            args[0]
+        );
+        assert!(surplus <= named, "{surplus} twice, {named} named");
+    }
+    b.delete().await;
+}
+
+/// Runs dlq with `args` while publishing a steady trickle into `q.dlq` until it has ended,
+/// each publish confirmed, bodies numbered from `from`. How many were sent.
+async fn trickle_during(b: &Broker, args: &[&str], from: usize) -> (crate::common::Run, usize) {
+    let dlq = b.dlq().args(args);
+    let dlq = tokio::task::spawn_blocking(move || dlq.run());
     let mut sent = 0;
-    while !read.is_finished() {
-        let body = format!("{{\"n\": {}}}", N + sent);
+    while !dlq.is_finished() {
+        let body = format!("{{\"n\": {}}}", from + sent);
         b.publish("q.dlq", body.as_bytes(), BasicProperties::default())
             .await;
         sent += 1;
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
-    let run = read.await.unwrap();
-    assert_eq!(run.code(), 0, "{}", run.stderr());
-    let named = more_back(&run.stderr());
-    assert!(named > 0, "{sent} sent, none named: {}", run.stderr());
-    let total = N + sent;
-    // Given back asynchronously, and perhaps some twice: at least every one, then settled.
-    let start = std::time::Instant::now();
-    while (b.depth("q.dlq").await as usize) < total {
-        assert!(
-            start.elapsed().as_secs() < 30,
-            "fewer than {total} came back"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-    let snaps = b.snapshot("q.dlq").await;
-    let mut all = snap_ns(&snaps);
-    all.sort_unstable();
-    all.dedup();
-    assert_eq!(all, (0..total as i64).collect::<Vec<_>>(), "lost");
-    let surplus = snaps.len() - total;
-    eprintln!("{sent} sent meanwhile, {named} named, {surplus} twice");
-    assert!(surplus <= named, "{surplus} twice, {named} named");
-    b.delete().await;
+    (dlq.await.unwrap(), sent)
 }
 
-/// How many more than it gave back a take says are ready again, else 0.
+/// How many more than it gave back dlq says are ready again, else 0.
 fn more_back(stderr: &str) -> usize {
     let re = regex::Regex::new(r"(\d+) message\(s\) more than dlq gave back").unwrap();
     re.captures(stderr).map_or(0, |c| c[1].parse().unwrap())
