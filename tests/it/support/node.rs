@@ -75,6 +75,8 @@ impl OwnNode {
         node
     }
 
+    /// The management API answering, then the AMQP listener accepting: the API can answer
+    /// first (a connection refused right after it did, once in CI).
     fn wait_for_api(&self) {
         let deadline = Instant::now() + Duration::from_secs(90);
         let url = format!("http://127.0.0.1:{}/api/overview", self.api_port);
@@ -90,6 +92,14 @@ impl OwnNode {
                 self.name
             );
             std::thread::sleep(Duration::from_millis(250));
+        }
+        while std::net::TcpStream::connect(("127.0.0.1", self.amqp_port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "node {}: no AMQP listener",
+                self.name
+            );
+            std::thread::sleep(Duration::from_millis(100));
         }
     }
 
