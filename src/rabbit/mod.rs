@@ -18,7 +18,7 @@ mod settle;
 pub(crate) mod take;
 pub(crate) mod topology;
 
-pub(crate) use settle::{AckMarks, count_acks, settle_grace_after};
+pub(crate) use settle::{AckMarks, ack, settle_grace_after};
 
 use crate::error::usage;
 use crate::model::TargetFacts;

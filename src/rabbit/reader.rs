@@ -400,13 +400,8 @@ async fn read_fifo<T: Send>(
     give_back(&ch).await;
     // Messages pushed over a delivery limit do not come back.
     let back = back.saturating_sub(report.pushed_over);
-    if let Some(before) = ready_before {
-        report
-            .renewal_notes
-            .extend(more_back(conn, &spec.queue, before, back).await);
-    } else if back > 0 {
-        wait_until_back(conn, &spec.queue, back).await;
-    }
+    let more = after_give_back(conn, &spec.queue, ready_before, back).await;
+    report.renewal_notes.extend(more);
     result.map(|()| report)
 }
 
@@ -445,11 +440,28 @@ fn give_back_wait(held: u64) -> Duration {
     (GIVE_BACK_WAIT + Duration::from_millis(held / 10)).min(Duration::from_secs(120))
 }
 
+/// After a give-back of `back` messages to `queue`: with the queue's count from just before
+/// it, `more_back`; without one, `wait_until_back`.
+pub(super) async fn after_give_back(
+    conn: &Connection,
+    queue: &str,
+    before: Option<super::Depth>,
+    back: u64,
+) -> Option<String> {
+    match before {
+        Some(before) => more_back(conn, queue, before, back).await,
+        None => {
+            wait_until_back(conn, queue, back).await;
+            None
+        }
+    }
+}
+
 /// After a give-back of `back` messages to `queue`, which had `before` ready just before it:
 /// waits (briefly) until they are ready again, then says if more than that came back
 /// (acknowledgements the broker dropped, or newcomers). Each closed channel's messages come
 /// back at once, so one more look after a pause sees any that came with them.
-pub(super) async fn more_back(
+async fn more_back(
     conn: &Connection,
     queue: &str,
     before: super::Depth,
@@ -478,7 +490,10 @@ fn more_back_note(queue: &str, n: u64) -> String {
 
 /// A quorum queue requeues a closed channel's messages asynchronously: wait (briefly) until
 /// they are ready again, so that a command run right after dlq sees the queue as it was.
-pub(super) async fn wait_until_back(conn: &Connection, queue: &str, held: u64) {
+async fn wait_until_back(conn: &Connection, queue: &str, held: u64) {
+    if held == 0 {
+        return;
+    }
     // Gone or unreachable: nothing to wait for.
     let _ = poll_depth(conn, queue, give_back_wait(held), |d| {
         u64::from(d.ready) >= held

@@ -25,7 +25,6 @@
 use super::publish::{Outcome, Outgoing, Pipeline};
 use anyhow::Result;
 use lapin::message::Delivery;
-use lapin::options::BasicAckOptions;
 use lapin::{Channel, Connection};
 
 /// Headers the broker sets at delivery: a copy without them starts counting again.
@@ -199,9 +198,7 @@ impl Renewal {
         let Some(&(_, upto)) = n.checked_sub(1).and_then(|i| self.to_ack.get(i)) else {
             return Ok(0);
         };
-        super::count_acks(1);
-        ch.basic_ack(upto, BasicAckOptions { multiple: true })
-            .await?;
+        super::ack(ch, upto, true).await?;
         self.to_ack.drain(..n);
         self.acked += n as u64;
         Ok(n as u64)
@@ -221,8 +218,7 @@ impl Renewal {
                 rest.push((i, tag));
                 continue;
             }
-            super::count_acks(1);
-            match ch.basic_ack(tag, BasicAckOptions { multiple: false }).await {
+            match super::ack(ch, tag, false).await {
                 Ok(()) => n += 1,
                 Err(e) => {
                     rest.push((i, tag));
@@ -253,9 +249,7 @@ impl Renewal {
             let ch = channels
                 .get(i)
                 .ok_or_else(|| anyhow::anyhow!("no take channel {i}"))?;
-            super::count_acks(1);
-            ch.basic_ack(tag, BasicAckOptions { multiple: false })
-                .await?;
+            super::ack(ch, tag, false).await?;
             self.acked += 1;
         }
         Ok(())

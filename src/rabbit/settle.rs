@@ -7,6 +7,8 @@
 //! acknowledged. The broker shows a client nothing of that stash, so the wait is timed, by
 //! how many acknowledgements were sent lately and how fast the broker confirmed.
 
+use lapin::Channel;
+use lapin::options::BasicAckOptions;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -23,17 +25,23 @@ const SOFT_LIMIT: u64 = 32;
 /// One count for the process: several DLQs' takes share it, which only makes a wait longer.
 static ACKS_SENT: AtomicU64 = AtomicU64::new(0);
 
-/// Counts `n` acknowledgement frames just handed to lapin.
-pub(crate) fn count_acks(n: u64) {
+fn count_acks(n: u64) {
     ACKS_SENT.fetch_add(n, Ordering::Relaxed);
+}
+
+/// `basic.ack` (up to `tag` with `multiple`) on a take or read channel, counted for the wait
+/// before such a channel closes: every acknowledgement dlq sends goes through here.
+pub(crate) async fn ack(ch: &Channel, tag: u64, multiple: bool) -> lapin::Result<()> {
+    count_acks(1);
+    ch.basic_ack(tag, BasicAckOptions { multiple }).await
 }
 
 fn acks_sent() -> u64 {
     ACKS_SENT.load(Ordering::Relaxed)
 }
 
-/// The wait before closing a quorum queue's channel after `acks` acknowledgements sent lately, on a broker that took
-/// `confirms` to confirm what was in flight just before. Past the soft limit the stash waits
+/// The wait before closing a quorum queue's channel after `acks` acknowledgements sent
+/// lately, on a broker that took `confirms` to confirm what was in flight just before. Past the soft limit the stash waits
 /// for the first settles to be applied, which takes longer on a loaded broker: 200 ms let
 /// 301 of 3,000 acknowledged messages come back (twice in the queue) under CI's load on
 /// 3.10. Then at least a second, and four times the broker's own confirm wait.

@@ -510,10 +510,7 @@ impl Taker {
             .channels
             .get(channel)
             .ok_or_else(|| anyhow!("no channel {channel}"))?;
-        super::count_acks(1);
-        let sent = ch
-            .basic_ack(delivery_tag, lapin::options::BasicAckOptions::default())
-            .await;
+        let sent = super::ack(ch, delivery_tag, false).await;
         sent.map_err(|e| anyhow!("acknowledging a message of {:?}: {e}", self.queue))
     }
 
@@ -524,9 +521,7 @@ impl Taker {
             .channels
             .get(channel)
             .ok_or_else(|| anyhow!("no channel {channel}"))?;
-        let multiple = lapin::options::BasicAckOptions { multiple: true };
-        super::count_acks(1);
-        let sent = ch.basic_ack(delivery_tag, multiple).await;
+        let sent = super::ack(ch, delivery_tag, true).await;
         sent.map_err(|e| anyhow!("acknowledging messages of {:?}: {e}", self.queue))
     }
 
@@ -602,12 +597,10 @@ impl Taker {
             )
             .await;
         }
-        if let Some(before) = ready_before {
-            let back = held + self.beyond();
-            notes.extend(super::reader::more_back(conn, &self.queue, before, back).await);
-        } else if held > 0 {
-            super::reader::wait_until_back(conn, &self.queue, held).await;
-        }
+        // On a quorum queue the count after includes the deliveries beyond the take.
+        let back = held + ready_before.map_or(0, |_| self.beyond());
+        let more = super::reader::after_give_back(conn, &self.queue, ready_before, back);
+        notes.extend(more.await);
         notes
     }
 }

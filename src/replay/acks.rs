@@ -19,7 +19,6 @@ use crate::model::RecordId;
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use lapin::Channel;
-use lapin::options::BasicAckOptions;
 use std::collections::HashMap;
 
 /// One confirmed message's acknowledgement, as sent.
@@ -139,7 +138,6 @@ impl Acks {
         }
         self.in_sending += self.waiting;
         self.waiting = 0;
-        crate::rabbit::count_acks(sends.len() as u64);
         // The first poll queues the frame in lapin, now, in this order.
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         for mut s in sends {
@@ -186,7 +184,7 @@ impl Acks {
 /// One acknowledgement (up to `tag` with `multiple`) and how it went for each message it covers.
 fn ack(queue: usize, ch: Channel, tag: u64, multiple: bool, ids: Vec<RecordId>) -> Sending {
     Box::pin(async move {
-        let r = ch.basic_ack(tag, BasicAckOptions { multiple }).await;
+        let r = crate::rabbit::ack(&ch, tag, multiple).await;
         ids.into_iter()
             .map(|id| Acked {
                 queue,
