@@ -30,7 +30,8 @@ fn count_acks(n: u64) {
 }
 
 /// `basic.ack` (up to `tag` with `multiple`) on a take or read channel, counted for the wait
-/// before such a channel closes: every acknowledgement dlq sends goes through here.
+/// before such a channel closes: every acknowledgement on a classic or quorum queue goes
+/// through here (a stream's, which settles nothing, does not).
 pub(crate) async fn ack(ch: &Channel, tag: u64, multiple: bool) -> lapin::Result<()> {
     count_acks(1);
     ch.basic_ack(tag, BasicAckOptions { multiple }).await
