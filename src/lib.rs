@@ -92,10 +92,8 @@ pub async fn run(cli: cli::Cli) -> Exit {
             let mut said = error::describe(&e);
             // What the failed operation saw of a lost connection ("invalid channel state")
             // says less than the loss itself.
-            if let Some(lost) = rabbit::lost_connection()
-                && !said.contains(rabbit::CONNECTION_LOST)
-            {
-                said = format!("{lost}: {said}");
+            if let Some(led) = rabbit::led_by_loss(&said) {
+                said = led;
             }
             eprintln!("error: {}", redact::scrub(&said));
             error::exit_for(&e)

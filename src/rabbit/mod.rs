@@ -268,6 +268,26 @@ pub(crate) fn lost_connection() -> Option<String> {
         .map(|why| format!("{CONNECTION_LOST} ({why})"))
 }
 
+/// A failed run's message led by the loss of its connection, when one was lost and the
+/// message does not name it already; the loss's cause is said once, not again at its end
+/// ("lost (IO error: reset): nothing was deleted", not "…: nothing was deleted: IO error: reset").
+pub(crate) fn led_by_loss(said: &str) -> Option<String> {
+    let why = LOST.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
+    Some(loss_first(&why, said)).filter(|_| !said.contains(CONNECTION_LOST))
+}
+
+fn loss_first(why: &str, said: &str) -> String {
+    let lost = format!("{CONNECTION_LOST} ({why})");
+    match said
+        .strip_suffix(why)
+        .map(|s| s.trim_end_matches([':', ' ']))
+    {
+        Some("") => lost,
+        Some(rest) => format!("{lost}: {rest}"),
+        None => format!("{lost}: {said}"),
+    }
+}
+
 /// What lapin says of an operation on a connection that is gone (its I/O failed, or the
 /// broker closed it).
 const LOSS_SIGNS: &[&str] = &[
@@ -738,6 +758,20 @@ mod tests {
         );
         let full = anyhow!("nacked");
         assert_eq!(broker_failure(&full), "broker: nacked");
+    }
+
+    #[test]
+    fn a_lost_connection_leads_and_its_cause_is_said_once() {
+        let why = "IO error: Connection reset by peer (os error 104)";
+        assert_eq!(
+            loss_first(why, &format!("nothing was deleted from the queues: {why}")),
+            format!("{CONNECTION_LOST} ({why}): nothing was deleted from the queues")
+        );
+        assert_eq!(loss_first(why, why), format!("{CONNECTION_LOST} ({why})"));
+        assert_eq!(
+            loss_first(why, "invalid channel state"),
+            format!("{CONNECTION_LOST} ({why}): invalid channel state")
+        );
     }
 
     fn target(url: &str, vhost: Option<&str>) -> Target {

@@ -377,7 +377,7 @@ async fn read_fifo<T: Send>(
             result = finished;
         }
         back = r.unrenewed(report.read);
-        if r.renewed() > 0 {
+        if r.renewed() > 0 && conn.status().connected() {
             super::settle_grace_after(marks.recent(), started.elapsed()).await;
             ready_before = super::passive_declare(conn, &spec.queue)
                 .await
@@ -400,8 +400,11 @@ async fn read_fifo<T: Send>(
     give_back(&ch).await;
     // Messages pushed over a delivery limit do not come back.
     let back = back.saturating_sub(report.pushed_over);
-    let more = after_give_back(conn, &spec.queue, ready_before, back).await;
-    report.renewal_notes.extend(more);
+    // A lost connection gave everything back already; there is nothing to count with.
+    if conn.status().connected() {
+        let more = after_give_back(conn, &spec.queue, ready_before, back).await;
+        report.renewal_notes.extend(more);
+    }
     result.map(|()| report)
 }
 

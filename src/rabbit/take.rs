@@ -575,11 +575,14 @@ impl Taker {
                 notes.push(beyond_note(&self.queue, beyond));
             }
         }
-        if self.quorum && held < self.taken {
+        // A lost connection settles nothing more and its channels' messages are back
+        // already: no grace (up to 10 s), no count.
+        let alive = conn.status().connected();
+        if alive && self.quorum && held < self.taken {
             // Every acknowledgement sent lately, the caller's and `next`'s too.
             super::settle_grace_after(self.ack_marks.recent(), confirms).await;
         }
-        let ready_before = match self.quorum {
+        let ready_before = match alive && self.quorum {
             true => super::passive_declare(conn, &self.queue)
                 .await
                 .ok()
@@ -599,8 +602,10 @@ impl Taker {
         }
         // On a quorum queue the count after includes the deliveries beyond the take.
         let back = held + ready_before.map_or(0, |_| self.beyond());
-        let more = super::reader::after_give_back(conn, &self.queue, ready_before, back);
-        notes.extend(more.await);
+        if alive {
+            let more = super::reader::after_give_back(conn, &self.queue, ready_before, back);
+            notes.extend(more.await);
+        }
         notes
     }
 }

@@ -391,3 +391,37 @@ pub fn tagged_rows(n: usize, tag: &str) -> Vec<Row> {
         })
         .collect()
 }
+
+/// What each thread of process `pid` waits in, for a test that gives up on a process that
+/// should have ended: the kernel's wait channel per thread, and gdb's backtraces where gdb is
+/// installed (it is not required).
+pub fn thread_stacks(pid: u32) -> String {
+    let mut said = String::new();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        for t in tasks.flatten() {
+            let read = |f: &str| std::fs::read_to_string(t.path().join(f)).unwrap_or_default();
+            let name = read("comm");
+            said += &format!(
+                "{:?} {} waits in {}\n",
+                t.file_name(),
+                name.trim(),
+                read("wchan")
+            );
+        }
+    }
+    let gdb = Command::new("timeout")
+        .args([
+            "30",
+            "gdb",
+            "-p",
+            &pid.to_string(),
+            "-batch",
+            "-ex",
+            "thread apply all bt 25",
+        ])
+        .output();
+    if let Ok(out) = gdb {
+        said += &String::from_utf8_lossy(&out.stdout);
+    }
+    said
+}
