@@ -393,16 +393,14 @@ async fn killed_mid_follow_loses_nothing() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    // Until the first task runs: both were sent and dlq is following.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while worker.runs().is_empty() {
-        assert!(Instant::now() < deadline, "{}", worker.log());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Until dlq says it follows both: both were sent and confirmed, and neither can have
+    // succeeded yet (each sleeps 4 s). Waiting for the first task to run instead killed dlq
+    // before it had sent the second, once, under CI's load.
+    let said = said_until(&mut child, "following 2 task(s)", Duration::from_secs(60));
     child.kill().unwrap();
     let _ = child.wait();
     let runs: Vec<Value> = worker.wait_runs(2).await;
-    assert_eq!(runs.len(), 2, "both sent tasks ran once");
+    assert_eq!(runs.len(), 2, "both sent tasks ran once; dlq said:\n{said}");
     assert_eq!(
         pending_ids(&db).await,
         BTreeSet::from([1, 2]),
@@ -411,6 +409,39 @@ async fn killed_mid_follow_loses_nothing() {
     drop(worker);
     db.drop().await;
     b.delete().await;
+}
+
+/// Reads `child`'s stderr until a line contains `line`; what it said so far. Fails with that
+/// if the child ends first or `limit` passes.
+fn said_until(child: &mut std::process::Child, line: &str, limit: Duration) -> String {
+    use std::io::BufRead;
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for l in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if tx.send(l).is_err() {
+                return;
+            }
+        }
+    });
+    let deadline = Instant::now() + limit;
+    let mut said = String::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(l) => {
+                said += &l;
+                said.push('\n');
+                if l.contains(line) {
+                    return said;
+                }
+            }
+            Err(e) => panic!("no {line:?} from dlq ({e}); it said:\n{said}"),
+        }
+    }
 }
 
 /// An archive of table rows restored with `--follow`: each task followed to its outcome, the
