@@ -261,23 +261,33 @@ static LOST: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
 /// operation saw ("IO error: Connection reset by peer", "invalid channel state").
 pub(crate) const CONNECTION_LOST: &str = "the connection to the broker was lost";
 
+/// Why a connection of this process was lost, once one was.
+fn lost_cause() -> Option<String> {
+    LOST.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// `CONNECTION_LOST` and its cause `why`.
+fn lost_because(why: &str) -> String {
+    format!("{CONNECTION_LOST} ({why})")
+}
+
 /// `CONNECTION_LOST` and its cause, once a connection of this process was lost.
 pub(crate) fn lost_connection() -> Option<String> {
-    let lost = LOST.lock().unwrap_or_else(|e| e.into_inner());
-    lost.as_ref()
-        .map(|why| format!("{CONNECTION_LOST} ({why})"))
+    lost_cause().map(|why| lost_because(&why))
 }
 
 /// A failed run's message led by the loss of its connection, when one was lost and the
 /// message does not name it already; the loss's cause is said once, not again at its end
 /// ("lost (IO error: reset): nothing was deleted", not "…: nothing was deleted: IO error: reset").
 pub(crate) fn led_by_loss(said: &str) -> Option<String> {
-    let why = LOST.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
-    Some(loss_first(&why, said)).filter(|_| !said.contains(CONNECTION_LOST))
+    if said.contains(CONNECTION_LOST) {
+        return None;
+    }
+    lost_cause().map(|why| loss_first(&why, said))
 }
 
 fn loss_first(why: &str, said: &str) -> String {
-    let lost = format!("{CONNECTION_LOST} ({why})");
+    let lost = lost_because(why);
     match said
         .strip_suffix(why)
         .map(|s| s.trim_end_matches([':', ' ']))
@@ -303,7 +313,7 @@ const LOSS_SIGNS: &[&str] = &[
 pub(crate) fn lost_connection_in(text: &str) -> Option<String> {
     lost_connection().or_else(|| {
         let lost = LOSS_SIGNS.iter().any(|s| text.contains(s));
-        lost.then(|| format!("{CONNECTION_LOST} ({text})"))
+        lost.then(|| lost_because(text))
     })
 }
 

@@ -42,10 +42,11 @@ fn acks_sent() -> u64 {
 }
 
 /// The wait before closing a quorum queue's channel after `acks` acknowledgements sent
-/// lately, on a broker that took `confirms` to confirm what was in flight just before. Past the soft limit the stash waits
-/// for the first settles to be applied, which takes longer on a loaded broker: 200 ms let
-/// 301 of 3,000 acknowledged messages come back (twice in the queue) under CI's load on
-/// 3.10. Then at least a second, and four times the broker's own confirm wait.
+/// lately, on a broker that took `confirms` to confirm what was in flight just before. Past
+/// the soft limit the stash waits for the first settles to be applied, which takes longer
+/// on a loaded broker: 200 ms let 301 of 3,000 acknowledged messages come back (twice in
+/// the queue) under CI's load on 3.10. Then at least a second, and four times the broker's
+/// own confirm wait.
 pub(crate) async fn settle_grace_after(acks: u64, confirms: Duration) {
     tokio::time::sleep(grace_after(acks, confirms)).await;
 }

@@ -126,6 +126,7 @@ fn exited(child: std::process::Child, why: &str) -> std::process::Output {
     match rx.recv_timeout(LIMIT) {
         Ok(out) => out.expect("wait dlq"),
         Err(_) => {
+            let stacks = thread_stacks(pid);
             let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
             let stderr = rx
                 .recv()
@@ -136,7 +137,7 @@ fn exited(child: std::process::Child, why: &str) -> std::process::Output {
             let lines: Vec<&str> = stderr.lines().collect();
             let tail = &lines[lines.len().saturating_sub(30)..];
             panic!(
-                "dlq was still running {LIMIT:?} after {why}; its last lines:\n{}",
+                "dlq was still running {LIMIT:?} after {why}; its last lines:\n{}\nits threads:\n{stacks}",
                 tail.join("\n")
             );
         }
