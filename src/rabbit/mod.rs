@@ -7,6 +7,7 @@
 //! offset and never change. See `reader` for the details and docs/QUEUES.md for what a
 //! reader can still observe (`redelivered`, quorum delivery counts).
 
+mod budget;
 pub(crate) mod codec;
 pub(crate) mod death;
 pub(crate) mod management;
@@ -18,6 +19,7 @@ mod settle;
 pub(crate) mod take;
 pub(crate) mod topology;
 
+pub(crate) use budget::AckBudget;
 pub(crate) use settle::{AckMarks, ack, settle_grace_after};
 
 use crate::error::usage;

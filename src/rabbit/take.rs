@@ -22,16 +22,17 @@
 //! messages come back at once; acknowledgements only give it credit for the next messages,
 //! in queue order.
 
-use super::AckMarks;
 use super::reader::{IDLE, ReadSpec, STALL_LIMIT, still_ready};
 use super::renew::{Kept, Renewal};
 use super::topology::GiveBack;
+use super::{AckBudget, AckMarks};
 use anyhow::{Result, anyhow, bail};
 use futures_util::{FutureExt, StreamExt};
 use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection, Consumer};
+use std::collections::VecDeque;
 use std::time::Duration;
 
 const FIRST_WINDOW: u64 = 200;
@@ -55,8 +56,9 @@ struct Current {
     /// credit (`Taker::ack_kept_here`).
     acked: u64,
     cancelled: bool,
-    /// What the consumer yielded when `ready` looked, not yet handed out by `next`.
-    peeked: Option<Option<lapin::Result<Delivery>>>,
+    /// What the consumer yielded ahead of `next`: when `ready` looked, or received at once
+    /// before a cancel (`receive_granted`); not yet handed out.
+    ahead: VecDeque<Option<lapin::Result<Delivery>>>,
 }
 
 impl Current {
@@ -118,6 +120,8 @@ pub(crate) struct Taker {
     deferred_bytes: u64,
     /// Acknowledgements sent lately, for the wait before the release closes the channels.
     ack_marks: AckMarks,
+    /// Each channel's acknowledgement budget (see `budget`), as `channels`.
+    budgets: Vec<AckBudget>,
 }
 
 impl Taker {
@@ -224,6 +228,7 @@ impl Taker {
             deferred: Vec::new(),
             deferred_bytes: 0,
             ack_marks: AckMarks::new(),
+            budgets: Vec::new(),
         })
     }
 
@@ -253,9 +258,95 @@ impl Taker {
             return Ok(());
         }
         // In windows, only originals of cancelled consumers: an ack gives a live one credit
-        // beyond its window (see `renew`). A continuous consumer takes that credit as it comes.
-        if self.continuous || self.current.as_ref().is_none_or(|c| c.cancelled) {
+        // beyond its window (see `renew`). A continuous consumer takes that credit as it comes,
+        // within its budget.
+        if self.continuous {
+            self.ack_kept().await?;
+        } else if self.current.as_ref().is_none_or(|c| c.cancelled) {
             r.ack_each(&self.channels).await?;
+        }
+        Ok(())
+    }
+
+    /// Acknowledges the kept originals whose copies are confirmed, on each channel within
+    /// its budget (see `budget`); the rest wait.
+    async fn ack_kept(&mut self) -> Result<()> {
+        let Some(r) = self.renewal.as_mut() else {
+            return Ok(());
+        };
+        for (i, (ch, budget)) in self.channels.iter().zip(&self.budgets).enumerate() {
+            let n = r.ack_on(i, ch, budget.room()).await?;
+            budget.spend(n);
+        }
+        Ok(())
+    }
+
+    /// The acknowledgement budget of take channel `channel` (see `budget`), for a caller
+    /// that acknowledges on it too.
+    pub(crate) fn ack_budget(&self, channel: usize) -> AckBudget {
+        self.budgets.get(channel).cloned().unwrap_or_default()
+    }
+
+    /// Bounds the live continuous consumer's acknowledgements once copies stand at the tail
+    /// (see `budget`).
+    fn bound_budget(&self) {
+        if let (Some(cur), Some(b)) = (self.current.as_ref(), self.budgets.last())
+            && !cur.cancelled
+        {
+            b.bound((self.want - cur.start).saturating_sub(cur.batch));
+        }
+    }
+
+    /// The take is over: a live consumer whose acknowledgements are held back (see
+    /// `budget`) is cancelled, so that they can all go.
+    pub(crate) async fn stop_consuming(&mut self) {
+        if self.budgets.last().is_some_and(AckBudget::is_bounded) {
+            self.cancel_current().await;
+        }
+    }
+
+    /// Cancels the current consumer if it is live: what it holds stays held, and
+    /// acknowledgements on its channel give it no more credit.
+    async fn cancel_current(&mut self) {
+        if let Some(cur) = self.current.as_mut().filter(|c| !c.cancelled)
+            && let Some(ch) = self.channels.last()
+        {
+            let _ = ch
+                .basic_cancel(cur.consumer.tag(), BasicCancelOptions::default())
+                .await;
+            cur.cancelled = true;
+        }
+        if let Some(b) = self.budgets.last() {
+            b.lift();
+        }
+    }
+
+    /// The continuous consumer's budget is spent: it was granted every message left to
+    /// take. Receives them (nothing needs acknowledging for that), then cancels it, so the
+    /// acknowledgements held back can go without reaching past them.
+    async fn receive_granted(&mut self) -> Result<()> {
+        let (Some(cur), Some(ch)) = (self.current.as_mut(), self.channels.last()) else {
+            return Ok(());
+        };
+        let granted = self.want.saturating_sub(cur.start);
+        while cur.got + (cur.ahead.len() as u64) < granted {
+            match tokio::time::timeout(IDLE, cur.consumer.next()).await {
+                Ok(n) => {
+                    let ended = !matches!(n, Some(Ok(_)));
+                    cur.ahead.push_back(n);
+                    if ended {
+                        break;
+                    }
+                }
+                // Slow: cancelled anyway; what is left comes to the next consumer.
+                Err(_) => break,
+            }
+        }
+        ch.basic_cancel(cur.consumer.tag(), BasicCancelOptions::default())
+            .await?;
+        cur.cancelled = true;
+        if let Some(b) = self.budgets.last() {
+            b.lift();
         }
         Ok(())
     }
@@ -273,20 +364,15 @@ impl Taker {
             r.copy_kept(kept).await;
         }
         self.deferred_bytes = 0;
+        self.bound_budget();
         Ok(())
     }
 
     /// Cancels every consumer still live: the current one, those left live and those
     /// watched. What they hold stays held.
     async fn cancel_all(&mut self) {
-        if let Some(cur) = self.current.as_mut().filter(|c| !c.cancelled)
-            && let Some(ch) = self.channels.last()
-        {
-            let _ = ch
-                .basic_cancel(cur.consumer.tag(), BasicCancelOptions::default())
-                .await;
-            cur.cancelled = true;
-        }
+        self.cancel_current().await;
+        self.budgets.iter().for_each(AckBudget::lift);
         self.cancel_live().await;
         for (ch, tag) in std::mem::take(&mut self.watched) {
             let _ = ch.basic_cancel(tag, BasicCancelOptions::default()).await;
@@ -343,6 +429,10 @@ impl Taker {
             .await?;
         self.channels.push(ch);
         self.delivered.push(0);
+        self.budgets.push(match self.continuous && self.renews {
+            true => AckBudget::counting(),
+            false => AckBudget::unbounded(),
+        });
         self.consumers += 1;
         self.kept_here = 0;
         self.current = Some(Current {
@@ -352,8 +442,11 @@ impl Taker {
             start: self.taken,
             acked: 0,
             cancelled: false,
-            peeked: None,
+            ahead: VecDeque::new(),
         });
+        if self.renewal.is_some() {
+            self.bound_budget();
+        }
         Ok(())
     }
 
@@ -372,7 +465,7 @@ impl Taker {
                 && self
                     .current
                     .as_ref()
-                    .is_some_and(|c| c.out_of_credit() && c.peeked.is_none())
+                    .is_some_and(|c| c.out_of_credit() && c.ahead.is_empty())
             {
                 // Its kept originals' acknowledgements give it more to deliver.
                 if self.ack_kept_here(true).await? > 0 {
@@ -383,58 +476,11 @@ impl Taker {
                 self.live.push((self.channels.len() - 1, c.consumer));
                 continue;
             }
-            let cur = self.current.as_mut().expect("set above");
-            let ch = self.channels.last().expect("a channel per consumer");
-            if window_done(self.continuous, self.taken, self.want, self.kept_here, cur)
-                && !cur.cancelled
-            {
-                ch.basic_cancel(cur.consumer.tag(), BasicCancelOptions::default())
-                    .await?;
-                cur.cancelled = true;
+            if self.budget_spent() {
+                self.receive_granted().await?;
             }
-            let mut stalled = Duration::ZERO;
-            let next = loop {
-                if let Some(n) = cur.peeked.take() {
-                    break n;
-                }
-                // A continuous consumer gets credit back from kept originals only as they
-                // are acknowledged (`keep`), which otherwise happens only at the next
-                // delivery: with its credit all held by kept messages, none would come.
-                // It settles only after 2 ms without one: settling at every momentary gap
-                // made a replay selecting 1 in 10 of 20,000 take 1.39 s instead of 1.19 s.
-                if self.continuous
-                    && !cur.cancelled
-                    && let Some(r) = self.renewal.as_mut()
-                    && r.unacknowledged()
-                {
-                    if let Ok(n) = tokio::time::timeout(SETTLE_AFTER, cur.consumer.next()).await {
-                        break n;
-                    }
-                    r.settle().await;
-                    r.ack_each(&self.channels).await?;
-                    continue;
-                }
-                match tokio::time::timeout(IDLE, cur.consumer.next()).await {
-                    Ok(n) => break n,
-                    Err(_) if cur.cancelled => {
-                        // Cancelled: what the broker sent before `cancel-ok` arrives at once.
-                        // A stream that never ends must not hold the run forever: anything
-                        // still coming stays unacknowledged on this window's channel and is
-                        // given back on release.
-                        stalled += IDLE;
-                        if stalled >= STALL_LIMIT {
-                            break None;
-                        }
-                    }
-                    Err(_) => {
-                        if !still_ready(ch, &q, &mut stalled, "").await? {
-                            self.ended_short = true;
-                            self.want = self.taken;
-                            break None;
-                        }
-                    }
-                }
-            };
+            let next = self.receive().await?;
+            let cur = self.current.as_mut().expect("set above");
             match next {
                 None if self.ended_short || cur.cancelled => {
                     self.current = None;
@@ -464,23 +510,87 @@ impl Taker {
         }
     }
 
+    /// The current consumer's next delivery, cancelling it first once its window is done;
+    /// `None` once it ended, or when the queue has nothing more ready (`ended_short`).
+    async fn receive(&mut self) -> Result<Option<lapin::Result<Delivery>>> {
+        let cur = self.current.as_mut().expect("a current consumer");
+        let ch = self.channels.last().expect("a channel per consumer");
+        let budget = self.budgets.last().expect("a budget per channel");
+        if window_done(self.continuous, self.taken, self.want, self.kept_here, cur)
+            && !cur.cancelled
+        {
+            ch.basic_cancel(cur.consumer.tag(), BasicCancelOptions::default())
+                .await?;
+            cur.cancelled = true;
+            budget.lift();
+        }
+        let mut stalled = Duration::ZERO;
+        loop {
+            if let Some(n) = cur.ahead.pop_front() {
+                return Ok(n);
+            }
+            // A continuous consumer gets credit back from kept originals only as they
+            // are acknowledged (`keep`), which otherwise happens only at the next
+            // delivery: with its credit all held by kept messages, none would come.
+            // It settles only after 2 ms without one: settling at every momentary gap
+            // made a replay selecting 1 in 10 of 20,000 take 1.39 s instead of 1.19 s.
+            if self.continuous
+                && !cur.cancelled
+                && budget.room() > 0
+                && let Some(r) = self.renewal.as_mut()
+                && r.unacknowledged()
+            {
+                if let Ok(n) = tokio::time::timeout(SETTLE_AFTER, cur.consumer.next()).await {
+                    return Ok(n);
+                }
+                r.settle().await;
+                for (i, (c, b)) in self.channels.iter().zip(&self.budgets).enumerate() {
+                    b.spend(r.ack_on(i, c, b.room()).await?);
+                }
+                continue;
+            }
+            match tokio::time::timeout(IDLE, cur.consumer.next()).await {
+                Ok(n) => return Ok(n),
+                Err(_) if cur.cancelled => {
+                    // Cancelled: what the broker sent before `cancel-ok` arrives at once.
+                    // A stream that never ends must not hold the run forever: anything
+                    // still coming stays unacknowledged on this window's channel and is
+                    // given back on release.
+                    stalled += IDLE;
+                    if stalled >= STALL_LIMIT {
+                        return Ok(None);
+                    }
+                }
+                Err(_) => {
+                    if !still_ready(ch, &self.queue, &mut stalled, "").await? {
+                        self.ended_short = true;
+                        self.want = self.taken;
+                        return Ok(None);
+                    }
+                }
+            }
+        }
+    }
+
     /// Whether `next` would return at once, without waiting for the broker: callers batch
     /// work until it would wait.
     pub(crate) fn ready(&mut self) -> bool {
         let Some(cur) = self.current.as_mut() else {
             return self.taken >= self.want;
         };
-        if cur.peeked.is_some() {
+        if !cur.ahead.is_empty() {
             return true;
         }
-        if window_done(self.continuous, self.taken, self.want, self.kept_here, cur)
-            && !cur.cancelled
+        let spent = !cur.cancelled && self.budgets.last().is_some_and(AckBudget::spent);
+        if spent
+            || window_done(self.continuous, self.taken, self.want, self.kept_here, cur)
+                && !cur.cancelled
         {
             return false; // `next` cancels the consumer first: a round trip
         }
         match cur.consumer.next().now_or_never() {
             Some(n) => {
-                cur.peeked = Some(n);
+                cur.ahead.push_back(n);
                 true
             }
             None => false,
@@ -491,6 +601,13 @@ impl Taker {
     /// a renewing take, mostly copies it made itself (`beyond_note`).
     fn beyond(&self) -> u64 {
         self.delivered.iter().sum::<u64>() - self.taken
+    }
+
+    /// Whether the live continuous consumer's acknowledgement budget is spent (see `budget`).
+    fn budget_spent(&self) -> bool {
+        self.continuous
+            && self.current.as_ref().is_some_and(|c| !c.cancelled)
+            && self.budgets.last().is_some_and(AckBudget::spent)
     }
 
     /// Which channel the message just returned by `next` came on (for `ack`).
@@ -612,8 +729,9 @@ impl Taker {
 
 /// What a renewing take says of the messages delivered past its count: the consumer's credit
 /// reached the copies it had put at the tail (or newcomers) before its cancel took effect.
-/// Measured on 3,000 kept: 1,224–2,074 of them, every run, on 3.10 and 4.0; in 2 to 5 of 20
-/// runs under load they came back ahead of the rest out of order.
+/// The acknowledgement budget (`budget`) keeps a streamed replay's credit within its count
+/// (before it: 1,224–2,074 of 3,000 kept, every run); what is left is a window consumer's,
+/// or messages another consumer took from under the count.
 fn beyond_note(queue: &str, n: u64) -> String {
     format!(
         "{queue:?}: {n} of those copies (or messages that arrived since) reached dlq's consumer before it stopped and were given back: their delivery count is 1, not 0 (the next read renews them again), and a quorum queue puts them back ahead of the rest, not always in order"

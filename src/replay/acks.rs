@@ -14,8 +14,13 @@
 //! task of its own, so two sent together could reach the wire in either order, and a
 //! multiple acknowledgement arriving after a higher one names a tag the broker has already
 //! forgotten (it closes the channel). It also costs a hand-off between threads each.
+//!
+//! A take channel whose consumer is live may have an acknowledgement budget
+//! (`rabbit::AckBudget`): what is beyond it waits, still counted as unsettled, until the take
+//! cancels that consumer.
 
 use crate::model::RecordId;
+use crate::rabbit::AckBudget;
 use futures_util::stream::FuturesUnordered;
 use futures_util::{FutureExt, StreamExt};
 use lapin::Channel;
@@ -39,12 +44,13 @@ struct Chan {
     covered: Vec<RecordId>,
     /// Single mode: messages to acknowledge one by one at the next send.
     single: Vec<(RecordId, u64)>,
-    /// The take channel, which delivered these tags.
+    /// The take channel, which delivered these tags, and its budget.
     channel: Channel,
+    budget: AckBudget,
 }
 
 impl Chan {
-    fn new(channel: Channel) -> Chan {
+    fn new(channel: Channel, budget: AckBudget) -> Chan {
         Chan {
             next: 1,
             batch: true,
@@ -52,7 +58,38 @@ impl Chan {
             covered: Vec::new(),
             single: Vec::new(),
             channel,
+            budget,
         }
+    }
+
+    /// The acknowledgements this channel may send now, oldest first, within its budget: the
+    /// batch first (its tags all come before the single ones). How many messages they cover.
+    fn due(&mut self, queue: usize) -> (Vec<Sending>, usize) {
+        let mut room = usize::try_from(self.budget.room()).unwrap_or(usize::MAX);
+        let mut sends = Vec::new();
+        let mut covered = 0;
+        if let Some(last) = self.last {
+            let n = self.covered.len().min(room);
+            if n > 0 {
+                // The batch's tags run up to `last` without a gap.
+                let upto = last - (self.covered.len() - n) as u64;
+                let ids: Vec<RecordId> = self.covered.drain(..n).collect();
+                sends.push(ack(queue, self.channel.clone(), upto, true, ids));
+                room -= n;
+                covered += n;
+            }
+            if self.covered.is_empty() {
+                self.last = None;
+            }
+        }
+        let n = match self.last {
+            Some(_) => 0,
+            None => self.single.len().min(room),
+        };
+        for (id, tag) in self.single.drain(..n) {
+            sends.push(ack(queue, self.channel.clone(), tag, false, vec![id]));
+        }
+        (sends, covered + n)
     }
 }
 
@@ -85,12 +122,18 @@ impl Acks {
         !self.sending.is_empty() || !self.done.is_empty()
     }
 
-    /// Take channel `chan` of DLQ `queue`: announced before any of its messages is
-    /// confirmed or skipped.
-    pub(crate) fn channel(&mut self, queue: usize, chan: usize, channel: &Channel) {
+    /// Take channel `chan` of DLQ `queue`, with its acknowledgement budget: announced before
+    /// any of its messages is confirmed or skipped.
+    pub(crate) fn channel(
+        &mut self,
+        queue: usize,
+        chan: usize,
+        channel: &Channel,
+        budget: AckBudget,
+    ) {
         self.chans
             .entry((queue, chan))
-            .or_insert_with(|| Chan::new(channel.clone()));
+            .or_insert_with(|| Chan::new(channel.clone(), budget));
     }
 
     fn chan(&mut self, queue: usize, chan: usize) -> &mut Chan {
@@ -120,24 +163,22 @@ impl Acks {
     }
 
     /// Hands the waiting acknowledgements to lapin now, in order (a batch as one frame per
-    /// channel, the rest one per message), without waiting for the writes: `written` and
-    /// `next_written` say how each went.
+    /// channel, the rest one per message) and within each channel's budget, without waiting
+    /// for the writes: `written` and `next_written` say how each went.
     pub(crate) fn send(&mut self) {
         if self.waiting == 0 {
             return;
         }
         let mut sends: Vec<Sending> = Vec::new();
+        let mut sent = 0;
         for (&(queue, _), c) in self.chans.iter_mut() {
-            if let Some(tag) = c.last.take() {
-                let ids = std::mem::take(&mut c.covered);
-                sends.push(ack(queue, c.channel.clone(), tag, true, ids));
-            }
-            for (id, tag) in c.single.drain(..) {
-                sends.push(ack(queue, c.channel.clone(), tag, false, vec![id]));
-            }
+            let (due, n) = c.due(queue);
+            c.budget.spend(n as u64);
+            sent += n;
+            sends.extend(due);
         }
-        self.in_sending += self.waiting;
-        self.waiting = 0;
+        self.in_sending += sent;
+        self.waiting -= sent;
         // The first poll queues the frame in lapin, now, in this order.
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
         for mut s in sends {

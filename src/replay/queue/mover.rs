@@ -52,7 +52,7 @@ pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<E
         }
         for (qi, t) in takers.iter().enumerate() {
             for (ci, ch) in t.channels().iter().enumerate() {
-                mover.acks.channel(qi, ci, ch);
+                mover.acks.channel(qi, ci, ch, t.ack_budget(ci));
             }
         }
     } else {
@@ -532,7 +532,8 @@ impl<'a> Mover<'a> {
     /// (reported when it cannot move).
     async fn move_one(&mut self, from: &Dlq<'_>, taker: &mut Taker, d: Delivery) {
         let (qi, chan, tag) = (from.index, taker.channel_index(), d.delivery_tag);
-        self.acks.channel(qi, chan, &taker.channels()[chan]);
+        let budget = taker.ack_budget(chan);
+        self.acks.channel(qi, chan, &taker.channels()[chan], budget);
         let moving = match self.prepare_move(from, &d).await {
             Some(Ok(moving)) => moving,
             stays => {
@@ -561,7 +562,7 @@ impl<'a> Mover<'a> {
 
     /// Settles one take's publishes, then gives back what it holds and did not move.
     /// Returns how many the settling moved.
-    async fn give_back(&mut self, from: &Dlq<'_>, taker: Taker, acked_before: u64) -> u64 {
+    async fn give_back(&mut self, from: &Dlq<'_>, mut taker: Taker, acked_before: u64) -> u64 {
         let printer = self.session.printer;
         printer.debug(
             2,
@@ -572,6 +573,8 @@ impl<'a> Mover<'a> {
                 self.unsettled()
             ),
         );
+        // Acknowledgements held back by the take's budget go once its consumer is cancelled.
+        taker.stop_consuming().await;
         let moved = self.settle_all().await;
         let held = taker
             .taken
