@@ -6,8 +6,8 @@
 //! delivery counted (128 of 200 copies in a 300-message quorum DLQ, 1,536 of 2,000 in
 //! 3,000, measured on 4.0), and under load came back out of order. Once copies exist, a
 //! consumer with `batch` credit that started after `start` of `want` messages may take
-//! `want - start - batch` acknowledgements; the rest wait until it is cancelled, which the
-//! take does as soon as it has received every message it counted (`Taker::next`).
+//! `want - start - batch` acknowledgements; the rest wait until it is cancelled, at the end
+//! of the take (once it has taken every message it counted, or when the mover stops).
 //!
 //! Shared by the take, which acknowledges kept originals, and the mover, which acknowledges
 //! moved ones on the same channel.
@@ -65,20 +65,14 @@ impl AckBudget {
         self.with(|s| s.most = most);
     }
 
-    /// Bounded, and nothing more may be sent.
-    pub(crate) fn spent(&self) -> bool {
-        self.with(|s| s.most != u64::MAX && s.acked >= s.most)
-            .unwrap_or(false)
+    /// No acknowledgement beyond those sent already, until `lift`.
+    pub(crate) fn freeze(&self) {
+        self.with(|s| s.most = s.acked);
     }
 
     /// The consumer is cancelled: acknowledgements give it nothing any more.
     pub(crate) fn lift(&self) {
         self.with(|s| s.most = u64::MAX);
-    }
-
-    /// Whether the budget holds acknowledgements back (bounded and not lifted).
-    pub(crate) fn is_bounded(&self) -> bool {
-        self.with(|s| s.most != u64::MAX).unwrap_or(false)
     }
 }
 
@@ -93,13 +87,20 @@ mod tests {
         assert_eq!(b.room(), u64::MAX);
         b.bound(8);
         assert_eq!(b.room(), 3);
-        assert!(!b.spent());
         b.spend(3);
         assert_eq!(b.room(), 0);
-        assert!(b.spent() && b.is_bounded());
         b.lift();
         assert_eq!(b.room(), u64::MAX);
-        assert!(!b.spent() && !b.is_bounded());
+    }
+
+    #[test]
+    fn a_frozen_budget_sends_nothing_more_until_lifted() {
+        let b = AckBudget::counting();
+        b.spend(7);
+        b.freeze();
+        assert_eq!(b.room(), 0);
+        b.lift();
+        assert_eq!(b.room(), u64::MAX);
     }
 
     #[test]

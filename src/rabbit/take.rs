@@ -32,7 +32,6 @@ use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Connection, Consumer};
-use std::collections::VecDeque;
 use std::time::Duration;
 
 const FIRST_WINDOW: u64 = 200;
@@ -56,9 +55,8 @@ struct Current {
     /// credit (`Taker::ack_kept_here`).
     acked: u64,
     cancelled: bool,
-    /// What the consumer yielded ahead of `next`: when `ready` looked, or received at once
-    /// before a cancel (`receive_granted`); not yet handed out.
-    ahead: VecDeque<Option<lapin::Result<Delivery>>>,
+    /// What the consumer yielded when `ready` looked, not yet handed out by `next`.
+    peeked: Option<Option<lapin::Result<Delivery>>>,
 }
 
 impl Current {
@@ -70,14 +68,27 @@ impl Current {
 }
 
 /// Whether the current consumer has delivered its window and is to be cancelled: a window
-/// consumer once it delivered its batch; a continuous one at the end of the take, or once
-/// kept messages hold half its credit.
-fn window_done(continuous: bool, taken: u64, want: u64, kept_here: u64, cur: &Current) -> bool {
+/// consumer once it delivered its batch; a continuous one once kept messages hold half its
+/// credit (at the end of the take it stays live until `stop_consuming`).
+fn window_done(continuous: bool, kept_here: u64, cur: &Current) -> bool {
     if continuous {
-        taken >= want || kept_here * 2 >= cur.batch
+        kept_here * 2 >= cur.batch
     } else {
         cur.out_of_credit()
     }
+}
+
+/// A continuous consumer's credit for a caller with at most `unsettled` messages
+/// unacknowledged: those, and room for the next deliveries. Twice as many where nothing
+/// renews; a renewing one holds its last acknowledgements back once its credit reaches its
+/// count (see `budget`), so what it takes after that (at most this credit less what is
+/// unsettled) is kept small.
+fn continuous_credit(unsettled: u64, renews: bool) -> u64 {
+    let credit = match renews {
+        true => unsettled + 64,
+        false => 2 * unsettled + 64,
+    };
+    credit.min(u64::from(u16::MAX))
 }
 
 pub(crate) struct Taker {
@@ -205,6 +216,7 @@ impl Taker {
 
     fn open_with(spec: &ReadSpec, unsettled: Option<u64>) -> Result<Taker> {
         let continuous = unsettled.is_some() && spec.read_all_to_keep_order();
+        let renews = spec.give_back == GiveBack::Renew;
         Ok(Taker {
             channels: Vec::new(),
             delivered: Vec::new(),
@@ -215,12 +227,12 @@ impl Taker {
             consumers: 0,
             current: None,
             ended_short: false,
-            renews: spec.give_back == GiveBack::Renew,
+            renews,
             renewal: None,
             ready: spec.ready,
             quorum: spec.read_all_to_keep_order(),
             continuous,
-            credit: unsettled.map_or(0, |u| (2 * u + 64).min(u64::from(u16::MAX))),
+            credit: unsettled.map_or(0, |u| continuous_credit(u, renews)),
             kept_here: 0,
             holding: false,
             live: Vec::new(),
@@ -297,11 +309,37 @@ impl Taker {
         }
     }
 
-    /// The take is over: a live consumer whose acknowledgements are held back (see
-    /// `budget`) is cancelled, so that they can all go.
+    /// The take is over (a continuous one's consumer is still live, so that a crash of
+    /// dlq's node gives back what it holds): no acknowledgement gives it credit any more,
+    /// and those held back wait for `stop_consuming`. The caller settles its publishes
+    /// meanwhile.
+    pub(crate) fn freeze(&self) {
+        if self.continuous && self.current.as_ref().is_some_and(|c| !c.cancelled) {
+            self.budgets.last().map(AckBudget::freeze);
+        }
+    }
+
+    /// The take is over and its publishes settled: a continuous take's live consumer is
+    /// cancelled (what it delivered until `cancel-ok` is held, counted, and given back on
+    /// release), so that the acknowledgements held back can all go. Done last, because a
+    /// cancelled consumer's messages are not given back when dlq's node is lost (see the
+    /// module's notes).
     pub(crate) async fn stop_consuming(&mut self) {
-        if self.budgets.last().is_some_and(AckBudget::is_bounded) {
-            self.cancel_current().await;
+        if !self.continuous || self.current.as_ref().is_none_or(|c| c.cancelled) {
+            return;
+        }
+        self.cancel_current().await;
+        let Some(cur) = self.current.as_mut() else {
+            return;
+        };
+        let mut n = u64::from(matches!(cur.peeked.take(), Some(Some(Ok(_)))));
+        // Until `cancel-ok` ends the stream; a stream that never ends must not hold the run.
+        while let Ok(Some(Ok(_))) = tokio::time::timeout(IDLE, cur.consumer.next()).await {
+            n += 1;
+        }
+        cur.got += n;
+        if let Some(d) = self.delivered.last_mut() {
+            *d += n;
         }
     }
 
@@ -319,36 +357,6 @@ impl Taker {
         if let Some(b) = self.budgets.last() {
             b.lift();
         }
-    }
-
-    /// The continuous consumer's budget is spent: it was granted every message left to
-    /// take. Receives them (nothing needs acknowledging for that), then cancels it, so the
-    /// acknowledgements held back can go without reaching past them.
-    async fn receive_granted(&mut self) -> Result<()> {
-        let (Some(cur), Some(ch)) = (self.current.as_mut(), self.channels.last()) else {
-            return Ok(());
-        };
-        let granted = self.want.saturating_sub(cur.start);
-        while cur.got + (cur.ahead.len() as u64) < granted {
-            match tokio::time::timeout(IDLE, cur.consumer.next()).await {
-                Ok(n) => {
-                    let ended = !matches!(n, Some(Ok(_)));
-                    cur.ahead.push_back(n);
-                    if ended {
-                        break;
-                    }
-                }
-                // Slow: cancelled anyway; what is left comes to the next consumer.
-                Err(_) => break,
-            }
-        }
-        ch.basic_cancel(cur.consumer.tag(), BasicCancelOptions::default())
-            .await?;
-        cur.cancelled = true;
-        if let Some(b) = self.budgets.last() {
-            b.lift();
-        }
-        Ok(())
     }
 
     /// Opens the renewal at its first use, and copies first, in take order, the kept
@@ -429,7 +437,7 @@ impl Taker {
             .await?;
         self.channels.push(ch);
         self.delivered.push(0);
-        self.budgets.push(match self.continuous && self.renews {
+        self.budgets.push(match self.continuous {
             true => AckBudget::counting(),
             false => AckBudget::unbounded(),
         });
@@ -442,7 +450,7 @@ impl Taker {
             start: self.taken,
             acked: 0,
             cancelled: false,
-            ahead: VecDeque::new(),
+            peeked: None,
         });
         if self.renewal.is_some() {
             self.bound_budget();
@@ -455,17 +463,18 @@ impl Taker {
     pub(crate) async fn next(&mut self, conn: &Connection) -> Result<Option<Delivery>> {
         let q = self.queue.clone();
         loop {
+            // A continuous take ends with its consumer live (`stop_consuming`).
+            if self.taken >= self.want && (self.continuous || self.current.is_none()) {
+                return Ok(None);
+            }
             if self.current.is_none() {
-                if self.taken >= self.want {
-                    return Ok(None);
-                }
                 self.open_window(conn).await?;
             }
             if self.holding
                 && self
                     .current
                     .as_ref()
-                    .is_some_and(|c| c.out_of_credit() && c.ahead.is_empty())
+                    .is_some_and(|c| c.out_of_credit() && c.peeked.is_none())
             {
                 // Its kept originals' acknowledgements give it more to deliver.
                 if self.ack_kept_here(true).await? > 0 {
@@ -475,9 +484,6 @@ impl Taker {
                 let c = self.current.take().expect("checked above");
                 self.live.push((self.channels.len() - 1, c.consumer));
                 continue;
-            }
-            if self.budget_spent() {
-                self.receive_granted().await?;
             }
             let next = self.receive().await?;
             let cur = self.current.as_mut().expect("set above");
@@ -516,9 +522,7 @@ impl Taker {
         let cur = self.current.as_mut().expect("a current consumer");
         let ch = self.channels.last().expect("a channel per consumer");
         let budget = self.budgets.last().expect("a budget per channel");
-        if window_done(self.continuous, self.taken, self.want, self.kept_here, cur)
-            && !cur.cancelled
-        {
+        if window_done(self.continuous, self.kept_here, cur) && !cur.cancelled {
             ch.basic_cancel(cur.consumer.tag(), BasicCancelOptions::default())
                 .await?;
             cur.cancelled = true;
@@ -526,7 +530,7 @@ impl Taker {
         }
         let mut stalled = Duration::ZERO;
         loop {
-            if let Some(n) = cur.ahead.pop_front() {
+            if let Some(n) = cur.peeked.take() {
                 return Ok(n);
             }
             // A continuous consumer gets credit back from kept originals only as they
@@ -578,19 +582,15 @@ impl Taker {
         let Some(cur) = self.current.as_mut() else {
             return self.taken >= self.want;
         };
-        if !cur.ahead.is_empty() {
+        if cur.peeked.is_some() || self.continuous && self.taken >= self.want {
             return true;
         }
-        let spent = !cur.cancelled && self.budgets.last().is_some_and(AckBudget::spent);
-        if spent
-            || window_done(self.continuous, self.taken, self.want, self.kept_here, cur)
-                && !cur.cancelled
-        {
+        if window_done(self.continuous, self.kept_here, cur) && !cur.cancelled {
             return false; // `next` cancels the consumer first: a round trip
         }
         match cur.consumer.next().now_or_never() {
             Some(n) => {
-                cur.ahead.push_back(n);
+                cur.peeked = Some(n);
                 true
             }
             None => false,
@@ -601,13 +601,6 @@ impl Taker {
     /// a renewing take, mostly copies it made itself (`beyond_note`).
     fn beyond(&self) -> u64 {
         self.delivered.iter().sum::<u64>() - self.taken
-    }
-
-    /// Whether the live continuous consumer's acknowledgement budget is spent (see `budget`).
-    fn budget_spent(&self) -> bool {
-        self.continuous
-            && self.current.as_ref().is_some_and(|c| !c.cancelled)
-            && self.budgets.last().is_some_and(AckBudget::spent)
     }
 
     /// Which channel the message just returned by `next` came on (for `ack`).

@@ -223,18 +223,19 @@ async fn trial(cluster: &Cluster, what: &str, n: u64, no_limit: bool) -> Connect
 /// A replay through node C, at 2,500/s; once 4,000 are moved (counted through `conn`),
 /// kill -9 of node `victim`; what dlq printed when it ended.
 async fn replay_killing(cluster: &Cluster, conn: &Connection, victim: usize) -> Output {
-    replay_until(cluster, conn, |c| c.kill(victim)).await
+    replay_until(cluster, conn, &[], |c| c.kill(victim)).await
 }
 
-/// A replay through node C, at 2,500/s; once 4,000 are moved (counted through `conn`),
-/// `fault` strikes; what dlq printed when it ended.
+/// A replay (of what `select` selects) through node C, at 2,500/s; once 4,000 are moved
+/// (counted through `conn`), `fault` strikes; what dlq printed when it ended.
 async fn replay_until(
     cluster: &Cluster,
     conn: &Connection,
+    select: &[&str],
     fault: impl FnOnce(&Cluster),
 ) -> Output {
     let args = ["replay", "-Q", DLQ, "--yes", "--rate", "2500"];
-    let child = dlq(cluster, C, C, &args);
+    let child = dlq(cluster, C, C, &[&args[..], select].concat());
     until_moved(conn, 4_000).await;
     tokio::task::block_in_place(|| fault(cluster));
     ended(child, Duration::from_secs(120)).await
@@ -278,7 +279,7 @@ async fn dlqs_node_lost_mid_replay_strands_nothing_and_keeps_the_order() {
         false,
     )
     .await;
-    let out = replay_until(&cluster, &on_a, |c| {
+    let out = replay_until(&cluster, &on_a, &[], |c| {
         c.ctl(&c.nodes[C], &["stop_app"]);
     })
     .await;
@@ -289,6 +290,65 @@ async fn dlqs_node_lost_mid_replay_strands_nothing_and_keeps_the_order() {
         "{said}"
     );
     nothing_stranded_after_a_replay(&cluster, &on_a, M).await;
+
+    // Every other one selected: the rest is renewed on 4.x, its last acknowledgements held
+    // back (see `rabbit::budget`) while the consumer stays live. Not on 3.x, where nothing
+    // renews: what a selective replay leaves is held on consumers it cancels as they fill
+    // (4,052 and 4,143 held out of reach after this kill, before and after the budget:
+    // docs/QUEUES.md, "Still exposed").
+    if !crate::support::cluster::newer_generation() {
+        return;
+    }
+    let what = "kill -9 of dlq's node mid selective replay";
+    let on_a = trial(&cluster, what, M, false).await;
+    let even = ["--where", ".payload.n % 2 == 0"];
+    let out = replay_until(&cluster, &on_a, &even, |c| c.kill(C)).await;
+    assert!(!out.status.success(), "{}", text(&out));
+    nothing_stranded_after_a_selective_replay(&cluster, &on_a, M).await;
+}
+
+/// `nothing_stranded_after_a_replay` for a replay of the even ids: the odd ones stay, renewed
+/// on 4.x (the originals not renewed yet come back ahead of the copies: one turn in the
+/// order); a run through A moves the rest of the even ones.
+async fn nothing_stranded_after_a_selective_replay(cluster: &Cluster, on_a: &Connection, n: u64) {
+    let total = all_ready(on_a, n).await;
+    let held = cluster.api_get(A, "queues/%2f/q.dlq");
+    assert!(
+        total.is_some(),
+        "stranded: DLQ {} ready + destination {} < {n}; the DLQ: {} unacknowledged",
+        ready(on_a, DLQ).await,
+        ready(on_a, MAIN).await,
+        held["messages_unacknowledged"],
+    );
+    let (left, moved) = (ids(on_a, DLQ).await, ids(on_a, MAIN).await);
+    let doubled = doubled_of(&left, &moved, n);
+    assert!(doubled <= 1024, "{doubled} in both places");
+    assert!(
+        moved.iter().all(|id| id % 2 == 0),
+        "moved: {}",
+        runs(&moved)
+    );
+    assert_eq!(out_of_order(&moved), 0, "the destination's order changed");
+    assert!(out_of_order(&left) <= 1, "the DLQ's order: {}", runs(&left));
+
+    let again = [
+        "replay",
+        "-Q",
+        DLQ,
+        "--yes",
+        "--where",
+        ".payload.n % 2 == 0",
+    ];
+    let out = ended(dlq(cluster, A, A, &again), Duration::from_secs(120)).await;
+    assert!(out.status.success(), "{}", text(&out));
+    let mut moved = ids(on_a, MAIN).await;
+    moved.sort_unstable();
+    moved.dedup();
+    assert_eq!(moved.len() as u64, n / 2);
+    let mut left = ids(on_a, DLQ).await;
+    left.sort_unstable();
+    left.dedup();
+    assert_eq!(left, (0..n).filter(|id| id % 2 == 1).collect::<Vec<_>>());
 }
 
 /// After a replay through C that its node's loss ended: every message is ready in one
@@ -308,11 +368,7 @@ async fn nothing_stranded_after_a_replay(cluster: &Cluster, on_a: &Connection, n
         held["consumers"]
     );
     let (left, moved) = (ids(on_a, DLQ).await, ids(on_a, MAIN).await);
-    let mut every: Vec<u64> = left.iter().chain(moved.iter()).copied().collect();
-    every.sort_unstable();
-    every.dedup();
-    assert_eq!(every.len() as u64, n, "ids lost");
-    let doubled = left.len() + moved.len() - every.len();
+    let doubled = doubled_of(&left, &moved, n);
     // At most what was unsettled when the node went: the adaptive window's bound.
     assert!(doubled <= 1024, "{doubled} in both places");
     assert_eq!(out_of_order(&left), 0, "the DLQ's order changed");
@@ -327,6 +383,15 @@ async fn nothing_stranded_after_a_replay(cluster: &Cluster, on_a: &Connection, n
     moved.sort_unstable();
     moved.dedup();
     assert_eq!(moved.len() as u64, n);
+}
+
+/// How many ids are in both `left` and `moved`; fails when any of the `n` is in neither.
+fn doubled_of(left: &[u64], moved: &[u64], n: u64) -> usize {
+    let mut every: Vec<u64> = left.iter().chain(moved.iter()).copied().collect();
+    every.sort_unstable();
+    every.dedup();
+    assert_eq!(every.len() as u64, n, "ids lost");
+    left.len() + moved.len() - every.len()
 }
 
 /// A replay that went on through a fault: it succeeded, the DLQ is empty, every message is
@@ -770,7 +835,7 @@ async fn replay_unnoticed(
     fault: impl FnOnce(&Cluster),
 ) {
     let conn = trial_beside(cluster, what, n, false, victim).await;
-    let out = replay_until(cluster, &conn, fault).await;
+    let out = replay_until(cluster, &conn, &[], fault).await;
     moved_unnoticed(&out, &conn, n).await;
 }
 
@@ -837,14 +902,26 @@ async fn inspect_on_c_pausing(
         }
         all
     });
-    tokio::task::block_in_place(|| {
-        at_4000
-            .1
-            .recv_timeout(Duration::from_secs(60))
-            .expect("4,000 lines read");
-        fault(cluster);
-        struck.0.send(()).unwrap();
+    let reached = tokio::task::block_in_place(|| {
+        let reached = at_4000.1.recv_timeout(Duration::from_secs(60));
+        if reached.is_ok() {
+            fault(cluster);
+            struck.0.send(()).unwrap();
+        }
+        reached
     });
+    if let Err(e) = reached {
+        // It ended (or stalled) before 4,000 lines: what it said (once in CI, on 4.0).
+        let _ = reader.kill();
+        let out = reader.wait_with_output().unwrap();
+        let read = lines.join().unwrap();
+        panic!(
+            "4,000 lines read: {e}; {} read; dlq ({}) said:\n{}",
+            read.len(),
+            out.status,
+            text(&out)
+        );
+    }
     let out = ended(reader, Duration::from_secs(120)).await;
     (out, lines.join().unwrap())
 }

@@ -503,7 +503,8 @@ async fn selective_replay_and_archive_renew_what_they_leave() {
 }
 
 /// A streamed replay that selects nothing among more messages than its consumer's credit
-/// (2,112 at the default window): every message it takes is kept, and renewed. The
+/// (1,088 at the default window; 2,112 before its acknowledgements were bounded): every
+/// message it takes is kept, and renewed. The
 /// consumer gets more credit only as kept originals are acknowledged, which dlq must do
 /// while it waits for deliveries (it stalled for 30 s and failed here, all kept held).
 /// Then one selected at the very end: it moves, nothing else does, and every kept message

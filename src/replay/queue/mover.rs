@@ -442,6 +442,15 @@ impl<'a> Mover<'a> {
     /// run publishes nothing more: what is staged was never sent and stays in the DLQ
     /// (given back when the take channels close).
     async fn settle_all(&mut self) -> u64 {
+        self.settle_publishes().await;
+        let acked = self.acks.flush().await;
+        self.count_acked(acked);
+        std::mem::take(&mut self.moved_now)
+    }
+
+    /// Waits for every publish in flight (a stopped run sends none of what is staged); their
+    /// acknowledgements go as their take's budget allows.
+    async fn settle_publishes(&mut self) {
         if self.report.stopped.is_some() {
             for p in self.pipeline.unstage() {
                 self.acks.not_moved(p.queue, p.chan);
@@ -450,9 +459,6 @@ impl<'a> Mover<'a> {
         while let Some(done) = self.pipeline.next().await {
             self.settle(done);
         }
-        let acked = self.acks.flush().await;
-        self.count_acked(acked);
-        std::mem::take(&mut self.moved_now)
     }
 
     /// Takes the messages present now from every DLQ and moves the ones `picks` selects (at
@@ -573,7 +579,11 @@ impl<'a> Mover<'a> {
                 self.unsettled()
             ),
         );
-        // Acknowledgements held back by the take's budget go once its consumer is cancelled.
+        // Its consumer stays live while the publishes settle, so that a crash of dlq's node
+        // gives back what it holds, and gets no more credit meanwhile; the acknowledgements
+        // held back go once it is cancelled.
+        taker.freeze();
+        self.settle_publishes().await;
         taker.stop_consuming().await;
         let moved = self.settle_all().await;
         let held = taker
