@@ -78,6 +78,19 @@ fn window_done(continuous: bool, kept_here: u64, cur: &Current) -> bool {
     }
 }
 
+/// Acknowledges `r`'s kept originals whose copies are confirmed, on each take channel
+/// within its budget (`budgets`, as `channels`); the rest wait.
+async fn ack_kept_within(
+    r: &mut Renewal,
+    channels: &[Channel],
+    budgets: &[AckBudget],
+) -> Result<()> {
+    for (i, (ch, budget)) in channels.iter().zip(budgets).enumerate() {
+        budget.spend(r.ack_on(i, ch, budget.room()).await?);
+    }
+    Ok(())
+}
+
 /// A continuous consumer's credit for a caller with at most `unsettled` messages
 /// unacknowledged: those, and room for the next deliveries. Twice as many where nothing
 /// renews; a renewing one holds its last acknowledgements back once its credit reaches its
@@ -283,14 +296,10 @@ impl Taker {
     /// Acknowledges the kept originals whose copies are confirmed, on each channel within
     /// its budget (see `budget`); the rest wait.
     async fn ack_kept(&mut self) -> Result<()> {
-        let Some(r) = self.renewal.as_mut() else {
-            return Ok(());
-        };
-        for (i, (ch, budget)) in self.channels.iter().zip(&self.budgets).enumerate() {
-            let n = r.ack_on(i, ch, budget.room()).await?;
-            budget.spend(n);
+        match self.renewal.as_mut() {
+            Some(r) => ack_kept_within(r, &self.channels, &self.budgets).await,
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// The acknowledgement budget of take channel `channel` (see `budget`), for a caller
@@ -314,8 +323,11 @@ impl Taker {
     /// and those held back wait for `stop_consuming`. The caller settles its publishes
     /// meanwhile.
     pub(crate) fn freeze(&self) {
-        if self.continuous && self.current.as_ref().is_some_and(|c| !c.cancelled) {
-            self.budgets.last().map(AckBudget::freeze);
+        if self.continuous
+            && self.current.as_ref().is_some_and(|c| !c.cancelled)
+            && let Some(b) = self.budgets.last()
+        {
+            b.freeze();
         }
     }
 
@@ -548,9 +560,7 @@ impl Taker {
                     return Ok(n);
                 }
                 r.settle().await;
-                for (i, (c, b)) in self.channels.iter().zip(&self.budgets).enumerate() {
-                    b.spend(r.ack_on(i, c, b.room()).await?);
-                }
+                ack_kept_within(r, &self.channels, &self.budgets).await?;
                 continue;
             }
             match tokio::time::timeout(IDLE, cur.consumer.next()).await {

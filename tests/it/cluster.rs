@@ -311,15 +311,7 @@ async fn dlqs_node_lost_mid_replay_strands_nothing_and_keeps_the_order() {
 /// on 4.x (the originals not renewed yet come back ahead of the copies: one turn in the
 /// order); a run through A moves the rest of the even ones.
 async fn nothing_stranded_after_a_selective_replay(cluster: &Cluster, on_a: &Connection, n: u64) {
-    let total = all_ready(on_a, n).await;
-    let held = cluster.api_get(A, "queues/%2f/q.dlq");
-    assert!(
-        total.is_some(),
-        "stranded: DLQ {} ready + destination {} < {n}; the DLQ: {} unacknowledged",
-        ready(on_a, DLQ).await,
-        ready(on_a, MAIN).await,
-        held["messages_unacknowledged"],
-    );
+    none_held_out_of_reach(cluster, A, on_a, n, "after the node's loss").await;
     let (left, moved) = (ids(on_a, DLQ).await, ids(on_a, MAIN).await);
     let doubled = doubled_of(&left, &moved, n);
     assert!(doubled <= 1024, "{doubled} in both places");
@@ -355,18 +347,7 @@ async fn nothing_stranded_after_a_selective_replay(cluster: &Cluster, on_a: &Con
 /// queue or the other, none lost, few in both, each queue in order; a run through A moves
 /// the rest.
 async fn nothing_stranded_after_a_replay(cluster: &Cluster, on_a: &Connection, n: u64) {
-    // Every message is ready again in one queue or the other: none held out of reach.
-    let total = all_ready(on_a, n).await;
-    let held = cluster.api_get(A, "queues/%2f/q.dlq");
-    assert!(
-        total.is_some(),
-        "messages stranded after the node's loss: DLQ {} ready + destination {} < {n}; the queue: \
-         {} unacknowledged, {} consumer(s)",
-        ready(on_a, DLQ).await,
-        ready(on_a, MAIN).await,
-        held["messages_unacknowledged"],
-        held["consumers"]
-    );
+    none_held_out_of_reach(cluster, A, on_a, n, "after the node's loss").await;
     let (left, moved) = (ids(on_a, DLQ).await, ids(on_a, MAIN).await);
     let doubled = doubled_of(&left, &moved, n);
     // At most what was unsettled when the node went: the adaptive window's bound.
@@ -383,6 +364,28 @@ async fn nothing_stranded_after_a_replay(cluster: &Cluster, on_a: &Connection, n
     moved.sort_unstable();
     moved.dedup();
     assert_eq!(moved.len() as u64, n);
+}
+
+/// Every one of `n` messages is ready again in the DLQ or the destination: none held out of
+/// reach (asking node `api`'s management API about the DLQ when some are).
+async fn none_held_out_of_reach(
+    cluster: &Cluster,
+    api: usize,
+    on_a: &Connection,
+    n: u64,
+    what: &str,
+) {
+    let total = all_ready(on_a, n).await;
+    let q = cluster.api_get(api, "queues/%2f/q.dlq");
+    assert!(
+        total.is_some(),
+        "{what}: stranded: DLQ {} ready + destination {} < {n}; the DLQ: {} unacknowledged, {} \
+         consumer(s)",
+        ready(on_a, DLQ).await,
+        ready(on_a, MAIN).await,
+        q["messages_unacknowledged"],
+        q["consumers"]
+    );
 }
 
 /// How many ids are in both `left` and `moved`; fails when any of the `n` is in neither.
@@ -566,15 +569,7 @@ async fn all_back(cluster: &Cluster, on_a: &Connection, n: u64, what: &str) {
 
 /// `all_back`, asking node `api`'s management API about the queue when something is missing.
 async fn all_back_via(cluster: &Cluster, api: usize, on_a: &Connection, n: u64, what: &str) {
-    let total = all_ready(on_a, n).await;
-    let q = cluster.api_get(api, "queues/%2f/q.dlq");
-    assert!(
-        total.is_some(),
-        "{what}: stranded: {} ready of {n}; the queue: {} unacknowledged, {} consumer(s)",
-        ready(on_a, DLQ).await,
-        q["messages_unacknowledged"],
-        q["consumers"]
-    );
+    none_held_out_of_reach(cluster, api, on_a, n, what).await;
     let left = ids(on_a, DLQ).await;
     assert_eq!(left.len() as u64, n, "{what}: the DLQ's count");
     let mut every = left.clone();
