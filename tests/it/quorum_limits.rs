@@ -581,6 +581,83 @@ async fn a_selective_replay_reaches_none_of_its_copies() {
     b.delete().await;
 }
 
+/// The same path end to end with a stock Celery 5.7 app on quorum queues: 3,000 of its
+/// tasks die in its work queue (a policy gives it a DLX) into a quorum DLQ with a delivery
+/// limit of 20. A streamed replay of one in three (1,000, past a renewing take's credit of
+/// 1,088 with what it keeps) while a real worker consumes the work queue: the worker runs
+/// each selected task once and no other, and the 2,000 kept stay in the DLQ once each, in
+/// order, at delivery count 0.
+#[tokio::test]
+async fn a_worker_runs_exactly_a_selective_replay_of_a_renewed_quorum_dlq() {
+    const N: i64 = 3_000;
+    let b = Broker::new("qcelery").await;
+    b.exchange("celery.dlx", lapin::ExchangeKind::Fanout).await;
+    let mut args = vec![("x-queue-type", ls("quorum"))];
+    args.extend(limit(20));
+    b.queue("celery.dlq", table(args)).await;
+    b.bind("celery.dlq", "celery.dlx", "").await;
+    b.policy(
+        "celery-dlx",
+        "^celery$",
+        json!({"dead-letter-exchange": "celery.dlx"}),
+    )
+    .await;
+    let url = b.amqp_url();
+    let env = [("DLQ_TEST_BROKER", url.as_str())];
+    let worker =
+        crate::celery_worker::CeleryWorker::start_app("quorum_tasks", "celery", &env).await;
+    send_celery_tasks(&url, 1, 0);
+    worker.wait_runs(1).await;
+    drop(worker);
+    // With no worker, the app's tasks wait; then a consumer gives up on every one.
+    send_celery_tasks(&url, N as u32, 0);
+    b.wait_depth("celery", N as u32).await;
+    b.reject_into("celery", N as usize, "celery.dlq", N as u32)
+        .await;
+
+    let worker =
+        crate::celery_worker::CeleryWorker::start_app("quorum_tasks", "celery", &env).await;
+    let run = b
+        .run(&[
+            "replay",
+            "-Q",
+            "celery.dlq",
+            "--where",
+            ".payload[0][0] % 3 == 0",
+            "--yes",
+        ])
+        .await;
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    assert!(run.stderr().contains("1000 replayed"), "{}", run.stderr());
+    assert!(run.stderr().contains("renewed 2000"), "{}", run.stderr());
+    assert_eq!(given_back_copies(&run.stderr()), 0, "{}", run.stderr());
+    let runs = worker.wait_runs(1_000).await;
+    let mut ran: Vec<i64> = runs
+        .iter()
+        .map(|r| r["args"][0].as_i64().unwrap())
+        .collect();
+    ran.sort_unstable();
+    let selected: Vec<i64> = (0..N).filter(|n| n % 3 == 0).collect();
+    assert_eq!(ran, selected, "not each selected task once");
+    b.wait_depth("celery", 0).await;
+    b.wait_depth("celery.dlq", 2_000).await;
+    let snaps = b.snapshot("celery.dlq").await;
+    let first_arg = |s: &Snap| {
+        let body: Value = serde_json::from_slice(&s.body).unwrap();
+        body[0][0].as_i64().unwrap()
+    };
+    let kept: Vec<i64> = (0..N).filter(|n| n % 3 != 0).collect();
+    let left: Vec<i64> = snaps.iter().map(first_arg).collect();
+    assert_eq!(left, kept, "lost, doubled or out of order");
+    assert!(
+        snaps.iter().all(|m| m.delivery_count.unwrap_or(0) == 0),
+        "{:?}",
+        snaps.iter().map(|m| m.delivery_count).collect::<Vec<_>>()
+    );
+    drop(worker);
+    b.delete().await;
+}
+
 /// A streamed replay (`--yes`) of what `selection` selects in `q.dlq`.
 async fn replay_where(b: &Broker, selection: &str) -> crate::common::Run {
     b.run(&["replay", "-Q", "q.dlq", "--where", selection, "--yes"])

@@ -312,6 +312,33 @@ impl Broker {
     /// What a worker does with messages it cannot process: consumes `n` and rejects them
     /// without requeue, so the broker dead-letters them.
     pub async fn reject(&self, queue: &str, n: usize) {
+        let ch = self.reject_on_a_channel(queue, n).await;
+        ch.close(200, "worker done".into()).await.unwrap();
+    }
+
+    /// `reject` for a quorum `queue` whose DLX feeds `dlq`: its channel stays open until `dlq`
+    /// holds `total`. RabbitMQ 3.10 gave 2 of 3,000 back to the queue when the channel closed
+    /// right after the last rejection, and dead-letters from a quorum queue at a few hundred
+    /// a second here: longer than `wait_depth`'s 30 s.
+    pub async fn reject_into(&self, queue: &str, n: usize, dlq: &str, total: u32) {
+        let ch = self.reject_on_a_channel(queue, n).await;
+        let start = Instant::now();
+        loop {
+            let d = self.depth(dlq).await;
+            if d >= total {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "{dlq} holds {d} ready messages, expected {total}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        ch.close(200, "worker done".into()).await.unwrap();
+        self.wait_depth(dlq, total).await;
+    }
+
+    async fn reject_on_a_channel(&self, queue: &str, n: usize) -> Channel {
         let ch = self.conn.create_channel().await.unwrap();
         let mut c = ch
             .basic_consume(
@@ -335,7 +362,7 @@ impl Broker {
                 "nack sent"
             );
         }
-        ch.close(200, "worker done".into()).await.unwrap();
+        ch
     }
 
     /// Moves `n` messages as a shovel would: same properties and body, confirmed before
