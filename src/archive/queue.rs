@@ -221,26 +221,7 @@ async fn archive_and_delete(
         &bar,
     )
     .await;
-    let finished = match result {
-        Ok(()) => writer.finish(),
-        Err(e) => {
-            writer.abort();
-            Err(e)
-        }
-    };
-    let trailer = match finished {
-        Ok(t) => t,
-        Err(e) => {
-            // Nothing is acknowledged: every taken message goes back in place.
-            for (taker, _) in taken {
-                let held = taker.taken;
-                for note in taker.release(conn, held).await {
-                    printer.warn(note);
-                }
-            }
-            return Err(e.context("nothing was deleted from the queues"));
-        }
-    };
+    let trailer = finish_or_give_back(conn, printer, writer, result, &mut taken).await?;
     let (deleted, ack_error, to_verify) = ack_written(conn, printer, taken).await;
     // A quorum queue applies acknowledgements later, and RabbitMQ can drop some when a
     // channel closes: what is still there is counted, not assumed gone.
@@ -291,6 +272,35 @@ async fn archive_and_delete(
     }
     printer.info(line);
     Ok(Exit::Ok)
+}
+
+/// The archive file's trailer once it is complete and synced after `result`, the take;
+/// otherwise nothing is acknowledged: every taken message goes back in place.
+async fn finish_or_give_back(
+    conn: &lapin::Connection,
+    printer: &Printer,
+    writer: ArchiveWriter,
+    result: Result<()>,
+    taken: &mut Vec<(Taker, Vec<Written>)>,
+) -> Result<super::Trailer> {
+    let finished = match result {
+        Ok(()) => writer.finish(),
+        Err(e) => {
+            writer.abort();
+            Err(e)
+        }
+    };
+    let e = match finished {
+        Ok(t) => return Ok(t),
+        Err(e) => e,
+    };
+    for (taker, _) in std::mem::take(taken) {
+        let held = taker.taken;
+        for note in taker.release(conn, held).await {
+            printer.warn(note);
+        }
+    }
+    Err(e.context("nothing was deleted from the queues"))
 }
 
 /// One archived message: where its acknowledgement goes, and its content id (for checking

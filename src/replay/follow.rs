@@ -351,6 +351,24 @@ impl Watch {
         self.enable_on(dispatcher, &self.workers, timeout).await
     }
 
+    /// `enable` after the gate, for a run that sends nothing when it fails: then the report
+    /// says why (and the audit trail ends), and the exit to return.
+    pub(crate) async fn enable_or_stop(
+        &self,
+        printer: &Printer,
+        dispatcher: &Dispatcher,
+        timeout: Duration,
+        audit: &mut crate::audit::Audit,
+    ) -> Option<crate::error::Exit> {
+        let e = self.enable(dispatcher, timeout).await.err()?;
+        let left_on = self.finish(dispatcher, timeout).await;
+        let mut report = crate::report::Report::new("replay");
+        report.stopped = Some(format!("{e:#}"));
+        super::print_report(printer, &report, "replayed", audit);
+        left_on.into_iter().for_each(|w| printer.warn_always(w));
+        Some(report.exit())
+    }
+
     /// `enable_events` to `workers` (under `--enable-events`), recording where it changed.
     async fn enable_on(
         &self,

@@ -376,38 +376,11 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
     let note = broker
         .check_destinations(printer, &opts.common.target, &plan.destinations)
         .await?;
-    if let Broker::Celery(d) = &broker {
-        let target = opts
-            .common
-            .target
-            .clone()
-            .unwrap_or_else(|| Target::Queue(celery::DEFAULT_CELERY_QUEUE.into()));
-        super::workers::ensure_runnable(printer, d, &opts.common.workers, &target, &plan.tasks)
-            .await?;
-    }
     let timeout = opts.common.workers.timeout;
-    let watch = match (&broker, opts.follow) {
-        (Broker::Celery(d), Some(f)) => {
-            Some(Watch::start(d, f, Some(&celery_target(&opts)), timeout).await?)
-        }
-        _ => None,
-    };
+    let watch = check_workers(printer, &broker, &opts, &plan).await?;
     ctx.tracker = watch.as_ref().map(Watch::tracker);
-    if let Some(w) = &watch {
-        printer.info(w.describe());
-    }
     print_plan(printer, &opts, &plan, &broker.describe(), note);
-    let mut audit = crate::audit::Audit::new(
-        endpoints.audit_log.as_deref(),
-        printer,
-        crate::audit::Subject {
-            action: "restore",
-            source: kind.as_str(),
-            location: opts.file.display().to_string(),
-            selection: opts.common.selection.describe(),
-            run_id: ctx.replay_id.clone(),
-        },
-    );
+    let mut audit = audit_of(endpoints, printer, &opts, &ctx);
     if let Some(exit) = gate(printer, &opts, &plan, &mut audit).await? {
         return Ok(exit);
     }
@@ -415,14 +388,9 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
         .sender(opts.common.window.get(), opts.common.rate)
         .await?;
     if let (Some(w), Broker::Celery(d)) = (watch.as_ref(), &broker)
-        && let Err(e) = w.enable(d, timeout).await
+        && let Some(exit) = w.enable_or_stop(printer, d, timeout, &mut audit).await
     {
-        let left_on = w.finish(d, timeout).await;
-        let mut report = Report::new("replay");
-        report.stopped = Some(format!("{e:#}"));
-        print_report(printer, &report, "replayed", &mut audit);
-        left_on.into_iter().for_each(|w| printer.warn_always(w));
-        return Ok(report.exit());
+        return Ok(exit);
     }
     let mut report = Report::new("replay");
     for (id, why) in std::mem::take(&mut plan.invalid) {
@@ -458,6 +426,52 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
         );
     }
     Ok(report.exit())
+}
+
+/// The audit trail of this restore.
+fn audit_of(
+    endpoints: &Endpoints,
+    printer: &Printer,
+    opts: &Options,
+    ctx: &Context<'_>,
+) -> crate::audit::Audit {
+    crate::audit::Audit::new(
+        endpoints.audit_log.as_deref(),
+        printer,
+        crate::audit::Subject {
+            action: "restore",
+            source: ctx.kind.as_str(),
+            location: opts.file.display().to_string(),
+            selection: opts.common.selection.describe(),
+            run_id: ctx.replay_id.clone(),
+        },
+    )
+}
+
+/// Celery: the workers run every planned task (else an error), and with `--follow` the
+/// watch of what they do with it, started and described.
+async fn check_workers(
+    printer: &Printer,
+    broker: &Broker,
+    opts: &Options,
+    plan: &RestorePlan,
+) -> Result<Option<Watch>> {
+    let Broker::Celery(d) = broker else {
+        return Ok(None);
+    };
+    let target = opts
+        .common
+        .target
+        .clone()
+        .unwrap_or_else(|| Target::Queue(celery::DEFAULT_CELERY_QUEUE.into()));
+    super::workers::ensure_runnable(printer, d, &opts.common.workers, &target, &plan.tasks).await?;
+    let Some(f) = opts.follow else {
+        return Ok(None);
+    };
+    let timeout = opts.common.workers.timeout;
+    let watch = Watch::start(d, f, Some(&celery_target(opts)), timeout).await?;
+    printer.info(watch.describe());
+    Ok(Some(watch))
 }
 
 /// Where archived table rows go: `--to-queue`/`--to-exchange`, else Celery's default queue.

@@ -166,33 +166,9 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
     if let Some(w) = dispatcher.length_warning(&opts.target, adding).await {
         printer.warn(w);
     }
-    super::workers::ensure_runnable(
-        printer,
-        &dispatcher,
-        &opts.common.workers,
-        &opts.target,
-        &plan.tasks,
-    )
-    .await?;
     let timeout = opts.common.workers.timeout;
-    let watch = match opts.follow {
-        Some(f) => Some(Watch::start(&dispatcher, f, Some(&opts.target), timeout).await?),
-        None => None,
-    };
-    if let Some(w) = &watch {
-        printer.info(w.describe());
-    }
-    let mut audit = crate::audit::Audit::new(
-        endpoints.audit_log.as_deref(),
-        printer,
-        crate::audit::Subject {
-            action: "replay",
-            source: "table",
-            location: ctx.table.location(),
-            selection: opts.common.selection.describe(),
-            run_id: ctx.replay_id.clone(),
-        },
-    );
+    let watch = check_workers(printer, &dispatcher, &opts, &plan).await?;
+    let mut audit = audit_of(endpoints, printer, &opts, &ctx);
     let gate = crate::bulk::Gate {
         safety: opts.common.safety,
         planned: plan.ids.len() as u64,
@@ -207,14 +183,11 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
     }
     let sender = dispatcher.sender(shape.window, opts.common.rate).await?;
     if let Some(w) = watch.as_ref()
-        && let Err(e) = w.enable(&dispatcher, timeout).await
+        && let Some(exit) = w
+            .enable_or_stop(printer, &dispatcher, timeout, &mut audit)
+            .await
     {
-        let left_on = w.finish(&dispatcher, timeout).await;
-        let mut report = Report::new("replay");
-        report.stopped = Some(format!("{e:#}"));
-        super::print_report(printer, &report, "replayed", &mut audit);
-        left_on.into_iter().for_each(|w| printer.warn_always(w));
-        return Ok(report.exit());
+        return Ok(exit);
     }
     let table = ctx.table.clone();
     let mut report = replay_rows(printer, ctx, sender, plan, opts, &shape, watch.as_ref()).await;
@@ -237,6 +210,45 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
         ));
     }
     Ok(report.exit())
+}
+
+/// The audit trail of this replay.
+fn audit_of(
+    endpoints: &Endpoints,
+    printer: &Printer,
+    opts: &Options,
+    ctx: &RunContext,
+) -> crate::audit::Audit {
+    crate::audit::Audit::new(
+        endpoints.audit_log.as_deref(),
+        printer,
+        crate::audit::Subject {
+            action: "replay",
+            source: "table",
+            location: ctx.table.location(),
+            selection: opts.common.selection.describe(),
+            run_id: ctx.replay_id.clone(),
+        },
+    )
+}
+
+/// The workers run every planned task (else an error), and with `--follow` the watch of
+/// what they do with it, started and described.
+async fn check_workers(
+    printer: &Printer,
+    dispatcher: &Dispatcher,
+    opts: &Options,
+    plan: &Plan,
+) -> Result<Option<Watch>> {
+    let workers = &opts.common.workers;
+    super::workers::ensure_runnable(printer, dispatcher, workers, &opts.target, &plan.tasks)
+        .await?;
+    let Some(f) = opts.follow else {
+        return Ok(None);
+    };
+    let watch = Watch::start(dispatcher, f, Some(&opts.target), workers.timeout).await?;
+    printer.info(watch.describe());
+    Ok(Some(watch))
 }
 
 /// `--follow`: waits for the sent tasks' outcomes, marks the rows whose task succeeded
