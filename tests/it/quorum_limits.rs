@@ -564,37 +564,73 @@ async fn a_selective_replay_reaches_none_of_its_copies() {
     let run = replay_where(&b, ".payload.n % 3 == 0").await;
     assert_eq!(run.code(), 0, "{}", run.stderr());
     assert!(run.stderr().contains("1000 replayed"), "{}", run.stderr());
-    assert!(run.stderr().contains("renewed 2000"), "{}", run.stderr());
-    assert_eq!(given_back_copies(&run.stderr()), 0, "{}", run.stderr());
     b.wait_depth("q.src", 1000).await;
     b.wait_depth("q.dlq", 2000).await;
     let snaps = b.snapshot("q.dlq").await;
     let kept: Vec<i64> = (0..N as i64).filter(|n| n % 3 != 0).collect();
     assert_eq!(snap_ns(&snaps), kept, "lost, doubled or out of order");
-    assert!(
-        snaps.iter().all(|m| m.delivery_count.unwrap_or(0) == 0),
-        "{:?}",
-        snaps.iter().map(|m| m.delivery_count).collect::<Vec<_>>()
-    );
+    renewed_without_a_copy(&run, &snaps, 2000);
     let moved: Vec<i64> = (0..N as i64).filter(|n| n % 3 == 0).collect();
     assert_eq!(snap_ns(&b.snapshot("q.src").await), moved);
     b.delete().await;
 }
 
 /// The same path end to end with a stock Celery 5.7 app on quorum queues: 3,000 of its
-/// tasks die in its work queue (a policy gives it a DLX) into a quorum DLQ with a delivery
-/// limit of 20. A streamed replay of one in three (1,000, past a renewing take's credit of
-/// 1,088 with what it keeps) while a real worker consumes the work queue: the worker runs
-/// each selected task once and no other, and the 2,000 kept stay in the DLQ once each, in
-/// order, at delivery count 0.
+/// tasks die in its work queue into a quorum DLQ with a delivery limit of 20. A streamed
+/// replay of one in three (1,000, past a renewing take's credit of 1,088 with what it keeps)
+/// while a real worker consumes the work queue: the worker runs each selected task once and
+/// no other, and the 2,000 kept stay in the DLQ once each, in order, at delivery count 0.
 #[tokio::test]
 async fn a_worker_runs_exactly_a_selective_replay_of_a_renewed_quorum_dlq() {
-    const N: i64 = 3_000;
-    let b = Broker::new("qcelery").await;
-    b.exchange("celery.dlx", lapin::ExchangeKind::Fanout).await;
     let mut args = vec![("x-queue-type", ls("quorum"))];
     args.extend(limit(20));
-    b.queue("celery.dlq", table(args)).await;
+    let b = celery_dead_letters("qcelery", table(args)).await;
+    let (run, snaps) = a_worker_runs_one_in_three(&b).await;
+    renewed_without_a_copy(&run, &snaps, 2000);
+    b.delete().await;
+}
+
+/// `run` renewed `n` messages and none of its copies reached it: every message of the DLQ
+/// (`snaps`) is at delivery count 0.
+fn renewed_without_a_copy(run: &crate::common::Run, snaps: &[Snap], n: usize) {
+    let said = run.stderr();
+    assert!(said.contains(&format!("renewed {n}")), "{said}");
+    assert_eq!(given_back_copies(&said), 0, "{said}");
+    assert!(
+        snaps.iter().all(|m| m.delivery_count.unwrap_or(0) == 0),
+        "{:?}",
+        snaps.iter().map(|m| m.delivery_count).collect::<Vec<_>>()
+    );
+}
+
+/// The same without a delivery limit (4.x: `delivery-limit: -1` by policy; 3.x: none), where
+/// nothing is renewed: the 2,000 kept fill the take's consumers, which dlq replaces as they
+/// fill, and go back when it ends. The worker runs exactly the selection; the kept are in
+/// the DLQ once each, in order.
+#[tokio::test]
+async fn a_worker_runs_exactly_a_selective_replay_of_a_quorum_dlq_without_a_limit() {
+    let b = Broker::new("qceleryfree").await;
+    if crate::target::rabbitmq_major().await >= 4 {
+        let free = json!({"delivery-limit": -1});
+        b.policy("dlq-no-delivery-limit", "^celery\\.dlq$", free)
+            .await;
+    }
+    let b = celery_dead_letters_in(b, table(vec![("x-queue-type", ls("quorum"))])).await;
+    let (run, _) = a_worker_runs_one_in_three(&b).await;
+    assert!(!run.stderr().contains("renewed"), "{}", run.stderr());
+    b.delete().await;
+}
+
+/// A vhost of its own (`prefix`) where 3,000 tasks of the stock Celery app `quorum_tasks`
+/// (tests/celery) died in its work queue `celery`, which a policy gives a DLX: they are in
+/// `celery.dlq`, declared with `dlq_args`. Task `i` is `quorum_tasks.add(i, i)`.
+async fn celery_dead_letters(prefix: &str, dlq_args: FieldTable) -> Broker {
+    celery_dead_letters_in(Broker::new(prefix).await, dlq_args).await
+}
+
+async fn celery_dead_letters_in(b: Broker, dlq_args: FieldTable) -> Broker {
+    b.exchange("celery.dlx", lapin::ExchangeKind::Fanout).await;
+    b.queue("celery.dlq", dlq_args).await;
     b.bind("celery.dlq", "celery.dlx", "").await;
     b.policy(
         "celery-dlx",
@@ -610,34 +646,42 @@ async fn a_worker_runs_exactly_a_selective_replay_of_a_renewed_quorum_dlq() {
     worker.wait_runs(1).await;
     drop(worker);
     // With no worker, the app's tasks wait; then a consumer gives up on every one.
-    send_celery_tasks(&url, N as u32, 0);
-    b.wait_depth("celery", N as u32).await;
-    b.reject_into("celery", N as usize, "celery.dlq", N as u32)
-        .await;
+    send_celery_tasks(&url, CELERY_TASKS as u32, 0);
+    b.wait_depth("celery", CELERY_TASKS as u32).await;
+    let n = CELERY_TASKS as u32;
+    b.reject_into("celery", n as usize, "celery.dlq", n).await;
+    b
+}
 
+const CELERY_TASKS: i64 = 3_000;
+
+/// A streamed replay of one in three of `celery_dead_letters` while a real worker consumes
+/// the work queue: it succeeds, the worker runs each selected task once and no other, and
+/// the rest are in the DLQ once each, in order. The run, and the DLQ as it is then.
+async fn a_worker_runs_one_in_three(b: &Broker) -> (crate::common::Run, Vec<Snap>) {
+    let url = b.amqp_url();
+    let env = [("DLQ_TEST_BROKER", url.as_str())];
     let worker =
         crate::celery_worker::CeleryWorker::start_app("quorum_tasks", "celery", &env).await;
-    let run = b
-        .run(&[
-            "replay",
-            "-Q",
-            "celery.dlq",
-            "--where",
-            ".payload[0][0] % 3 == 0",
-            "--yes",
-        ])
-        .await;
+    let one_in_three = ".payload[0][0] % 3 == 0";
+    let args = [
+        "replay",
+        "-Q",
+        "celery.dlq",
+        "--where",
+        one_in_three,
+        "--yes",
+    ];
+    let run = b.run(&args).await;
     assert_eq!(run.code(), 0, "{}", run.stderr());
     assert!(run.stderr().contains("1000 replayed"), "{}", run.stderr());
-    assert!(run.stderr().contains("renewed 2000"), "{}", run.stderr());
-    assert_eq!(given_back_copies(&run.stderr()), 0, "{}", run.stderr());
     let runs = worker.wait_runs(1_000).await;
     let mut ran: Vec<i64> = runs
         .iter()
         .map(|r| r["args"][0].as_i64().unwrap())
         .collect();
     ran.sort_unstable();
-    let selected: Vec<i64> = (0..N).filter(|n| n % 3 == 0).collect();
+    let selected: Vec<i64> = (0..CELERY_TASKS).filter(|n| n % 3 == 0).collect();
     assert_eq!(ran, selected, "not each selected task once");
     b.wait_depth("celery", 0).await;
     b.wait_depth("celery.dlq", 2_000).await;
@@ -646,16 +690,11 @@ async fn a_worker_runs_exactly_a_selective_replay_of_a_renewed_quorum_dlq() {
         let body: Value = serde_json::from_slice(&s.body).unwrap();
         body[0][0].as_i64().unwrap()
     };
-    let kept: Vec<i64> = (0..N).filter(|n| n % 3 != 0).collect();
+    let kept: Vec<i64> = (0..CELERY_TASKS).filter(|n| n % 3 != 0).collect();
     let left: Vec<i64> = snaps.iter().map(first_arg).collect();
     assert_eq!(left, kept, "lost, doubled or out of order");
-    assert!(
-        snaps.iter().all(|m| m.delivery_count.unwrap_or(0) == 0),
-        "{:?}",
-        snaps.iter().map(|m| m.delivery_count).collect::<Vec<_>>()
-    );
     drop(worker);
-    b.delete().await;
+    (run, snaps)
 }
 
 /// A streamed replay (`--yes`) of what `selection` selects in `q.dlq`.
