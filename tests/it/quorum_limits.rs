@@ -608,8 +608,8 @@ fn renewed_without_a_copy(run: &crate::common::Run, snaps: &[Snap], n: usize) {
 /// nothing is renewed: the 2,000 kept fill the take's consumers, which dlq replaces as they
 /// fill, and go back when it ends. The worker runs exactly the selection; the kept are in
 /// the DLQ once each. Their order is not asserted: a block of them often ends up at the
-/// back of the queue, on both generations, cause not found yet (docs/QUEUES.md, "Still
-/// exposed"); the test says so when it sees it.
+/// back of the queue, on both generations (docs/QUEUES.md, "Still exposed": a consumer
+/// replaced while deliveries were on their way); the test says so when it sees it.
 #[tokio::test]
 async fn a_worker_runs_exactly_a_selective_replay_of_a_quorum_dlq_without_a_limit() {
     let b = Broker::new("qceleryfree").await;
