@@ -448,8 +448,7 @@ fn audit_of(
     )
 }
 
-/// Celery: the workers run every planned task (else an error), and with `--follow` the
-/// watch of what they do with it, started and described.
+/// Celery: `workers::ensure_runnable_and_watch` for the target; nothing for plain AMQP.
 async fn check_workers(
     printer: &Printer,
     broker: &Broker,
@@ -459,19 +458,9 @@ async fn check_workers(
     let Broker::Celery(d) = broker else {
         return Ok(None);
     };
-    let target = opts
-        .common
-        .target
-        .clone()
-        .unwrap_or_else(|| Target::Queue(celery::DEFAULT_CELERY_QUEUE.into()));
-    super::workers::ensure_runnable(printer, d, &opts.common.workers, &target, &plan.tasks).await?;
-    let Some(f) = opts.follow else {
-        return Ok(None);
-    };
-    let timeout = opts.common.workers.timeout;
-    let watch = Watch::start(d, f, Some(&celery_target(opts)), timeout).await?;
-    printer.info(watch.describe());
-    Ok(Some(watch))
+    let (check, target) = (&opts.common.workers, &celery_target(opts));
+    super::workers::ensure_runnable_and_watch(printer, d, check, target, &plan.tasks, opts.follow)
+        .await
 }
 
 /// Where archived table rows go: `--to-queue`/`--to-exchange`, else Celery's default queue.

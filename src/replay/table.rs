@@ -167,7 +167,15 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
         printer.warn(w);
     }
     let timeout = opts.common.workers.timeout;
-    let watch = check_workers(printer, &dispatcher, &opts, &plan).await?;
+    let watch = super::workers::ensure_runnable_and_watch(
+        printer,
+        &dispatcher,
+        &opts.common.workers,
+        &opts.target,
+        &plan.tasks,
+        opts.follow,
+    )
+    .await?;
     let mut audit = audit_of(endpoints, printer, &opts, &ctx);
     let gate = crate::bulk::Gate {
         safety: opts.common.safety,
@@ -230,25 +238,6 @@ fn audit_of(
             run_id: ctx.replay_id.clone(),
         },
     )
-}
-
-/// The workers run every planned task (else an error), and with `--follow` the watch of
-/// what they do with it, started and described.
-async fn check_workers(
-    printer: &Printer,
-    dispatcher: &Dispatcher,
-    opts: &Options,
-    plan: &Plan,
-) -> Result<Option<Watch>> {
-    let workers = &opts.common.workers;
-    super::workers::ensure_runnable(printer, dispatcher, workers, &opts.target, &plan.tasks)
-        .await?;
-    let Some(f) = opts.follow else {
-        return Ok(None);
-    };
-    let watch = Watch::start(dispatcher, f, Some(&opts.target), workers.timeout).await?;
-    printer.info(watch.describe());
-    Ok(Some(watch))
 }
 
 /// `--follow`: waits for the sent tasks' outcomes, marks the rows whose task succeeded

@@ -11,6 +11,25 @@ use crate::output::Printer;
 use anyhow::Result;
 use std::collections::BTreeMap;
 
+/// `ensure_runnable`, then with `follow` the watch of what the workers do with what is
+/// sent to `target`, started and described (for the plan).
+pub(crate) async fn ensure_runnable_and_watch(
+    printer: &Printer,
+    dispatcher: &Dispatcher,
+    check: &WorkerCheck,
+    target: &Target,
+    tasks: &BTreeMap<String, u64>,
+    follow: Option<super::follow::Follow>,
+) -> Result<Option<super::follow::Watch>> {
+    ensure_runnable(printer, dispatcher, check, target, tasks).await?;
+    let Some(f) = follow else {
+        return Ok(None);
+    };
+    let watch = super::follow::Watch::start(dispatcher, f, Some(target), check.timeout).await?;
+    printer.info(watch.describe());
+    Ok(Some(watch))
+}
+
 /// Refuses (a usage error: nothing was sent, nothing marked) unless every task in `tasks`
 /// (stored name -> rows) will be run by a live worker reading `target`; prints, for the plan,
 /// which name is sent for each stored one and which workers will run it.

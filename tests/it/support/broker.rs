@@ -295,14 +295,27 @@ impl Broker {
 
     /// Dead lettering is asynchronous: waits until the queue holds exactly `n` ready.
     pub async fn wait_depth(&self, queue: &str, n: u32) {
+        self.wait_depth_for(queue, n, Duration::from_secs(30), |d| d == n)
+            .await;
+    }
+
+    /// Waits up to `limit` until `queue`'s ready count passes `done`; `n` is what the
+    /// failure names as expected.
+    async fn wait_depth_for(
+        &self,
+        queue: &str,
+        n: u32,
+        limit: Duration,
+        done: impl Fn(u32) -> bool,
+    ) {
         let start = Instant::now();
         loop {
             let d = self.depth(queue).await;
-            if d == n {
+            if done(d) {
                 return;
             }
             assert!(
-                start.elapsed() < Duration::from_secs(30),
+                start.elapsed() < limit,
                 "{queue} holds {d} ready messages, expected {n}"
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -322,18 +335,8 @@ impl Broker {
     /// a second here: longer than `wait_depth`'s 30 s.
     pub async fn reject_into(&self, queue: &str, n: usize, dlq: &str, total: u32) {
         let ch = self.reject_on_a_channel(queue, n).await;
-        let start = Instant::now();
-        loop {
-            let d = self.depth(dlq).await;
-            if d >= total {
-                break;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(120),
-                "{dlq} holds {d} ready messages, expected {total}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let limit = Duration::from_secs(120);
+        self.wait_depth_for(dlq, total, limit, |d| d >= total).await;
         ch.close(200, "worker done".into()).await.unwrap();
         self.wait_depth(dlq, total).await;
     }
