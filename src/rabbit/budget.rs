@@ -55,6 +55,11 @@ impl AckBudget {
         .unwrap_or(u64::MAX)
     }
 
+    /// Acknowledgements sent on the channel while its consumer was live (0 if not counted).
+    pub(crate) fn sent(&self) -> u64 {
+        self.with(|s| s.acked).unwrap_or(0)
+    }
+
     /// `n` acknowledgements were sent.
     pub(crate) fn spend(&self, n: u64) {
         self.with(|s| s.acked += n);

@@ -437,6 +437,31 @@ impl Broker {
         out
     }
 
+    /// Removes `n` messages from the head of `queue` one at a time (`basic.get`, no
+    /// acknowledgement) and returns their bodies: the queue's own order, with no consumer's
+    /// credit in between. Waits up to 30 s for each.
+    pub async fn take_all(&self, queue: &str, n: usize) -> Vec<Vec<u8>> {
+        let ch = self.conn.create_channel().await.unwrap();
+        let mut out = Vec::with_capacity(n);
+        let start = Instant::now();
+        while out.len() < n {
+            let get = lapin::options::BasicGetOptions { no_ack: true };
+            match ch.basic_get(queue.into(), get).await.unwrap() {
+                Some(m) => out.push(m.delivery.data),
+                None => {
+                    let had = out.len();
+                    assert!(
+                        start.elapsed() < Duration::from_secs(30),
+                        "{queue}: {had} of {n}"
+                    );
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            }
+        }
+        ch.close(200, "taken".into()).await.unwrap();
+        out
+    }
+
     /// Reads a stream from its first offset (streams never change when read).
     pub async fn stream_bodies(&self, queue: &str, n: usize) -> Vec<Vec<u8>> {
         let ch = self.conn.create_channel().await.unwrap();
