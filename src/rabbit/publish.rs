@@ -135,6 +135,8 @@ struct Writing<T> {
 ///   has been handed out).
 pub(crate) struct Pipeline<T> {
     channel: Channel,
+    /// The connection's state, looked at while a confirm is awaited (`wait_progress`).
+    connection: lapin::ConnectionStatus,
     pace: Pace,
     staged: VecDeque<(Outgoing, T)>,
     // Publishes whose frames are queued but not yet written, oldest first. lapin's
@@ -161,6 +163,7 @@ impl<T> Pipeline<T> {
             .map_err(scrubbed)?;
         Ok(Pipeline {
             channel,
+            connection: conn.status().clone(),
             pace: Pace::new(rate),
             staged: VecDeque::new(),
             writing: VecDeque::new(),
@@ -354,17 +357,32 @@ impl<T> Pipeline<T> {
 
     /// Waits until the oldest pending write is done or the oldest unresolved confirm
     /// resolves; a failure settles everything unsettled as lost.
+    ///
+    /// It looks at the channel and the connection every `CONFIRM_LOOK`: once, in CI, a
+    /// node's crash left dlq waiting for a confirm that never came, with lapin's I/O thread
+    /// gone and no timer running. A closed channel or connection settles everything as lost
+    /// instead; a live one, under flow control or an alarm, may take as long as it takes.
     async fn wait_progress(&mut self) {
-        if self.lost.is_some() {
-            return;
-        }
-        let res = tokio::select! {
-            r = wait_written(&mut self.writing), if !self.writing.is_empty() => r,
-            r = wait_head(&mut self.inflight), if !self.inflight.is_empty() => r,
-            else => Ok(()),
-        };
-        if let Err(e) = res {
-            self.fail_all(lost(&e));
+        loop {
+            if self.lost.is_some() {
+                return;
+            }
+            let wait = async {
+                tokio::select! {
+                    r = wait_written(&mut self.writing), if !self.writing.is_empty() => r,
+                    r = wait_head(&mut self.inflight), if !self.inflight.is_empty() => r,
+                    else => Ok(()),
+                }
+            };
+            match tokio::time::timeout(CONFIRM_LOOK, wait).await {
+                Ok(Ok(())) => return,
+                Ok(Err(e)) => self.fail_all(lost(&e)),
+                Err(_) if self.channel.status().connected() && self.connection.connected() => {}
+                Err(_) => self.fail_all(
+                    "broker connection lost before the confirm: the channel or connection closed"
+                        .into(),
+                ),
+            }
         }
     }
 
@@ -476,6 +494,9 @@ async fn wait_head<T>(inflight: &mut VecDeque<InFlight<T>>) -> Result<(), lapin:
     f.result = Some(r?);
     Ok(())
 }
+
+/// How often a wait for a confirm looks at the channel and the connection.
+const CONFIRM_LOOK: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// What every publish still unsettled is told when the connection fails.
 fn lost(e: &lapin::Error) -> String {
