@@ -45,6 +45,7 @@ impl Cluster {
     pub fn start(tag: &str) -> Cluster {
         let lock = std::fs::File::create(std::env::temp_dir().join(BOOT_LOCK)).unwrap();
         lock.lock().unwrap();
+        super::node::reap_orphans();
         let root = newer_generation().then(|| PathBuf::from(TRIXIE_ROOT));
         let inner = format!("/tmp/dlq-cluster-{tag}-{}", std::process::id());
         let base = match &root {

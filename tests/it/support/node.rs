@@ -33,8 +33,39 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Kills the RabbitMQ nodes of tests' own (`dlq-<tag>-...-<test pid>@localhost`) whose test
+/// process is gone. nextest kills a test at its time limit, before `Drop` stops its nodes:
+/// in one CI run the three nodes of a timed-out cluster test ran on for the rest of it.
+pub fn reap_orphans() {
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for e in procs.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        let name = env
+            .split(|b| *b == 0)
+            .find_map(|v| v.strip_prefix(b"RABBITMQ_NODENAME=dlq-"))
+            .map(|n| String::from_utf8_lossy(n).into_owned());
+        let owner = name.as_deref().and_then(|n| {
+            let (node, _) = n.split_once('@')?;
+            node.rsplit('-').next()?.parse::<u32>().ok()
+        });
+        if let Some(owner) = owner
+            && !std::path::Path::new(&format!("/proc/{owner}")).exists()
+        {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+    }
+}
+
 impl OwnNode {
     pub fn start(tag: &str) -> OwnNode {
+        reap_orphans();
         let (amqp_port, api_port, dist_port) = (free_port(), free_port(), free_port());
         let name = format!("dlq-{tag}-{}@localhost", std::process::id());
         let dir = std::env::temp_dir().join(format!("dlq-node-{tag}-{}", std::process::id()));
