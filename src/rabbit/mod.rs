@@ -28,7 +28,7 @@ use crate::output::Printer;
 use crate::redact;
 use crate::tls::TlsFiles;
 use crate::tls::{self, Problem};
-use anyhow::{Result, anyhow};
+use anyhow::{Result, anyhow, bail};
 use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
 use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
 use lapin::uri::{AMQPAuthority, AMQPQueryString, AMQPScheme, AMQPUri, AMQPUserInfo};
@@ -268,6 +268,30 @@ fn lost_cause() -> Option<String> {
     LOST.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
+/// Whether `conn` may still be used: lapin calls it connected, and no operation of this
+/// process saw it lost. lapin's word alone is not enough: a graceful stop of dlq's node
+/// failed a `basic.qos` with "Connection reset by peer" while lapin still called the
+/// connection and the channel connected, its I/O thread gone, so that every request sent
+/// after it waited forever (an archive's give-back hung there, every message back already).
+pub(crate) fn usable(conn: &Connection) -> bool {
+    conn.status().connected() && lost_cause().is_none()
+}
+
+/// Records a failed operation's error as the loss of the connection when it says so: for
+/// `usable`, where lapin did not record it. Not a channel's own failure ("invalid channel
+/// state" after a queue's deletion, say): the connection may still serve.
+pub(crate) fn note_loss(e: &anyhow::Error) {
+    let text = format!("{e:#}");
+    let signs = LOSS_SIGNS.iter().filter(|s| **s != "invalid channel state");
+    if signs.into_iter().any(|s| text.contains(s)) {
+        // As lapin's own report of the loss words it (`watch_flow`), said once.
+        let lapin = e.chain().find_map(|c| c.downcast_ref::<lapin::Error>());
+        let why = lapin.map_or(text, ToString::to_string);
+        let mut lost = LOST.lock().unwrap_or_else(|e| e.into_inner());
+        lost.get_or_insert_with(|| redact::scrub(&why));
+    }
+}
+
 /// `CONNECTION_LOST` and its cause `why`.
 fn lost_because(why: &str) -> String {
     format!("{CONNECTION_LOST} ({why})")
@@ -478,26 +502,41 @@ pub(crate) async fn close(conn: &Connection, why: &str) {
 pub async fn passive_declare(conn: &Connection, queue: &str) -> Result<Option<Depth>> {
     Ok(match passive_declare_keep(conn, queue).await? {
         Some((depth, ch)) => {
-            let _ = ch.close(200, "passive declare done".into()).await;
+            let _ = tokio::time::timeout(CLOSE_LIMIT, ch.close(200, "passive declare done".into()))
+                .await;
             Some(depth)
         }
         None => None,
     })
 }
 
+/// How long a passive declare may take: the broker answers one in milliseconds, even under
+/// an alarm, so past this the connection is gone unnoticed (see `usable`).
+const DECLARE_LIMIT: Duration = Duration::from_secs(30);
+
 /// `passive_declare`, handing back the (still open) channel for further use.
 pub(crate) async fn passive_declare_keep(
     conn: &Connection,
     queue: &str,
 ) -> Result<Option<(Depth, lapin::Channel)>> {
-    let ch = conn.create_channel().await?;
-    let r = ch
-        .queue_declare(
-            queue.into(),
-            lapin::options::QueueDeclareOptions::default().passive(),
-            lapin::types::FieldTable::default(),
-        )
-        .await;
+    let declare = async {
+        let ch = conn.create_channel().await?;
+        let r = ch
+            .queue_declare(
+                queue.into(),
+                lapin::options::QueueDeclareOptions::default().passive(),
+                lapin::types::FieldTable::default(),
+            )
+            .await;
+        Ok::<_, lapin::Error>((ch, r))
+    };
+    let Ok(opened) = tokio::time::timeout(DECLARE_LIMIT, declare).await else {
+        bail!(
+            "cannot check queue {queue:?}: the broker did not answer within {} s",
+            DECLARE_LIMIT.as_secs()
+        );
+    };
+    let (ch, r) = opened?;
     match r {
         Ok(q) => Ok(Some((
             Depth {

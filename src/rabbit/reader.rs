@@ -366,6 +366,9 @@ async fn read_fifo<T: Send>(
     } else {
         consume_fifo(&ch, spec, want, make, tx, &mut report).await
     };
+    if let Err(e) = &result {
+        super::note_loss(e); // see `rabbit::usable`
+    }
     let mut back = report.read;
     let mut ready_before = None;
     if let Some(mut r) = renewal {
@@ -377,7 +380,7 @@ async fn read_fifo<T: Send>(
             result = finished;
         }
         back = r.unrenewed(report.read);
-        if r.renewed() > 0 && conn.status().connected() {
+        if r.renewed() > 0 && super::usable(conn) {
             super::settle_grace_after(marks.recent(), started.elapsed()).await;
             ready_before = super::passive_declare(conn, &spec.queue)
                 .await
@@ -401,7 +404,7 @@ async fn read_fifo<T: Send>(
     // Messages pushed over a delivery limit do not come back.
     let back = back.saturating_sub(report.pushed_over);
     // A lost connection gave everything back already; there is nothing to count with.
-    if conn.status().connected() {
+    if super::usable(conn) {
         let more = after_give_back(conn, &spec.queue, ready_before, back).await;
         report.renewal_notes.extend(more);
     }

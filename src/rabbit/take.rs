@@ -13,6 +13,14 @@
 //! 90,000 skipped messages made every acknowledgement slow (minutes for a 10% selective
 //! replay of 100,000). Per-window channels bound that walk to one window.
 //!
+//! Except on a holding take of a quorum queue (`open_holding`: an archive, a replay's
+//! plan), whose windows share a channel until it holds `MAX_WINDOW` kept (skipped)
+//! messages: the walk stays as short, and a graceful stop of dlq's node gives the
+//! messages back in order. The stopping node closes channels in an order of its own
+//! (newest first on 3.10), but gives back one channel's consumers in tag order: an archive
+//! of 16,000 with a channel per window came back `8200-10199, 6200-8199, ..., 0-2199,
+//! 10200-15999`.
+//!
 //! Quorum queues are taken by one live consumer instead (`continuous`), cancelled only at
 //! the end of the take or once the messages it keeps hold half its credit (and then only
 //! after it delivered all of it: `drain_credit`): RabbitMQ (3.10
@@ -56,11 +64,10 @@ struct Current {
     /// credit (`Taker::ack_kept_here`).
     acked: u64,
     cancelled: bool,
-    /// What the consumer yielded when `ready` looked, not yet handed out by `next`.
-    peeked: Option<Option<lapin::Result<Delivery>>>,
-    /// A continuous consumer's last deliveries, taken before its cancel (`drain_credit`),
-    /// handed out by `next` before anything else.
-    drained: std::collections::VecDeque<Option<lapin::Result<Delivery>>>,
+    /// What the consumer yielded and `next` has not handed out yet, in order: what `ready`
+    /// looked at, and a continuous consumer's last deliveries taken before its cancel
+    /// (`drain_credit`). An error or the stream's end is always last.
+    ahead: std::collections::VecDeque<Option<lapin::Result<Delivery>>>,
 }
 
 impl Current {
@@ -83,7 +90,7 @@ fn window_done(continuous: bool, kept_here: u64, cur: &Current) -> bool {
 }
 
 /// Before a live continuous consumer is cancelled: no more acknowledgements on its channel
-/// (its budget frozen), and everything its credit still brings taken into `cur.drained`, up
+/// (its budget frozen), and everything its credit still brings taken into `cur.ahead`, up
 /// to the `counted` messages it may reach. A cancel with credit left races the deliveries
 /// on their way: the broker gives those back (rabbitmq-server#3729) behind what the next
 /// consumer already took, and a selective replay of a quorum DLQ without a limit left its
@@ -100,19 +107,17 @@ async fn drain_credit(
     let credit = (cur.batch + budget.sent()).min(counted);
     let mut stalled = Duration::ZERO;
     loop {
-        let held = match &cur.peeked {
-            None => 0,
-            Some(Some(Ok(_))) => 1,
-            Some(_) => return Ok(()),
-        };
-        if cur.got + held + cur.drained.len() as u64 >= credit {
+        if cur.ahead.back().is_some_and(|n| !matches!(n, Some(Ok(_)))) {
+            return Ok(()); // the stream ended, or failed
+        }
+        if cur.got + cur.ahead.len() as u64 >= credit {
             return Ok(());
         }
         match tokio::time::timeout(IDLE, cur.consumer.next()).await {
-            Ok(Some(Ok(d))) => cur.drained.push_back(Some(Ok(d))),
+            Ok(Some(Ok(d))) => cur.ahead.push_back(Some(Ok(d))),
             // An error or the end, handed out after the deliveries before it.
             Ok(n) => {
-                cur.drained.push_back(n);
+                cur.ahead.push_back(n);
                 return Ok(());
             }
             // Nothing ready any more: the rest of its credit has nothing to bring.
@@ -149,7 +154,8 @@ fn continuous_credit(unsettled: u64, renews: bool) -> u64 {
 }
 
 pub(crate) struct Taker {
-    /// One channel per consumer window, oldest first; the last one is in use.
+    /// One channel per consumer window (a holding take's windows may share one: see the
+    /// module's notes), oldest first; the last one is in use.
     channels: Vec<Channel>,
     /// Deliveries received on each channel (handed out or held beyond the count).
     delivered: Vec<u64>,
@@ -176,6 +182,10 @@ pub(crate) struct Taker {
     /// Kept messages held (not renewed) on the current window's channel: they use its
     /// credit, so a continuous consumer is cancelled once they hold half of it.
     kept_here: u64,
+    /// A holding take's windows on the current channel, and the messages kept on it
+    /// (`open_window`).
+    windows_here: u32,
+    kept_on_channel: u64,
     /// Windows are not cancelled once delivered (`open_holding`): the consumers that
     /// delivered them, live with no credit left, and their channels' indices.
     holding: bool,
@@ -291,6 +301,8 @@ impl Taker {
             continuous,
             credit: unsettled.map_or(0, |u| continuous_credit(u, renews)),
             kept_here: 0,
+            windows_here: 0,
+            kept_on_channel: 0,
             holding: false,
             live: Vec::new(),
             watched: Vec::new(),
@@ -307,6 +319,7 @@ impl Taker {
     /// `DEFER_BYTES` of bodies): until then nothing stands behind what it took but newcomers,
     /// so its consumers can stay live while the caller acknowledges (`watch_consumers`).
     pub(crate) async fn keep(&mut self, conn: &Connection, d: &Delivery) -> Result<()> {
+        self.kept_on_channel += 1;
         if !self.renews {
             self.kept_here += 1;
             return Ok(());
@@ -388,9 +401,8 @@ impl Taker {
         let Some(cur) = self.current.as_mut() else {
             return;
         };
-        let mut n = u64::from(matches!(cur.peeked.take(), Some(Some(Ok(_)))));
-        let drained = std::mem::take(&mut cur.drained);
-        n += drained.iter().filter(|d| matches!(d, Some(Ok(_)))).count() as u64;
+        let ahead = std::mem::take(&mut cur.ahead);
+        let mut n = ahead.iter().filter(|d| matches!(d, Some(Ok(_)))).count() as u64;
         // Until `cancel-ok` ends the stream; a stream that never ends must not hold the run.
         while let Ok(Some(Ok(_))) = tokio::time::timeout(IDLE, cur.consumer.next()).await {
             n += 1;
@@ -451,10 +463,15 @@ impl Taker {
     /// newcomer). An older consumer, live with no credit, would take the next message out of
     /// order: its kept originals wait until the consumers are cancelled (`release`,
     /// `watch_consumers`). `settle`: wait for every copy's confirm first. How many.
+    /// On a channel older windows share (`open_window`) nothing is acknowledged: their
+    /// consumers would get the credit.
     async fn ack_kept_here(&mut self, settle: bool) -> Result<u64> {
         let (Some(r), Some(cur)) = (self.renewal.as_mut(), self.current.as_mut()) else {
             return Ok(0);
         };
+        if self.windows_here > 1 {
+            return Ok(0);
+        }
         if settle {
             r.settle().await;
         }
@@ -473,7 +490,10 @@ impl Taker {
         (WINDOW_BYTES / avg).clamp(16, MAX_WINDOW)
     }
 
-    /// A new take window: its own channel, and a consumer whose prefetch is the window's size.
+    /// A new take window: a consumer whose prefetch is the window's size, on a channel of its
+    /// own or, for a holding take, on the last one while it may be shared (see the module's
+    /// notes). Not once kept messages are renewed: their originals are acknowledged on the
+    /// current channel, and an older consumer on it would get the credit.
     async fn open_window(&mut self, conn: &Connection) -> Result<()> {
         let size = if self.continuous {
             self.credit
@@ -481,7 +501,20 @@ impl Taker {
             self.window()
         };
         let batch = size.min(self.want - self.taken).min(u64::from(u16::MAX));
-        let ch = conn.create_channel().await?;
+        let share = self.holding
+            && self.renewal.is_none()
+            && self.kept_on_channel < MAX_WINDOW
+            && !self.channels.is_empty();
+        if !share {
+            self.channels.push(conn.create_channel().await?);
+            self.delivered.push(0);
+            self.budgets.push(match self.continuous {
+                true => AckBudget::counting(),
+                false => AckBudget::unbounded(),
+            });
+            (self.windows_here, self.kept_on_channel) = (0, 0);
+        }
+        let ch = self.channels.last().expect("pushed above");
         ch.basic_qos(batch as u16, BasicQosOptions { global: false })
             .await?;
         let consumer = ch
@@ -493,13 +526,8 @@ impl Taker {
                 FieldTable::default(),
             )
             .await?;
-        self.channels.push(ch);
-        self.delivered.push(0);
-        self.budgets.push(match self.continuous {
-            true => AckBudget::counting(),
-            false => AckBudget::unbounded(),
-        });
         self.consumers += 1;
+        self.windows_here += 1;
         self.kept_here = 0;
         self.current = Some(Current {
             consumer,
@@ -508,8 +536,7 @@ impl Taker {
             start: self.taken,
             acked: 0,
             cancelled: false,
-            peeked: None,
-            drained: std::collections::VecDeque::new(),
+            ahead: std::collections::VecDeque::new(),
         });
         if self.renewal.is_some() {
             self.bound_budget();
@@ -520,6 +547,14 @@ impl Taker {
     /// The next message in queue order, or `None` once the counted messages were taken.
     /// Acknowledge it with `delivery.acker`; anything not acknowledged goes back on release.
     pub(crate) async fn next(&mut self, conn: &Connection) -> Result<Option<Delivery>> {
+        let next = self.take_next(conn).await;
+        if let Err(e) = &next {
+            super::note_loss(e); // for `release` (see `rabbit::usable`)
+        }
+        next
+    }
+
+    async fn take_next(&mut self, conn: &Connection) -> Result<Option<Delivery>> {
         let q = self.queue.clone();
         loop {
             // A continuous take ends with its consumer live (`stop_consuming`).
@@ -533,7 +568,7 @@ impl Taker {
                 && self
                     .current
                     .as_ref()
-                    .is_some_and(|c| c.out_of_credit() && c.peeked.is_none())
+                    .is_some_and(|c| c.out_of_credit() && c.ahead.is_empty())
             {
                 // Its kept originals' acknowledgements give it more to deliver.
                 if self.ack_kept_here(true).await? > 0 {
@@ -593,10 +628,7 @@ impl Taker {
         }
         let mut stalled = Duration::ZERO;
         loop {
-            if let Some(n) = cur.peeked.take() {
-                return Ok(n);
-            }
-            if let Some(n) = cur.drained.pop_front() {
+            if let Some(n) = cur.ahead.pop_front() {
                 return Ok(n);
             }
             // A continuous consumer gets credit back from kept originals only as they
@@ -646,10 +678,7 @@ impl Taker {
         let Some(cur) = self.current.as_mut() else {
             return self.taken >= self.want;
         };
-        if cur.peeked.is_some()
-            || !cur.drained.is_empty()
-            || self.continuous && self.taken >= self.want
-        {
+        if !cur.ahead.is_empty() || self.continuous && self.taken >= self.want {
             return true;
         }
         if window_done(self.continuous, self.kept_here, cur) && !cur.cancelled {
@@ -657,7 +686,7 @@ impl Taker {
         }
         match cur.consumer.next().now_or_never() {
             Some(n) => {
-                cur.peeked = Some(n);
+                cur.ahead.push_back(n);
                 true
             }
             None => false,
@@ -754,7 +783,7 @@ impl Taker {
         }
         // A lost connection settles nothing more and its channels' messages are back
         // already: no grace (up to 10 s), no count.
-        let alive = conn.status().connected();
+        let alive = super::usable(conn);
         if alive && self.quorum && held < self.taken {
             // Every acknowledgement sent lately, the caller's and `next`'s too.
             super::settle_grace_after(self.ack_marks.recent(), confirms).await;
