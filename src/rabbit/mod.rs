@@ -268,28 +268,27 @@ fn lost_cause() -> Option<String> {
     LOST.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
-/// Whether `conn` may still be used: lapin calls it connected, and no operation of this
-/// process saw it lost. lapin's word alone is not enough: a graceful stop of dlq's node
-/// failed a `basic.qos` with "Connection reset by peer" while lapin still called the
-/// connection and the channel connected, its I/O thread gone, so that every request sent
-/// after it waited forever (an archive's give-back hung there, every message back already).
-pub(crate) fn usable(conn: &Connection) -> bool {
-    conn.status().connected() && lost_cause().is_none()
-}
-
-/// Records a failed operation's error as the loss of the connection when it says so: for
-/// `usable`, where lapin did not record it. Not a channel's own failure ("invalid channel
+/// Whether a failed operation's error says its connection is gone, recorded as the loss
+/// (see `lost_connection`) when it does. Not a channel's own failure ("invalid channel
 /// state" after a queue's deletion, say): the connection may still serve.
-pub(crate) fn note_loss(e: &anyhow::Error) {
+///
+/// lapin's status alone is not enough: a graceful stop of dlq's node failed a `basic.qos`
+/// with "Connection reset by peer" while lapin still called the connection and the channel
+/// connected, its I/O thread gone, so that every request sent after it waited forever (an
+/// archive's give-back hung there, every message back already). A caller that saw such an
+/// error asks nothing more of that connection.
+pub(crate) fn note_loss(e: &anyhow::Error) -> bool {
     let text = format!("{e:#}");
     let signs = LOSS_SIGNS.iter().filter(|s| **s != "invalid channel state");
-    if signs.into_iter().any(|s| text.contains(s)) {
-        // As lapin's own report of the loss words it (`watch_flow`), said once.
-        let lapin = e.chain().find_map(|c| c.downcast_ref::<lapin::Error>());
-        let why = lapin.map_or(text, ToString::to_string);
-        let mut lost = LOST.lock().unwrap_or_else(|e| e.into_inner());
-        lost.get_or_insert_with(|| redact::scrub(&why));
+    if !signs.into_iter().any(|s| text.contains(s)) {
+        return false;
     }
+    // As lapin's own report of the loss words it (`watch_flow`), said once.
+    let lapin = e.chain().find_map(|c| c.downcast_ref::<lapin::Error>());
+    let why = lapin.map_or(text, ToString::to_string);
+    let mut lost = LOST.lock().unwrap_or_else(|e| e.into_inner());
+    lost.get_or_insert_with(|| redact::scrub(&why));
+    true
 }
 
 /// `CONNECTION_LOST` and its cause `why`.

@@ -366,9 +366,8 @@ async fn read_fifo<T: Send>(
     } else {
         consume_fifo(&ch, spec, want, make, tx, &mut report).await
     };
-    if let Err(e) = &result {
-        super::note_loss(e); // see `rabbit::usable`
-    }
+    // A lost connection answers nothing more (see `rabbit::note_loss`).
+    let mut lost = result.as_ref().is_err_and(super::note_loss);
     let mut back = report.read;
     let mut ready_before = None;
     if let Some(mut r) = renewal {
@@ -377,10 +376,11 @@ async fn read_fifo<T: Send>(
         let started = std::time::Instant::now();
         let finished = finish_renewal(&ch, &mut r, open_consumer).await;
         if result.is_ok() {
+            lost = finished.as_ref().is_err_and(super::note_loss);
             result = finished;
         }
         back = r.unrenewed(report.read);
-        if r.renewed() > 0 && super::usable(conn) {
+        if r.renewed() > 0 && conn.status().connected() && !lost {
             super::settle_grace_after(marks.recent(), started.elapsed()).await;
             ready_before = super::passive_declare(conn, &spec.queue)
                 .await
@@ -404,7 +404,7 @@ async fn read_fifo<T: Send>(
     // Messages pushed over a delivery limit do not come back.
     let back = back.saturating_sub(report.pushed_over);
     // A lost connection gave everything back already; there is nothing to count with.
-    if super::usable(conn) {
+    if conn.status().connected() && !lost {
         let more = after_give_back(conn, &spec.queue, ready_before, back).await;
         report.renewal_notes.extend(more);
     }

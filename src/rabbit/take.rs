@@ -200,6 +200,9 @@ pub(crate) struct Taker {
     ack_marks: AckMarks,
     /// Each channel's acknowledgement budget (see `budget`), as `channels`.
     budgets: Vec<AckBudget>,
+    /// `next` failed with the connection's loss (see `rabbit::note_loss`): `release` asks
+    /// nothing more of it.
+    lost: bool,
 }
 
 impl Taker {
@@ -310,6 +313,7 @@ impl Taker {
             deferred_bytes: 0,
             ack_marks: AckMarks::new(),
             budgets: Vec::new(),
+            lost: false,
         })
     }
 
@@ -549,7 +553,7 @@ impl Taker {
     pub(crate) async fn next(&mut self, conn: &Connection) -> Result<Option<Delivery>> {
         let next = self.take_next(conn).await;
         if let Err(e) = &next {
-            super::note_loss(e); // for `release` (see `rabbit::usable`)
+            self.lost |= super::note_loss(e);
         }
         next
     }
@@ -783,7 +787,7 @@ impl Taker {
         }
         // A lost connection settles nothing more and its channels' messages are back
         // already: no grace (up to 10 s), no count.
-        let alive = super::usable(conn);
+        let alive = conn.status().connected() && !self.lost;
         if alive && self.quorum && held < self.taken {
             // Every acknowledgement sent lately, the caller's and `next`'s too.
             super::settle_grace_after(self.ack_marks.recent(), confirms).await;

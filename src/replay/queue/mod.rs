@@ -226,7 +226,7 @@ impl<'a> Session<'a> {
         ended.signals.abort();
         passed?;
         let mut report = ended.report;
-        if !rabbit::usable(&self.conn) && !ended.recent.is_empty() {
+        if !self.conn.status().connected() && !ended.recent.is_empty() {
             self.lost_acks(&ended.recent, &ended.acked, &mut report)
                 .await;
         }
