@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::control::{self, Answer, Call, Method, Ticket};
 
-use crate::rabbit::CLOSE_LIMIT;
+use crate::rabbit;
 use crate::rabbit::publish::{exchange_exists, scrubbed};
 
 /// Celery's remote-control mailbox for one `control_exchange` (default `celery`; apps sharing
@@ -95,7 +95,7 @@ pub(crate) async fn call_amqp(
     let _ = ch
         .queue_delete(reply_queue.as_str().into(), QueueDeleteOptions::default())
         .await;
-    let _ = tokio::time::timeout(CLOSE_LIMIT, ch.close(200, "dlq: workers asked".into())).await;
+    rabbit::close_channel(&ch, "dlq: workers asked").await;
     answers.with_context(|| format!("asking the Celery workers over {}", mailbox.request))
 }
 

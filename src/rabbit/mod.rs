@@ -279,8 +279,8 @@ fn lost_cause() -> Option<String> {
 /// error asks nothing more of that connection.
 pub(crate) fn note_loss(e: &anyhow::Error) -> bool {
     let text = format!("{e:#}");
-    let signs = LOSS_SIGNS.iter().filter(|s| **s != "invalid channel state");
-    if !signs.into_iter().any(|s| text.contains(s)) {
+    let mut signs = LOSS_SIGNS.iter().filter(|s| **s != "invalid channel state");
+    if !signs.any(|s| text.contains(s)) {
         return false;
     }
     // As lapin's own report of the loss words it (`watch_flow`), said once.
@@ -496,13 +496,17 @@ pub(crate) async fn close(conn: &Connection, why: &str) {
     let _ = tokio::time::timeout(CLOSE_LIMIT, conn.close(200, why.into())).await;
 }
 
+/// Closes a channel, waiting at most `CLOSE_LIMIT` for its close-ok (see `close`).
+pub(crate) async fn close_channel(ch: &lapin::Channel, why: &str) {
+    let _ = tokio::time::timeout(CLOSE_LIMIT, ch.close(200, why.into())).await;
+}
+
 /// Passive `queue.declare` on a channel of its own: a missing queue is `None` (the 404
 /// closes that channel, never one in use), and nothing is ever created.
 pub async fn passive_declare(conn: &Connection, queue: &str) -> Result<Option<Depth>> {
     Ok(match passive_declare_keep(conn, queue).await? {
         Some((depth, ch)) => {
-            let _ = tokio::time::timeout(CLOSE_LIMIT, ch.close(200, "passive declare done".into()))
-                .await;
+            close_channel(&ch, "passive declare done").await;
             Some(depth)
         }
         None => None,
@@ -510,7 +514,7 @@ pub async fn passive_declare(conn: &Connection, queue: &str) -> Result<Option<De
 }
 
 /// How long a passive declare may take: the broker answers one in milliseconds, even under
-/// an alarm, so past this the connection is gone unnoticed (see `usable`).
+/// an alarm, so past this the connection is gone unnoticed (see `note_loss`).
 const DECLARE_LIMIT: Duration = Duration::from_secs(30);
 
 /// `passive_declare`, handing back the (still open) channel for further use.

@@ -433,11 +433,7 @@ async fn finish_renewal(
 /// order, for classic and quorum queues alike. Errors are ignored on purpose: when the
 /// channel or connection is already gone, the broker has requeued them already.
 async fn give_back(ch: &Channel) {
-    let _ = tokio::time::timeout(
-        super::CLOSE_LIMIT,
-        ch.close(200, "dlq: read done, every message given back".into()),
-    )
-    .await;
+    super::close_channel(ch, "dlq: read done, every message given back").await;
 }
 
 /// How long to wait for `held` given-back messages to be ready again: the broker requeues a

@@ -801,14 +801,7 @@ impl Taker {
         };
         // Oldest first: a quorum queue appends returned messages in the order they come back.
         for ch in &self.channels {
-            let _ = tokio::time::timeout(
-                super::CLOSE_LIMIT,
-                ch.close(
-                    200,
-                    "dlq: done, every message not moved is given back".into(),
-                ),
-            )
-            .await;
+            super::close_channel(ch, "dlq: done, every message not moved is given back").await;
         }
         // On a quorum queue the count after includes the deliveries beyond the take.
         let back = held + ready_before.map_or(0, |_| self.beyond());
