@@ -2,6 +2,5 @@
 //! without reaching into `source::table`'s internals. Not part of dlq's interface.
 
 pub use crate::rabbit::codec::properties_to_typed_json;
-pub use crate::rabbit::{Depth, passive_declare};
 pub use crate::source::table::testing::{Db, NewRow};
 pub use crate::source::table::url::Dialect;

@@ -42,7 +42,7 @@ fn lock_name(queue: &str) -> String {
 
 /// Exclusive queues belong to one connection: a second declare fails, and the broker
 /// removes the queue when the connection ends, even after kill -9.
-async fn lock(conn: &lapin::Connection, queue: &str) -> Result<lapin::Channel> {
+async fn lock(conn: &crate::rabbit::Connection, queue: &str) -> Result<lapin::Channel> {
     let ch = conn.create_channel().await?;
     let opts = QueueDeclareOptions {
         exclusive: true,
@@ -67,7 +67,7 @@ async fn lock(conn: &lapin::Connection, queue: &str) -> Result<lapin::Channel> {
 
 /// One run's connection, the queues it checked once, and their archive locks.
 struct Session {
-    conn: Arc<lapin::Connection>,
+    conn: Arc<crate::rabbit::Connection>,
     checked: Vec<Checked>,
     names: Vec<String>,
     _locks: Vec<lapin::Channel>,
@@ -277,7 +277,7 @@ async fn archive_and_delete(
 /// The archive file's trailer once it is complete and synced after `result`, the take;
 /// otherwise nothing is acknowledged: every taken message goes back in place.
 async fn finish_or_give_back(
-    conn: &lapin::Connection,
+    conn: &crate::rabbit::Connection,
     printer: &Printer,
     writer: ArchiveWriter,
     result: Result<()>,
@@ -315,7 +315,7 @@ struct Written {
 /// error (after which a taker acknowledges nothing more), and, per quorum queue, the content
 /// ids acknowledged there, to check afterwards.
 async fn ack_written(
-    conn: &lapin::Connection,
+    conn: &crate::rabbit::Connection,
     printer: &Printer,
     taken: Vec<(Taker, Vec<Written>)>,
 ) -> (u64, Option<anyhow::Error>, Vec<(String, Vec<String>)>) {
@@ -366,7 +366,7 @@ async fn ack_each_channel(taker: &Taker, written: &[Written]) -> Result<()> {
 /// How many acknowledged messages are still in their quorum queues, found by content id
 /// (a non-destructive read, as `inspect` does).
 async fn still_queued(
-    conn: &lapin::Connection,
+    conn: &crate::rabbit::Connection,
     checked: &[Checked],
     to_verify: Vec<(String, Vec<String>)>,
 ) -> Result<u64> {
@@ -385,7 +385,7 @@ async fn still_queued(
 /// Takes every message of every queue (held unacknowledged) and writes the selected ones;
 /// `taken` keeps each take channel with the delivery tags written, for the acks.
 async fn take_and_write(
-    conn: &lapin::Connection,
+    conn: &crate::rabbit::Connection,
     opts: &Options,
     session: &Session,
     writer: &mut ArchiveWriter,

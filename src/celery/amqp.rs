@@ -13,7 +13,7 @@ use anyhow::Result;
 use std::time::Duration;
 
 pub(crate) struct AmqpDispatch {
-    conn: lapin::Connection,
+    conn: crate::rabbit::Connection,
     /// The broker the tasks go to (`--broker-url` or the AMQP URL), for its management API.
     target: Box<rabbit::Target>,
     mailbox: workers::Mailbox,

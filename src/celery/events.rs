@@ -7,11 +7,12 @@
 //! transient one, which RabbitMQ 4.3 refuses), a pattern subscription on Redis. Reading it
 //! changes nothing a worker or another monitor sees.
 
+use crate::rabbit::Connection;
 use anyhow::Result;
 use futures_util::StreamExt;
 use lapin::options::ExchangeDeclareOptions;
 use lapin::types::FieldTable;
-use lapin::{Channel, Connection, Consumer, ExchangeKind};
+use lapin::{Channel, Consumer, ExchangeKind};
 use serde_json::Value;
 
 use crate::rabbit::private;

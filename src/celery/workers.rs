@@ -9,11 +9,12 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use crate::rabbit::Connection;
 use anyhow::{Context, Result};
 use futures_util::StreamExt;
 use lapin::options::{BasicPublishOptions, ExchangeDeclareOptions, QueueDeleteOptions};
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel, Connection, Consumer, ExchangeKind};
+use lapin::{BasicProperties, Channel, Consumer, ExchangeKind};
 use serde_json::Value;
 
 use super::control::{self, Answer, Call, Method, Ticket};

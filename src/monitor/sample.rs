@@ -4,6 +4,7 @@
 //! what may be read by the same rules as `list` and reads through the same reader, so the
 //! queue is left exactly as it was (see rabbit/reader.rs).
 
+use crate::rabbit::Connection;
 use crate::rabbit::reader::{self, ReadSpec};
 use crate::rabbit::topology::{self, QueueFacts, QueueKind, ReadVerdict};
 use crate::rabbit::{Checked, passive_declare_keep};
@@ -12,7 +13,6 @@ use crate::source::summary::QueueSummary;
 use anyhow::Result;
 use chrono::{DateTime, Utc};
 use futures_util::{StreamExt, TryStreamExt};
-use lapin::Connection;
 use std::collections::HashMap;
 use tokio::sync::mpsc;
 

@@ -9,6 +9,7 @@
 
 mod budget;
 pub(crate) mod codec;
+mod connection;
 pub(crate) mod death;
 pub(crate) mod management;
 pub(crate) mod private;
@@ -20,6 +21,10 @@ pub(crate) mod take;
 pub(crate) mod topology;
 
 pub(crate) use budget::AckBudget;
+pub(crate) use connection::{
+    BLOCKED_STOP_GRACE, Connection, Liveness, blocked, broker_failure, led_by_loss,
+    lost_connection_in, named_loss,
+};
 pub(crate) use settle::{AckMarks, ack, settle_grace_after};
 
 use crate::error::usage;
@@ -29,10 +34,10 @@ use crate::redact;
 use crate::tls::TlsFiles;
 use crate::tls::{self, Problem};
 use anyhow::{Result, anyhow, bail};
+use lapin::ConnectionProperties;
 use lapin::protocol::{AMQPErrorKind, AMQPHardError, AMQPSoftError};
 use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
 use lapin::uri::{AMQPAuthority, AMQPQueryString, AMQPScheme, AMQPUri, AMQPUserInfo};
-use lapin::{Connection, ConnectionProperties};
 use management::{ApiError, Management};
 use std::time::Duration;
 use topology::{ApiQueue, QueueFacts, QueueKind, ReadVerdict, Version};
@@ -200,162 +205,16 @@ pub(crate) async fn connect(t: &Target) -> Result<Connection> {
     let runtime = lapin::runtime::default_runtime()
         .map_err(|e| anyhow!("cannot connect to RabbitMQ at {}: {e}", t.shown))?;
     let attempt =
-        Connection::connect_uri_with_config(t.uri.clone(), props, t.tls_config(), runtime);
+        lapin::Connection::connect_uri_with_config(t.uri.clone(), props, t.tls_config(), runtime);
     match tokio::time::timeout(CONNECT_TIMEOUT, attempt).await {
         Err(_) => Err(anyhow!(
             "cannot connect to RabbitMQ at {}: no answer within {} s (unreachable, or a server that is not RabbitMQ on that port?)",
             t.shown,
             CONNECT_TIMEOUT.as_secs()
         )),
-        Ok(Ok(c)) => {
-            tokio::spawn(watch_flow(c.events_listener()));
-            Ok(c)
-        }
+        Ok(Ok(c)) => Ok(Connection::watched(c)),
         Ok(Err(e)) => Err(connect_error(&e, t)),
     }
-}
-
-/// Says at once when the broker blocks this connection's publishing (a memory or disk
-/// alarm) and when it lets it go: otherwise a replay just stops moving, silently.
-async fn watch_flow(events: impl futures_util::Stream<Item = lapin::Event>) {
-    use futures_util::StreamExt;
-    futures_util::pin_mut!(events);
-    while let Some(event) = events.next().await {
-        match event {
-            lapin::Event::ConnectionBlocked(reason) => {
-                crate::output::notice(format!(
-                    "the broker blocked publishing ({reason}: a memory or disk alarm); dlq waits until it clears; Ctrl-C stops it (at most {} s later while still blocked)",
-                    BLOCKED_STOP_GRACE.as_secs()
-                ));
-                crate::output::bar_status(Some(&format!("BLOCKED by the broker: {reason}")));
-                *blocked_state() = Some((std::time::Instant::now(), reason.to_string()));
-            }
-            lapin::Event::ConnectionUnblocked => {
-                *blocked_state() = None;
-                crate::output::bar_status(None);
-                crate::output::notice("the broker unblocked publishing: going on")
-            }
-            lapin::Event::Error(e) => {
-                let mut lost = LOST.lock().unwrap_or_else(|e| e.into_inner());
-                lost.get_or_insert_with(|| redact::scrub(&e.to_string()));
-            }
-            _ => {}
-        }
-    }
-}
-
-/// How long a stopped run waits for confirms while the broker keeps blocking publishing.
-pub(crate) const BLOCKED_STOP_GRACE: Duration = Duration::from_secs(10);
-
-/// Since when, and why, the broker blocks this process's publishing (`connection.blocked`).
-static BLOCKED: std::sync::Mutex<Option<(std::time::Instant, String)>> =
-    std::sync::Mutex::new(None);
-
-fn blocked_state() -> std::sync::MutexGuard<'static, Option<(std::time::Instant, String)>> {
-    BLOCKED.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The first error a connection of this process reported: its loss (an I/O error, or the
-/// broker's own `connection.close`, e.g. a node shutting down).
-static LOST: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
-
-/// How a stopped run names a lost connection, with its cause, instead of what the failed
-/// operation saw ("IO error: Connection reset by peer", "invalid channel state").
-pub(crate) const CONNECTION_LOST: &str = "the connection to the broker was lost";
-
-/// Why a connection of this process was lost, once one was.
-fn lost_cause() -> Option<String> {
-    LOST.lock().unwrap_or_else(|e| e.into_inner()).clone()
-}
-
-/// Whether a failed operation's error says its connection is gone, recorded as the loss
-/// (see `lost_connection`) when it does. Not a channel's own failure ("invalid channel
-/// state" after a queue's deletion, say): the connection may still serve.
-///
-/// lapin's status alone is not enough: a graceful stop of dlq's node failed a `basic.qos`
-/// with "Connection reset by peer" while lapin still called the connection and the channel
-/// connected, its I/O thread gone, so that every request sent after it waited forever (an
-/// archive's give-back hung there, every message back already). A caller that saw such an
-/// error asks nothing more of that connection.
-pub(crate) fn note_loss(e: &anyhow::Error) -> bool {
-    let text = format!("{e:#}");
-    let mut signs = LOSS_SIGNS.iter().filter(|s| **s != "invalid channel state");
-    if !signs.any(|s| text.contains(s)) {
-        return false;
-    }
-    // As lapin's own report of the loss words it (`watch_flow`), said once.
-    let lapin = e.chain().find_map(|c| c.downcast_ref::<lapin::Error>());
-    let why = lapin.map_or(text, ToString::to_string);
-    let mut lost = LOST.lock().unwrap_or_else(|e| e.into_inner());
-    lost.get_or_insert_with(|| redact::scrub(&why));
-    true
-}
-
-/// `CONNECTION_LOST` and its cause `why`.
-fn lost_because(why: &str) -> String {
-    format!("{CONNECTION_LOST} ({why})")
-}
-
-/// `CONNECTION_LOST` and its cause, once a connection of this process was lost.
-pub(crate) fn lost_connection() -> Option<String> {
-    lost_cause().map(|why| lost_because(&why))
-}
-
-/// A failed run's message led by the loss of its connection, when one was lost and the
-/// message does not name it already; the loss's cause is said once, not again at its end
-/// ("lost (IO error: reset): nothing was deleted", not "…: nothing was deleted: IO error: reset").
-pub(crate) fn led_by_loss(said: &str) -> Option<String> {
-    if said.contains(CONNECTION_LOST) {
-        return None;
-    }
-    lost_cause().map(|why| loss_first(&why, said))
-}
-
-fn loss_first(why: &str, said: &str) -> String {
-    let lost = lost_because(why);
-    match said
-        .strip_suffix(why)
-        .map(|s| s.trim_end_matches([':', ' ']))
-    {
-        Some("") => lost,
-        Some(rest) => format!("{lost}: {rest}"),
-        None => format!("{lost}: {said}"),
-    }
-}
-
-/// What lapin says of an operation on a connection that is gone (its I/O failed, or the
-/// broker closed it).
-const LOSS_SIGNS: &[&str] = &[
-    "IO error",
-    "invalid channel state",
-    "invalid connection state",
-    "CONNECTION_FORCED",
-    "connection closed",
-];
-
-/// `CONNECTION_LOST` and its cause, when an error's `text` (or an earlier error of the
-/// connection) says the connection is gone.
-pub(crate) fn lost_connection_in(text: &str) -> Option<String> {
-    lost_connection().or_else(|| {
-        let lost = LOSS_SIGNS.iter().any(|s| text.contains(s));
-        lost.then(|| lost_because(text))
-    })
-}
-
-/// An error's text, or what it says of a lost connection instead.
-pub(crate) fn named_loss(text: String) -> String {
-    lost_connection_in(&text).unwrap_or(text)
-}
-
-/// Why a broker operation failed, for a run's `STOPPED:` line.
-pub(crate) fn broker_failure(e: &anyhow::Error) -> String {
-    let text = format!("{e:#}");
-    lost_connection_in(&text).unwrap_or_else(|| format!("broker: {text}"))
-}
-
-/// Since when and why publishing is blocked, if it is.
-pub(crate) fn blocked() -> Option<(std::time::Instant, String)> {
-    blocked_state().clone()
 }
 
 fn connect_error(e: &lapin::Error, t: &Target) -> anyhow::Error {
@@ -503,7 +362,7 @@ pub(crate) async fn close_channel(ch: &lapin::Channel, why: &str) {
 
 /// Passive `queue.declare` on a channel of its own: a missing queue is `None` (the 404
 /// closes that channel, never one in use), and nothing is ever created.
-pub async fn passive_declare(conn: &Connection, queue: &str) -> Result<Option<Depth>> {
+pub(crate) async fn passive_declare(conn: &Connection, queue: &str) -> Result<Option<Depth>> {
     Ok(match passive_declare_keep(conn, queue).await? {
         Some((depth, ch)) => {
             close_channel(&ch, "passive declare done").await;
@@ -514,7 +373,7 @@ pub async fn passive_declare(conn: &Connection, queue: &str) -> Result<Option<De
 }
 
 /// How long a passive declare may take: the broker answers one in milliseconds, even under
-/// an alarm, so past this the connection is gone unnoticed (see `note_loss`).
+/// an alarm, so past this the connection is gone unnoticed (see `Liveness`).
 const DECLARE_LIMIT: Duration = Duration::from_secs(30);
 
 /// `passive_declare`, handing back the (still open) channel for further use.
@@ -801,32 +660,6 @@ pub(crate) async fn length_limit_warning(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_lost_connection_is_named_as_such() {
-        let reset =
-            anyhow!("IO error: Connection reset by peer (os error 104)").context("publishing");
-        assert_eq!(
-            broker_failure(&reset),
-            "the connection to the broker was lost (publishing: IO error: Connection reset by peer (os error 104))"
-        );
-        let full = anyhow!("nacked");
-        assert_eq!(broker_failure(&full), "broker: nacked");
-    }
-
-    #[test]
-    fn a_lost_connection_leads_and_its_cause_is_said_once() {
-        let why = "IO error: Connection reset by peer (os error 104)";
-        assert_eq!(
-            loss_first(why, &format!("nothing was deleted from the queues: {why}")),
-            format!("{CONNECTION_LOST} ({why}): nothing was deleted from the queues")
-        );
-        assert_eq!(loss_first(why, why), format!("{CONNECTION_LOST} ({why})"));
-        assert_eq!(
-            loss_first(why, "invalid channel state"),
-            format!("{CONNECTION_LOST} ({why}): invalid channel state")
-        );
-    }
 
     fn target(url: &str, vhost: Option<&str>) -> Target {
         Target::from_url(url, vhost, &TlsFiles::default(), None).unwrap()

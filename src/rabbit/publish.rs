@@ -2,13 +2,14 @@
 //! credentials), checking destinations, and a publisher that pipelines publishes with
 //! confirms while attributing every `basic.return` to the right message.
 
+use super::{Connection, Liveness};
 use crate::pace::Pace;
 use crate::redact;
 use anyhow::{Context, Result, anyhow};
 use futures_util::FutureExt;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, ExchangeDeclareOptions};
 use lapin::types::{AMQPValue, FieldTable};
-use lapin::{BasicProperties, Channel, Connection, ExchangeKind};
+use lapin::{BasicProperties, Channel, ExchangeKind};
 use lapin::{Confirmation, PublisherConfirm};
 use std::collections::{HashMap, VecDeque};
 use tokio::sync::{mpsc, oneshot};
@@ -136,7 +137,7 @@ struct Writing<T> {
 pub(crate) struct Pipeline<T> {
     channel: Channel,
     /// The connection's state, looked at while a confirm is awaited (`wait_progress`).
-    connection: lapin::ConnectionStatus,
+    connection: Liveness,
     pace: Pace,
     staged: VecDeque<(Outgoing, T)>,
     // Publishes whose frames are queued but not yet written, oldest first. lapin's
@@ -163,7 +164,7 @@ impl<T> Pipeline<T> {
             .map_err(scrubbed)?;
         Ok(Pipeline {
             channel,
-            connection: conn.status().clone(),
+            connection: conn.liveness(),
             pace: Pace::new(rate),
             staged: VecDeque::new(),
             writing: VecDeque::new(),
@@ -376,8 +377,13 @@ impl<T> Pipeline<T> {
             };
             match tokio::time::timeout(CONFIRM_LOOK, wait).await {
                 Ok(Ok(())) => return,
-                Ok(Err(e)) => self.fail_all(lost(&e)),
-                Err(_) if self.channel.status().connected() && self.connection.connected() => {}
+                Ok(Err(e)) => {
+                    self.connection.note_loss(&anyhow!(e.clone()));
+                    self.fail_all(lost(&e))
+                }
+                // lapin may call a dead connection connected: another user of it (the
+                // run's take) may have seen its loss (see `rabbit::Liveness`).
+                Err(_) if self.channel.status().connected() && self.connection.alive() => {}
                 Err(_) => self.fail_all(
                     "broker connection lost before the confirm: the channel or connection closed"
                         .into(),

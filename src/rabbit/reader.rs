@@ -24,6 +24,7 @@
 //! growing stream still ends.
 
 use super::Checked;
+use super::Connection;
 use super::codec::{delivery_count, stream_offset};
 use super::renew::Renewal;
 use super::topology::{GiveBack, QueueKind, ReadVerdict, read_verdict};
@@ -33,7 +34,7 @@ use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions,
 };
 use lapin::types::{AMQPValue, FieldTable, LongString};
-use lapin::{BasicProperties, Channel, Connection};
+use lapin::{BasicProperties, Channel};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -127,7 +128,7 @@ pub(crate) struct ReadReport {
     pub(crate) now_at_limit: u64,
     /// Given back past the delivery limit: the broker dropped or re-dead-lettered them.
     pub(crate) pushed_over: u64,
-    /// What a renewal did (`GiveBack::Renew`), for the user.
+    /// What a renewal (`GiveBack::Renew`) or the give-back did, for the user.
     pub(crate) renewal_notes: Vec<String>,
 }
 
@@ -366,8 +367,10 @@ async fn read_fifo<T: Send>(
     } else {
         consume_fifo(&ch, spec, want, make, tx, &mut report).await
     };
-    // A lost connection answers nothing more (see `rabbit::note_loss`).
-    let mut lost = result.as_ref().is_err_and(super::note_loss);
+    // A lost connection answers nothing more (see `rabbit::Liveness`).
+    if let Err(e) = &result {
+        conn.note_loss(e);
+    }
     let mut back = report.read;
     let mut ready_before = None;
     if let Some(mut r) = renewal {
@@ -376,11 +379,13 @@ async fn read_fifo<T: Send>(
         let started = std::time::Instant::now();
         let finished = finish_renewal(&ch, &mut r, open_consumer).await;
         if result.is_ok() {
-            lost = finished.as_ref().is_err_and(super::note_loss);
+            if let Err(e) = &finished {
+                conn.note_loss(e);
+            }
             result = finished;
         }
         back = r.unrenewed(report.read);
-        if r.renewed() > 0 && conn.status().connected() && !lost {
+        if r.renewed() > 0 && conn.alive() {
             super::settle_grace_after(marks.recent(), started.elapsed()).await;
             ready_before = super::passive_declare(conn, &spec.queue)
                 .await
@@ -404,7 +409,7 @@ async fn read_fifo<T: Send>(
     // Messages pushed over a delivery limit do not come back.
     let back = back.saturating_sub(report.pushed_over);
     // A lost connection gave everything back already; there is nothing to count with.
-    if conn.status().connected() && !lost {
+    if conn.alive() {
         let more = after_give_back(conn, &spec.queue, ready_before, back).await;
         report.renewal_notes.extend(more);
     }
@@ -442,39 +447,34 @@ fn give_back_wait(held: u64) -> Duration {
     (GIVE_BACK_WAIT + Duration::from_millis(held / 10)).min(Duration::from_secs(120))
 }
 
-/// After a give-back of `back` messages to `queue`: with the queue's count from just before
-/// it, `more_back`; without one, `wait_until_back`.
+/// After a give-back of `back` messages to `queue` (which had `before` ready just before it,
+/// when known): waits (briefly) until they are ready again, so that a command run right
+/// after dlq sees the queue as it was, and says so when they are not. The broker requeues a
+/// closed channel's messages asynchronously (a classic queue too, on a loaded broker).
+/// With a count from before, it then says if more than that came back (acknowledgements
+/// the broker dropped, or newcomers): each closed channel's messages come back at once, so
+/// one more look after a pause sees any that came with them.
 pub(super) async fn after_give_back(
     conn: &Connection,
     queue: &str,
     before: Option<super::Depth>,
     back: u64,
 ) -> Option<String> {
-    match before {
-        Some(before) => more_back(conn, queue, before, back).await,
-        None => {
-            wait_until_back(conn, queue, back).await;
-            None
-        }
+    if back == 0 && before.is_none() {
+        return None;
     }
-}
-
-/// After a give-back of `back` messages to `queue`, which had `before` ready just before it:
-/// waits (briefly) until they are ready again, then says if more than that came back
-/// (acknowledgements the broker dropped, or newcomers). Each closed channel's messages come
-/// back at once, so one more look after a pause sees any that came with them.
-async fn more_back(
-    conn: &Connection,
-    queue: &str,
-    before: super::Depth,
-    back: u64,
-) -> Option<String> {
-    let expected = u64::from(before.ready) + back;
+    let expected = before.as_ref().map_or(0, |b| u64::from(b.ready)) + back;
     let wait = give_back_wait(back);
-    let Ok(Some(_)) = poll_depth(conn, queue, wait, |d| u64::from(d.ready) >= expected).await
+    // Gone or unreachable: nothing to wait for, nothing to say.
+    let Ok(Some(now)) = poll_depth(conn, queue, wait, |d| u64::from(d.ready) >= expected).await
     else {
         return None;
     };
+    let missing = expected.saturating_sub(u64::from(now.ready));
+    if missing > 0 {
+        return Some(not_back_note(queue, missing, back, wait));
+    }
+    before.as_ref()?;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let more = match super::passive_declare(conn, queue).await {
         Ok(Some(d)) => u64::from(d.ready).saturating_sub(expected),
@@ -490,17 +490,12 @@ fn more_back_note(queue: &str, n: u64) -> String {
     )
 }
 
-/// A quorum queue requeues a closed channel's messages asynchronously: wait (briefly) until
-/// they are ready again, so that a command run right after dlq sees the queue as it was.
-async fn wait_until_back(conn: &Connection, queue: &str, held: u64) {
-    if held == 0 {
-        return;
-    }
-    // Gone or unreachable: nothing to wait for.
-    let _ = poll_depth(conn, queue, give_back_wait(held), |d| {
-        u64::from(d.ready) >= held
-    })
-    .await;
+/// The queue's count, `wait` after the give-back, is short of what dlq gave back.
+fn not_back_note(queue: &str, missing: u64, back: u64, wait: Duration) -> String {
+    format!(
+        "{queue:?}: {missing} of the {back} message(s) dlq gave back were not ready again after {} s: either the broker is still requeuing them (a command run right now may see fewer), or another consumer or an expiry took them",
+        wait.as_secs()
+    )
 }
 
 /// A consumer has delivered nothing for `IDLE`: does `queue` still hold ready messages?

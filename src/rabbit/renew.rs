@@ -22,10 +22,11 @@
 //! - Only for a queue with no consumer and no TTL or length limit (`topology::renew_blocker`),
 //!   where nothing else can remove an original or take a copy.
 
+use super::Connection;
 use super::publish::{Outcome, Outgoing, Pipeline};
 use anyhow::Result;
+use lapin::Channel;
 use lapin::message::Delivery;
-use lapin::{Channel, Connection};
 
 /// Headers the broker sets at delivery: a copy without them starts counting again.
 const BROKER_COUNTERS: &[&str] = &["x-delivery-count", "x-acquired-count"];

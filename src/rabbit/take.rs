@@ -31,6 +31,7 @@
 //! messages come back at once; acknowledgements only give it credit for the next messages,
 //! in queue order.
 
+use super::Connection;
 use super::reader::{IDLE, ReadSpec, STALL_LIMIT, still_ready};
 use super::renew::{Kept, Renewal};
 use super::topology::GiveBack;
@@ -40,7 +41,7 @@ use futures_util::{FutureExt, StreamExt};
 use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
-use lapin::{Channel, Connection, Consumer};
+use lapin::{Channel, Consumer};
 use std::time::Duration;
 
 const FIRST_WINDOW: u64 = 200;
@@ -200,9 +201,6 @@ pub(crate) struct Taker {
     ack_marks: AckMarks,
     /// Each channel's acknowledgement budget (see `budget`), as `channels`.
     budgets: Vec<AckBudget>,
-    /// `next` failed with the connection's loss (see `rabbit::note_loss`): `release` asks
-    /// nothing more of it.
-    lost: bool,
 }
 
 impl Taker {
@@ -313,7 +311,6 @@ impl Taker {
             deferred_bytes: 0,
             ack_marks: AckMarks::new(),
             budgets: Vec::new(),
-            lost: false,
         })
     }
 
@@ -553,7 +550,8 @@ impl Taker {
     pub(crate) async fn next(&mut self, conn: &Connection) -> Result<Option<Delivery>> {
         let next = self.take_next(conn).await;
         if let Err(e) = &next {
-            self.lost |= super::note_loss(e);
+            // `release` then asks nothing more of it, nor does the run's publisher.
+            conn.note_loss(e);
         }
         next
     }
@@ -787,7 +785,7 @@ impl Taker {
         }
         // A lost connection settles nothing more and its channels' messages are back
         // already: no grace (up to 10 s), no count.
-        let alive = conn.status().connected() && !self.lost;
+        let alive = conn.alive();
         if alive && self.quorum && held < self.taken {
             // Every acknowledgement sent lately, the caller's and `next`'s too.
             super::settle_grace_after(self.ack_marks.recent(), confirms).await;

@@ -263,7 +263,7 @@ impl crate::output::Tabled for ArchivePreview {
 /// messages.
 enum Broker {
     Celery(Dispatcher),
-    Rabbit(lapin::Connection, String),
+    Rabbit(crate::rabbit::Connection, String),
 }
 
 impl Broker {

@@ -116,13 +116,13 @@ fn any_queue(live: Vec<Worker>) -> Vec<Worker> {
 /// messages pass. The workers are asked once, when the first Celery message comes, so a
 /// replay of non-Celery dead letters never waits for them.
 pub(crate) struct TaskGate<'a> {
-    conn: &'a lapin::Connection,
+    conn: &'a crate::rabbit::Connection,
     check: &'a WorkerCheck,
     live: Option<Vec<Worker>>,
 }
 
 impl<'a> TaskGate<'a> {
-    pub(crate) fn new(conn: &'a lapin::Connection, check: &'a WorkerCheck) -> TaskGate<'a> {
+    pub(crate) fn new(conn: &'a crate::rabbit::Connection, check: &'a WorkerCheck) -> TaskGate<'a> {
         TaskGate {
             conn,
             check,

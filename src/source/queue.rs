@@ -336,7 +336,7 @@ pub(crate) async fn open_stream(
 /// when `close`): a command that checked its queues does not connect and check again.
 pub(crate) fn stream_checked(
     printer: Printer,
-    conn: std::sync::Arc<lapin::Connection>,
+    conn: std::sync::Arc<crate::rabbit::Connection>,
     checked: Vec<crate::rabbit::Checked>,
     record_opts: RecordOptions,
     close: bool,

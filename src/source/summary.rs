@@ -3,6 +3,7 @@
 //! broker with hundreds of DLQs is listed in well under a second.
 
 use super::queue::{self as record, RecordOptions};
+use crate::rabbit::Connection;
 use crate::rabbit::death::is_delay_hop;
 use crate::rabbit::management::{ApiError, Management};
 use crate::rabbit::reader::{self, ReadSpec};
@@ -10,7 +11,6 @@ use crate::rabbit::topology::{self, ApiQueue, QueueFacts, QueueKind, ReadVerdict
 use crate::rabbit::{Checked, Target, connect, passive_declare_keep};
 use anyhow::Result;
 use chrono::{DateTime, Utc};
-use lapin::Connection;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use tokio::sync::{Semaphore, mpsc};

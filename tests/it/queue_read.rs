@@ -1088,3 +1088,53 @@ async fn celery_delay_hops_are_not_listed_as_dlqs() {
     assert_eq!(v[0]["location"], "work.dlq");
     b.delete().await;
 }
+
+/// A read whose give-back does not come back (here: messages that expired while dlq held
+/// them, behind a blocked output) says so, rather than leaving the next command to find
+/// fewer without a word.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_that_does_not_come_back_is_said() {
+    use std::io::Read as _;
+    let b = Broker::new("notback").await;
+    let q = "notback.dlq";
+    b.queue(q, FieldTable::default()).await;
+    let n = 3_000u32;
+    let props = BasicProperties::default().with_expiration("3000".into());
+    let body = vec![b'x'; 1_000];
+    b.publish_many_as(q, (0..n).map(|_| body.clone()), props)
+        .await;
+    b.wait_depth(q, n).await;
+
+    // Its output is not read: dlq blocks writing it, holding what it took.
+    let mut child = crate::common::dlq_command()
+        .env("DLQ_AMQP_URL", b.amqp_url())
+        .args(["filter", "-Q", q, "-o", "ndjson"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while b.depth(q).await == n {
+        assert!(Instant::now() < deadline, "dlq took nothing");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Past every message's expiration: what dlq gives back is dropped as it comes back.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut stdout = child.stdout.take().unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        let mut s = String::new();
+        stdout.read_to_string(&mut s).unwrap();
+        s
+    });
+    let read = out.await.unwrap().lines().count();
+    let done = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap());
+    let err = String::from_utf8_lossy(&done.await.unwrap().stderr).into_owned();
+    assert!(read > 0, "{err}");
+    assert!(
+        err.contains("dlq gave back were not ready again after"),
+        "{err}"
+    );
+    assert!(err.contains("or an expiry took them"), "{err}");
+    assert_eq!(b.depth(q).await, 0);
+    b.delete().await;
+}

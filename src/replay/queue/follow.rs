@@ -113,7 +113,7 @@ fn celery_task(headers: Option<&FieldTable>) -> Option<(String, String)> {
 /// messages' by watching the DLQs until `timeout` (`--follow-timeout`, or a canary's wait)
 /// passed.
 pub(crate) async fn outcomes(
-    conn: &lapin::Connection,
+    conn: &crate::rabbit::Connection,
     printer: &Printer,
     watch: &Watch,
     (checked, replay_id): (&[Checked], &str),
@@ -183,7 +183,7 @@ async fn wait_until(deadline: tokio::time::Instant) -> bool {
 /// Publish id -> why it died again, for the copies stamped with this run's replay id that
 /// are in the DLQs now (a read: nothing changes).
 pub(crate) async fn died_again(
-    conn: &lapin::Connection,
+    conn: &crate::rabbit::Connection,
     checked: &[Checked],
     replay_id: &str,
 ) -> Result<HashMap<String, String>> {

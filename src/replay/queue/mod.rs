@@ -123,7 +123,7 @@ pub(crate) struct Session<'a> {
     pub(crate) endpoints: &'a Endpoints,
     pub(crate) printer: &'a Printer,
     pub(crate) opts: &'a Options,
-    pub(crate) conn: lapin::Connection,
+    pub(crate) conn: crate::rabbit::Connection,
     pub(crate) checked: Vec<Checked>,
     pub(crate) replay_id: String,
     pub(crate) audit: Audit,
@@ -226,7 +226,7 @@ impl<'a> Session<'a> {
         ended.signals.abort();
         passed?;
         let mut report = ended.report;
-        if !self.conn.status().connected() && !ended.recent.is_empty() {
+        if !self.conn.alive() && !ended.recent.is_empty() {
             self.lost_acks(&ended.recent, &ended.acked, &mut report)
                 .await;
         }
@@ -338,7 +338,7 @@ impl Following {
     async fn follow_through(
         &self,
         printer: &Printer,
-        conn: &lapin::Connection,
+        conn: &crate::rabbit::Connection,
         checked: &[Checked],
         replay_id: &str,
         moves: follow::Moves,
@@ -379,7 +379,7 @@ pub(crate) struct Dlq<'q> {
 
 /// Gives back everything the takers hold and not acknowledged (`acked` per DLQ, may be empty).
 async fn release_all(
-    conn: &lapin::Connection,
+    conn: &crate::rabbit::Connection,
     printer: &Printer,
     takers: Vec<Taker>,
     acked: &[u64],

@@ -829,7 +829,7 @@ impl Picks<'_> {
     /// Whether a destination queue exists (a passive declare the first time it is seen).
     async fn check_destination(
         &mut self,
-        conn: &lapin::Connection,
+        conn: &crate::rabbit::Connection,
         route: &Route,
     ) -> Result<(), String> {
         let Picks::Streaming { destinations, .. } = self else {
@@ -860,7 +860,7 @@ impl Picks<'_> {
 }
 
 /// The queue as it is now (its depth read again); `None` when it is gone.
-async fn as_now(conn: &lapin::Connection, q: &Checked) -> Result<Option<Checked>> {
+async fn as_now(conn: &crate::rabbit::Connection, q: &Checked) -> Result<Option<Checked>> {
     let Some(depth) = rabbit::passive_declare(conn, &q.name).await? else {
         return Ok(None);
     };
@@ -872,7 +872,11 @@ async fn as_now(conn: &lapin::Connection, q: &Checked) -> Result<Option<Checked>
 }
 
 /// How many messages stamped with this run's id are in the DLQs now (a read).
-async fn died_again(conn: &lapin::Connection, checked: &[Checked], replay_id: &str) -> Result<u64> {
+async fn died_again(
+    conn: &crate::rabbit::Connection,
+    checked: &[Checked],
+    replay_id: &str,
+) -> Result<u64> {
     Ok(super::follow::died_again(conn, checked, replay_id)
         .await?
         .len() as u64)

@@ -202,13 +202,22 @@ pub async fn connection() -> lapin::Connection {
 /// Ready messages and consumers of a queue on the default vhost; `None` when it does not exist.
 pub async fn queue_state(name: &str) -> Option<QueueState> {
     let c = connection().await;
-    let s = dlq::testing::passive_declare(&c, name)
-        .await
-        .unwrap()
-        .map(|d| QueueState {
-            messages: d.ready,
-            consumers: d.consumers,
-        });
+    let ch = c.create_channel().await.unwrap();
+    let passive = lapin::options::QueueDeclareOptions {
+        passive: true,
+        ..Default::default()
+    };
+    let declared = ch
+        .queue_declare(name.into(), passive, lapin::types::FieldTable::default())
+        .await;
+    let s = match declared {
+        Ok(q) => Some(QueueState {
+            messages: q.message_count(),
+            consumers: q.consumer_count(),
+        }),
+        Err(e) if e.to_string().contains("NOT_FOUND") => None,
+        Err(e) => panic!("passive declare of {name}: {e}"),
+    };
     let _ = c.close(200, "bye".into()).await;
     s
 }

@@ -1,0 +1,271 @@
+//! A broker connection and what dlq knows of its loss.
+//!
+//! lapin's own status is not enough: a graceful stop of dlq's node failed a `basic.qos` with
+//! "Connection reset by peer" while lapin still called the connection and the channel
+//! connected, its I/O thread gone, so that every request sent after it waited forever (an
+//! archive's give-back hung there, every message back already; a publish's confirm would
+//! never come). So what any user of a connection saw is kept with the connection
+//! ([`Liveness`]), and every other user of it asks that before waiting on the broker.
+
+use crate::redact;
+use std::ops::Deref;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// A connection to the broker (lapin's, which it derefs to) with its [`Liveness`].
+pub(crate) struct Connection {
+    lapin: lapin::Connection,
+    liveness: Liveness,
+}
+
+impl Connection {
+    /// Wraps a connection just opened and watches its events (flow control, its loss).
+    pub(super) fn watched(lapin: lapin::Connection) -> Connection {
+        let liveness = Liveness {
+            status: lapin.status().clone(),
+            lost: Arc::default(),
+        };
+        let events = lapin.events_listener();
+        tokio::spawn(watch_flow(events, liveness.lost.clone()));
+        Connection { lapin, liveness }
+    }
+
+    /// What every user of this connection knows of its loss, to keep beside a channel.
+    pub(crate) fn liveness(&self) -> Liveness {
+        self.liveness.clone()
+    }
+
+    /// Whether the connection may still answer: neither lapin nor any of its users saw it lost.
+    pub(crate) fn alive(&self) -> bool {
+        self.liveness.alive()
+    }
+
+    /// lapin's `create_channel`, refused at once on a connection known to be lost. lapin
+    /// takes a failed connection as failed only once its internal task, on dlq's one runtime
+    /// thread, handles the I/O thread's report; a caller that saw a request fail can run
+    /// first, and a channel asked for then is never answered (the internal task stops after
+    /// that report, leaving the request queued). Yielding first lets that task run.
+    pub(crate) async fn create_channel(&self) -> lapin::Result<lapin::Channel> {
+        tokio::task::yield_now().await;
+        if !self.liveness.alive() {
+            let state = lapin::ConnectionState::Error;
+            return Err(lapin::ErrorKind::InvalidConnectionState(state).into());
+        }
+        self.lapin.create_channel().await
+    }
+
+    /// See [`Liveness::note_loss`].
+    pub(crate) fn note_loss(&self, e: &anyhow::Error) -> bool {
+        self.liveness.note_loss(e)
+    }
+}
+
+impl Deref for Connection {
+    type Target = lapin::Connection;
+
+    fn deref(&self) -> &lapin::Connection {
+        &self.lapin
+    }
+}
+
+/// Whether one connection is still alive, as lapin and every user of it saw it.
+#[derive(Clone)]
+pub(crate) struct Liveness {
+    status: lapin::ConnectionStatus,
+    lost: Arc<AtomicBool>,
+}
+
+impl Liveness {
+    pub(crate) fn alive(&self) -> bool {
+        self.status.connected() && !self.lost.load(Ordering::Relaxed)
+    }
+
+    /// Whether a failed operation's error says this connection is gone; if so the connection
+    /// is taken as lost by all its users, and the loss recorded for the run's message. A
+    /// caller that saw such an error asks nothing more of the connection.
+    pub(crate) fn note_loss(&self, e: &anyhow::Error) -> bool {
+        let lost = note_loss(e);
+        if lost {
+            self.lost.store(true, Ordering::Relaxed);
+        }
+        lost
+    }
+}
+
+/// Says at once when the broker blocks this connection's publishing (a memory or disk
+/// alarm) and when it lets it go: otherwise a replay just stops moving, silently.
+async fn watch_flow(events: impl futures_util::Stream<Item = lapin::Event>, lost: Arc<AtomicBool>) {
+    use futures_util::StreamExt;
+    futures_util::pin_mut!(events);
+    while let Some(event) = events.next().await {
+        match event {
+            lapin::Event::ConnectionBlocked(reason) => {
+                crate::output::notice(format!(
+                    "the broker blocked publishing ({reason}: a memory or disk alarm); dlq waits until it clears; Ctrl-C stops it (at most {} s later while still blocked)",
+                    BLOCKED_STOP_GRACE.as_secs()
+                ));
+                crate::output::bar_status(Some(&format!("BLOCKED by the broker: {reason}")));
+                *blocked_state() = Some((std::time::Instant::now(), reason.to_string()));
+            }
+            lapin::Event::ConnectionUnblocked => {
+                *blocked_state() = None;
+                crate::output::bar_status(None);
+                crate::output::notice("the broker unblocked publishing: going on")
+            }
+            // lapin reports a channel the broker closed (a 404, say) here too: not a loss.
+            lapin::Event::Error(e) if !channel_error(&e) => {
+                lost.store(true, Ordering::Relaxed);
+                let mut cause = LOST.lock().unwrap_or_else(|e| e.into_inner());
+                cause.get_or_insert_with(|| redact::scrub(&e.to_string()));
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A channel-level error: the broker closed one channel, the connection serves on.
+fn channel_error(e: &lapin::Error) -> bool {
+    use lapin::protocol::AMQPErrorKind;
+    matches!(e.kind(), lapin::ErrorKind::ProtocolError(a) if matches!(a.kind(), AMQPErrorKind::Soft(_)))
+}
+
+/// How long a stopped run waits for confirms while the broker keeps blocking publishing.
+pub(crate) const BLOCKED_STOP_GRACE: Duration = Duration::from_secs(10);
+
+/// Since when, and why, the broker blocks this process's publishing (`connection.blocked`).
+static BLOCKED: std::sync::Mutex<Option<(std::time::Instant, String)>> =
+    std::sync::Mutex::new(None);
+
+fn blocked_state() -> std::sync::MutexGuard<'static, Option<(std::time::Instant, String)>> {
+    BLOCKED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The first error a connection of this process reported: its loss (an I/O error, or the
+/// broker's own `connection.close`, e.g. a node shutting down).
+static LOST: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+/// How a stopped run names a lost connection, with its cause, instead of what the failed
+/// operation saw ("IO error: Connection reset by peer", "invalid channel state").
+pub(crate) const CONNECTION_LOST: &str = "the connection to the broker was lost";
+
+/// Why a connection of this process was lost, once one was.
+fn lost_cause() -> Option<String> {
+    LOST.lock().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Whether a failed operation's error says its connection is gone, recorded as the
+/// process's loss (see `lost_connection`) when it does. Not a channel's own failure
+/// ("invalid channel state" after a queue's deletion, say): the connection may still serve.
+fn note_loss(e: &anyhow::Error) -> bool {
+    let text = format!("{e:#}");
+    let mut signs = LOSS_SIGNS.iter().filter(|s| **s != "invalid channel state");
+    if !signs.any(|s| text.contains(s)) {
+        return false;
+    }
+    // As lapin's own report of the loss words it (`watch_flow`), said once.
+    let lapin = e.chain().find_map(|c| c.downcast_ref::<lapin::Error>());
+    let why = lapin.map_or(text, ToString::to_string);
+    let mut lost = LOST.lock().unwrap_or_else(|e| e.into_inner());
+    lost.get_or_insert_with(|| redact::scrub(&why));
+    true
+}
+
+/// `CONNECTION_LOST` and its cause `why`.
+fn lost_because(why: &str) -> String {
+    format!("{CONNECTION_LOST} ({why})")
+}
+
+/// `CONNECTION_LOST` and its cause, once a connection of this process was lost.
+pub(crate) fn lost_connection() -> Option<String> {
+    lost_cause().map(|why| lost_because(&why))
+}
+
+/// A failed run's message led by the loss of its connection, when one was lost and the
+/// message does not name it already; the loss's cause is said once, not again at its end
+/// ("lost (IO error: reset): nothing was deleted", not "…: nothing was deleted: IO error: reset").
+pub(crate) fn led_by_loss(said: &str) -> Option<String> {
+    if said.contains(CONNECTION_LOST) {
+        return None;
+    }
+    lost_cause().map(|why| loss_first(&why, said))
+}
+
+fn loss_first(why: &str, said: &str) -> String {
+    let lost = lost_because(why);
+    match said
+        .strip_suffix(why)
+        .map(|s| s.trim_end_matches([':', ' ']))
+    {
+        Some("") => lost,
+        Some(rest) => format!("{lost}: {rest}"),
+        None => format!("{lost}: {said}"),
+    }
+}
+
+/// What lapin says of an operation on a connection that is gone (its I/O failed, or the
+/// broker closed it).
+const LOSS_SIGNS: &[&str] = &[
+    "IO error",
+    "invalid channel state",
+    "invalid connection state",
+    "CONNECTION_FORCED",
+    "connection closed",
+];
+
+/// `CONNECTION_LOST` and its cause, when an error's `text` (or an earlier error of the
+/// connection) says the connection is gone.
+pub(crate) fn lost_connection_in(text: &str) -> Option<String> {
+    lost_connection().or_else(|| {
+        let lost = LOSS_SIGNS.iter().any(|s| text.contains(s));
+        lost.then(|| lost_because(text))
+    })
+}
+
+/// An error's text, or what it says of a lost connection instead.
+pub(crate) fn named_loss(text: String) -> String {
+    lost_connection_in(&text).unwrap_or(text)
+}
+
+/// Why a broker operation failed, for a run's `STOPPED:` line.
+pub(crate) fn broker_failure(e: &anyhow::Error) -> String {
+    let text = format!("{e:#}");
+    lost_connection_in(&text).unwrap_or_else(|| format!("broker: {text}"))
+}
+
+/// Since when and why publishing is blocked, if it is.
+pub(crate) fn blocked() -> Option<(std::time::Instant, String)> {
+    blocked_state().clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use anyhow::anyhow;
+
+    #[test]
+    fn a_lost_connection_is_named_as_such() {
+        let reset =
+            anyhow!("IO error: Connection reset by peer (os error 104)").context("publishing");
+        assert_eq!(
+            broker_failure(&reset),
+            "the connection to the broker was lost (publishing: IO error: Connection reset by peer (os error 104))"
+        );
+        let full = anyhow!("nacked");
+        assert_eq!(broker_failure(&full), "broker: nacked");
+    }
+
+    #[test]
+    fn a_lost_connection_leads_and_its_cause_is_said_once() {
+        let why = "IO error: Connection reset by peer (os error 104)";
+        assert_eq!(
+            loss_first(why, &format!("nothing was deleted from the queues: {why}")),
+            format!("{CONNECTION_LOST} ({why}): nothing was deleted from the queues")
+        );
+        assert_eq!(loss_first(why, why), format!("{CONNECTION_LOST} ({why})"));
+        assert_eq!(
+            loss_first(why, "invalid channel state"),
+            format!("{CONNECTION_LOST} ({why}): invalid channel state")
+        );
+    }
+}
