@@ -1,11 +1,11 @@
 //! A broker connection and what dlq knows of its loss.
 //!
-//! lapin's own status is not enough: a graceful stop of dlq's node failed a `basic.qos` with
-//! "Connection reset by peer" while lapin still called the connection and the channel
-//! connected, its I/O thread gone, so that every request sent after it waited forever (an
-//! archive's give-back hung there, every message back already; a publish's confirm would
-//! never come). So what any user of a connection saw is kept with the connection
-//! ([`Liveness`]), and every other user of it asks that before waiting on the broker.
+//! lapin's own status lags: lapin (4.12.3) marks a connection failed only once its internal
+//! task, which runs on dlq's one runtime thread, handles its I/O thread's report, and the
+//! caller of a request that failed with "Connection reset by peer" can run first. A channel
+//! asked for in that moment is never answered (an archive's give-back hung there, every
+//! message back already). So what any user of a connection saw is kept with the connection
+//! ([`Liveness`]), and every other user of it asks that before asking more of the broker.
 
 use crate::redact;
 use std::ops::Deref;
