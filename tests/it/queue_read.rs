@@ -1090,7 +1090,7 @@ async fn celery_delay_hops_are_not_listed_as_dlqs() {
 }
 
 /// A read whose give-back does not come back (here: messages that expired while dlq held
-/// them, behind a blocked output) says so, rather than leaving the next command to find
+/// them, behind an output nobody reads) says so, rather than leaving the next command to find
 /// fewer without a word.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_give_back_that_does_not_come_back_is_said() {
@@ -1099,7 +1099,9 @@ async fn a_give_back_that_does_not_come_back_is_said() {
     let q = "notback.dlq";
     b.queue(q, FieldTable::default()).await;
     let n = 3_000u32;
-    let props = BasicProperties::default().with_expiration("3000".into());
+    // Long enough for dlq to take some before they expire, even on a loaded machine.
+    let published = Instant::now();
+    let props = BasicProperties::default().with_expiration("8000".into());
     let body = vec![b'x'; 1_000];
     b.publish_many_as(q, (0..n).map(|_| body.clone()), props)
         .await;
@@ -1119,7 +1121,7 @@ async fn a_give_back_that_does_not_come_back_is_said() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Past every message's expiration: what dlq gives back is dropped as it comes back.
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    tokio::time::sleep_until((published + Duration::from_secs(9)).into()).await;
     let mut stdout = child.stdout.take().unwrap();
     let out = tokio::task::spawn_blocking(move || {
         let mut s = String::new();
