@@ -114,7 +114,7 @@ async fn watch_flow(events: impl futures_util::Stream<Item = lapin::Event>, lost
                 crate::output::notice("the broker unblocked publishing: going on")
             }
             // lapin reports a channel the broker closed (a 404, say) here too: not a loss.
-            lapin::Event::Error(e) if !channel_error(&e) => {
+            lapin::Event::Error(e) if super::soft_error(&e).is_none() => {
                 lost.store(true, Ordering::Relaxed);
                 let mut cause = LOST.lock().unwrap_or_else(|e| e.into_inner());
                 cause.get_or_insert_with(|| redact::scrub(&e.to_string()));
@@ -122,12 +122,6 @@ async fn watch_flow(events: impl futures_util::Stream<Item = lapin::Event>, lost
             _ => {}
         }
     }
-}
-
-/// A channel-level error: the broker closed one channel, the connection serves on.
-fn channel_error(e: &lapin::Error) -> bool {
-    use lapin::protocol::AMQPErrorKind;
-    matches!(e.kind(), lapin::ErrorKind::ProtocolError(a) if matches!(a.kind(), AMQPErrorKind::Soft(_)))
 }
 
 /// How long a stopped run waits for confirms while the broker keeps blocking publishing.

@@ -332,10 +332,19 @@ pub(crate) fn is_resource_locked(e: &lapin::Error) -> bool {
 }
 
 fn is_soft(e: &lapin::Error, code: AMQPSoftError) -> bool {
-    matches!(
-        e.kind(),
-        lapin::ErrorKind::ProtocolError(a) if *a.kind() == AMQPErrorKind::Soft(code)
-    )
+    soft_error(e) == Some(&code)
+}
+
+/// The broker's soft error a lapin error carries, if any: the broker closed one channel
+/// (a 404, a 405), the connection serves on.
+fn soft_error(e: &lapin::Error) -> Option<&AMQPSoftError> {
+    match e.kind() {
+        lapin::ErrorKind::ProtocolError(a) => match a.kind() {
+            AMQPErrorKind::Soft(code) => Some(code),
+            AMQPErrorKind::Hard(_) => None,
+        },
+        _ => None,
+    }
 }
 
 /// What a passive declare tells: exact ready count and consumers.
