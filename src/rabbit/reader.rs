@@ -117,6 +117,8 @@ impl ReadSpec {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ReadReport {
     pub(crate) read: u64,
+    /// Delivered to a window the read stopped taking from, not read: held too.
+    unread: u64,
     /// The command stopped taking records (e.g. `--limit` reached).
     pub(crate) receiver_gone: bool,
     /// Fewer messages than counted at the start were there to read.
@@ -371,8 +373,10 @@ async fn read_fifo<T: Send>(
     if let Err(e) = &result {
         conn.note_loss(e);
     }
-    let mut back = report.read;
+    let mut back = report.read + report.unread;
     let mut ready_before = None;
+    // Acknowledgements were sent: the count after may show some the close dropped.
+    let mut acked = false;
     if let Some(mut r) = renewal {
         // After an error too: what was copied and confirmed is acknowledged rather than
         // given back beside its copy, as far as the channel still allows.
@@ -391,6 +395,7 @@ async fn read_fifo<T: Send>(
                 .await
                 .ok()
                 .flatten();
+            acked = true;
         }
         report.renewal_notes = r.finish(report.read, result.as_ref().err());
     } else if let (GiveBack::Nack, Some(last)) = (spec.give_back, report.last_tag) {
@@ -405,12 +410,16 @@ async fn read_fifo<T: Send>(
             )
             .await;
     }
-    give_back(&ch).await;
     // Messages pushed over a delivery limit do not come back.
     let back = back.saturating_sub(report.pushed_over);
     // A lost connection gave everything back already; there is nothing to count with.
-    if conn.alive() {
-        let more = after_give_back(conn, &spec.queue, ready_before, back).await;
+    let alive = conn.alive();
+    if alive && ready_before.is_none() && back > 0 {
+        ready_before = ready_now(conn, &spec.queue).await;
+    }
+    give_back(&ch).await;
+    if alive {
+        let more = after_give_back(conn, &spec.queue, ready_before, back, acked).await;
         report.renewal_notes.extend(more);
     }
     result.map(|()| report)
@@ -447,18 +456,26 @@ fn give_back_wait(held: u64) -> Duration {
     (GIVE_BACK_WAIT + Duration::from_millis(held / 10)).min(Duration::from_secs(120))
 }
 
+/// The queue's ready count just before a give-back, for `after_give_back`.
+pub(super) async fn ready_now(conn: &Connection, queue: &str) -> Option<super::Depth> {
+    super::passive_declare(conn, queue).await.ok().flatten()
+}
+
 /// After a give-back of `back` messages to `queue` (which had `before` ready just before it,
 /// when known): waits (briefly) until they are ready again, so that a command run right
 /// after dlq sees the queue as it was, and says so when they are not. The broker requeues a
 /// closed channel's messages asynchronously (a classic queue too, on a loaded broker).
-/// With a count from before, it then says if more than that came back (acknowledgements
-/// the broker dropped, or newcomers): each closed channel's messages come back at once, so
-/// one more look after a pause sees any that came with them.
+/// Without a count from before, a queue holding more than dlq gave back would hide a
+/// shortfall. Where dlq `acked` messages on the closed channels, it then says if more than
+/// that came back (acknowledgements the broker dropped, or newcomers): each closed
+/// channel's messages come back at once, so one more look after a pause sees any that came
+/// with them.
 pub(super) async fn after_give_back(
     conn: &Connection,
     queue: &str,
     before: Option<super::Depth>,
     back: u64,
+    acked: bool,
 ) -> Option<String> {
     if back == 0 && before.is_none() {
         return None;
@@ -474,7 +491,9 @@ pub(super) async fn after_give_back(
     if missing > 0 {
         return Some(not_back_note(queue, missing, back, wait));
     }
-    before.as_ref()?;
+    if before.is_none() || !acked {
+        return None;
+    }
     tokio::time::sleep(Duration::from_millis(100)).await;
     let more = match super::passive_declare(conn, queue).await {
         Ok(Some(d)) => u64::from(d.ready).saturating_sub(expected),
@@ -589,6 +608,9 @@ async fn consume_fifo<T: Send>(
         )
         .await?
         {
+            if !spec.read_all_to_keep_order() {
+                report.unread = cancel_unread(ch, &consumer).await;
+            }
             return Ok(());
         }
         // No credit left on this consumer: cancel it so the next one continues in order.
@@ -604,6 +626,22 @@ async fn consume_fifo<T: Send>(
         }
     }
     Ok(())
+}
+
+/// Cancels the consumer of a window the read stopped taking from (its receiver gone), and
+/// counts what it delivered that was not read: held as well, and given back with the rest,
+/// so the count after the give-back must include it. The stream ends at `cancel-ok`.
+async fn cancel_unread(ch: &Channel, consumer: &lapin::Consumer) -> u64 {
+    let cancel = ch.basic_cancel(consumer.tag(), BasicCancelOptions::default());
+    if cancel.await.is_err() {
+        return 0;
+    }
+    let mut stream = consumer.clone();
+    let mut n = 0;
+    while let Ok(Some(Ok(_))) = tokio::time::timeout(IDLE, stream.next()).await {
+        n += 1;
+    }
+    n
 }
 
 /// A renewing read: one live consumer for the whole read, so that a crash of dlq's node

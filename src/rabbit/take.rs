@@ -790,22 +790,21 @@ impl Taker {
             // Every acknowledgement sent lately, the caller's and `next`'s too.
             super::settle_grace_after(self.ack_marks.recent(), confirms).await;
         }
-        let ready_before = match alive && self.quorum {
-            true => super::passive_declare(conn, &self.queue)
-                .await
-                .ok()
-                .flatten(),
+        let ready_before = match alive {
+            true => super::reader::ready_now(conn, &self.queue).await,
             false => None,
         };
         // Oldest first: a quorum queue appends returned messages in the order they come back.
         for ch in &self.channels {
             super::close_channel(ch, "dlq: done, every message not moved is given back").await;
         }
-        // On a quorum queue the count after includes the deliveries beyond the take.
+        // The count after includes the deliveries beyond the take.
         let back = held + ready_before.map_or(0, |_| self.beyond());
         if alive {
-            let more = super::reader::after_give_back(conn, &self.queue, ready_before, back);
-            notes.extend(more.await);
+            // A quorum queue's channel may drop acknowledgements as it closes.
+            let after =
+                super::reader::after_give_back(conn, &self.queue, ready_before, back, self.quorum);
+            notes.extend(after.await);
         }
         notes
     }

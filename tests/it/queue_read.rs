@@ -1094,9 +1094,32 @@ async fn celery_delay_hops_are_not_listed_as_dlqs() {
 /// fewer without a word.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_give_back_that_does_not_come_back_is_said() {
+    let err = give_back_not_back("notback", 0, &[]).await;
+    assert!(
+        err.contains("dlq gave back were not ready again after"),
+        "{err}"
+    );
+}
+
+/// The same when the queue holds more than dlq read (`--limit`, behind 5,000 messages that do
+/// not expire): the count after is compared with the count before, not with what was read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_short_of_a_longer_queue_is_said() {
+    let err = give_back_not_back("notbacktail", 5_000, &["--limit", "3000"]).await;
+    assert!(
+        err.contains("dlq gave back were not ready again after"),
+        "{err}"
+    );
+}
+
+/// 3,000 messages that expire 8 s after they are published, then `tail` that do not, read by
+/// `dlq filter ARGS` behind an output nobody reads until 9 s after publishing; what dlq
+/// said, once the queue is checked to hold just the `tail`.
+async fn give_back_not_back(tag: &str, tail: u32, args: &[&str]) -> String {
     use std::io::Read as _;
-    let b = Broker::new("notback").await;
-    let q = "notback.dlq";
+    let b = Broker::new(tag).await;
+    let q = format!("{tag}.dlq");
+    let q = q.as_str();
     b.queue(q, FieldTable::default()).await;
     let n = 3_000u32;
     // Long enough for dlq to take some before they expire, even on a loaded machine.
@@ -1105,18 +1128,21 @@ async fn a_give_back_that_does_not_come_back_is_said() {
     let body = vec![b'x'; 1_000];
     b.publish_many_as(q, (0..n).map(|_| body.clone()), props)
         .await;
-    b.wait_depth(q, n).await;
+    let lasting = BasicProperties::default();
+    b.publish_many_as(q, (0..tail).map(|_| body.clone()), lasting)
+        .await;
+    b.wait_depth(q, n + tail).await;
 
     // Its output is not read: dlq blocks writing it, holding what it took.
     let mut child = crate::common::dlq_command()
         .env("DLQ_AMQP_URL", b.amqp_url())
-        .args(["filter", "-Q", q, "-o", "ndjson"])
+        .args([&["filter", "-Q", q, "-o", "ndjson"][..], args].concat())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while b.depth(q).await == n {
+    while b.depth(q).await == n + tail {
         assert!(Instant::now() < deadline, "dlq took nothing");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -1131,12 +1157,9 @@ async fn a_give_back_that_does_not_come_back_is_said() {
     let read = out.await.unwrap().lines().count();
     let done = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap());
     let err = String::from_utf8_lossy(&done.await.unwrap().stderr).into_owned();
-    assert!(read > 0, "{err}");
-    assert!(
-        err.contains("dlq gave back were not ready again after"),
-        "{err}"
-    );
+    assert!(read > 0, "read {read}: {err}");
     assert!(err.contains("or an expiry took them"), "{err}");
-    assert_eq!(b.depth(q).await, 0);
+    assert_eq!(b.depth(q).await, tail);
     b.delete().await;
+    err
 }
