@@ -313,8 +313,12 @@ impl Management {
         })
     }
 
-    /// The broker version (`/api/overview`).
+    /// The broker version (`/api/overview`). `DLQ_TEST_BROKER_VERSION` stands in for it:
+    /// the tests run a 4.3 broker's path (give back with a nack) on 4.0, the newest here.
     pub(crate) async fn version(&self) -> Result<Option<Version>, ApiError> {
+        if let Ok(v) = std::env::var("DLQ_TEST_BROKER_VERSION") {
+            return Ok(Version::parse(&v));
+        }
         let o: Overview = self.get(&["overview"], &[]).await?;
         Ok(o.rabbitmq_version.as_deref().and_then(Version::parse))
     }

@@ -124,8 +124,6 @@ pub(crate) struct ReadReport {
     /// Fewer messages than counted at the start were there to read.
     pub(crate) ended_short: bool,
     pub(crate) max_delivery_count: Option<i64>,
-    /// The delivery tag of the last message held on the read's channel.
-    last_tag: Option<u64>,
     /// Given back at exactly the delivery limit: the next return drops them.
     pub(crate) now_at_limit: u64,
     /// Given back past the delivery limit: the broker dropped or re-dead-lettered them.
@@ -219,7 +217,7 @@ async fn until_given_back(
 
 /// Polls `queue`'s depth (a passive declare) until `done` holds or `limit` has passed: the
 /// last depth seen, or `None` if the queue is gone.
-async fn poll_depth(
+pub(super) async fn poll_depth(
     conn: &Connection,
     queue: &str,
     limit: Duration,
@@ -363,11 +361,13 @@ async fn read_fifo<T: Send>(
     // renewing read sends one `multiple` per 64 copies confirmed.
     let marks = super::AckMarks::new();
     let mut open_consumer = None;
+    // A quorum read's consumers, live until the give-back (see `consume_fifo`).
+    let mut live = Vec::new();
     let mut result = if renewal.is_some() {
         let renewing = (&mut renewal, &mut open_consumer);
         consume_renewing(&ch, spec, want, make, tx, &mut report, renewing).await
     } else {
-        consume_fifo(&ch, spec, want, make, tx, &mut report).await
+        consume_fifo(&ch, spec, want, make, tx, &mut report, &mut live).await
     };
     // A lost connection answers nothing more (see `rabbit::Liveness`).
     if let Err(e) = &result {
@@ -398,31 +398,52 @@ async fn read_fifo<T: Send>(
             acked = true;
         }
         report.renewal_notes = r.finish(report.read, result.as_ref().err());
-    } else if let (GiveBack::Nack, Some(last)) = (spec.give_back, report.last_tag) {
-        // 4.3+: a nack is not counted; the close after it returns anything it missed.
-        let _ = ch
-            .basic_nack(
-                last,
-                lapin::options::BasicNackOptions {
-                    multiple: true,
-                    requeue: true,
-                },
-            )
-            .await;
+    } else if spec.give_back == GiveBack::Nack && report.read > 0 && conn.alive() {
+        // Counted before the nack puts them back.
+        ready_before = ready_now(conn, &spec.queue).await;
+        nack_read(&ch, &live).await;
     }
+    drop(live);
     // Messages pushed over a delivery limit do not come back.
     let back = back.saturating_sub(report.pushed_over);
-    // A lost connection gave everything back already; there is nothing to count with.
+    let counted = (ready_before, acked);
+    let more = give_back_counted(conn, &ch, &spec.queue, back, counted).await;
+    report.renewal_notes.extend(more);
+    result.map(|()| report)
+}
+
+/// 4.3+: a nack is not counted, a close is. The consumers are cancelled first: a nack gives
+/// a live one its credit back, and the broker hands it the same messages again, which the
+/// close then returns, counted (on 4.0, where a nack counts too, each came back at 2).
+async fn nack_read(ch: &Channel, live: &[lapin::Consumer]) {
+    for c in live {
+        let _ = ch
+            .basic_cancel(c.tag(), BasicCancelOptions::default())
+            .await;
+    }
+    let _ = super::settle::nack_all(ch).await;
+}
+
+/// Closes a read's channel, giving back the `back` messages it holds, and waits until they
+/// are ready again (`after_give_back`); `counted`: the queue's count from before, if taken,
+/// and whether acknowledgements went on the channel. A lost connection gave everything
+/// back already: there is nothing to count with.
+async fn give_back_counted(
+    conn: &Connection,
+    ch: &Channel,
+    queue: &str,
+    back: u64,
+    (mut ready_before, acked): (Option<super::Depth>, bool),
+) -> Option<String> {
     let alive = conn.alive();
     if alive && ready_before.is_none() && back > 0 {
-        ready_before = ready_now(conn, &spec.queue).await;
+        ready_before = ready_now(conn, queue).await;
     }
-    give_back(&ch).await;
-    if alive {
-        let more = after_give_back(conn, &spec.queue, ready_before, back, acked).await;
-        report.renewal_notes.extend(more);
+    give_back(ch).await;
+    match alive {
+        true => after_give_back(conn, queue, ready_before, back, acked).await,
+        false => None,
     }
-    result.map(|()| report)
 }
 
 /// The end of a renewing read: the last consumer cancelled (so an ack gives it no credit
@@ -452,7 +473,7 @@ async fn give_back(ch: &Channel) {
 
 /// How long to wait for `held` given-back messages to be ready again: the broker requeues a
 /// closed channel's messages asynchronously, about 20,000 a second here.
-fn give_back_wait(held: u64) -> Duration {
+pub(super) fn give_back_wait(held: u64) -> Duration {
     (GIVE_BACK_WAIT + Duration::from_millis(held / 10)).min(Duration::from_secs(120))
 }
 
@@ -587,13 +608,14 @@ async fn consume_fifo<T: Send>(
     make: &Make<T>,
     tx: &mpsc::Sender<Result<T>>,
     report: &mut ReadReport,
+    live: &mut Vec<lapin::Consumer>,
 ) -> Result<()> {
     let q = spec.queue.as_str();
     let mut bytes: u64 = 0;
     let mut n = 0u32;
     let pause = poll_pause(want);
-    // lapin cancels a consumer when its last handle is dropped: live ones are kept here.
-    let mut live = Vec::new();
+    // lapin cancels a consumer when its last handle is dropped: live ones are kept in
+    // `live`, until the caller gives the messages back.
     while report.read < want {
         let batch = window(bytes, report.read).min(want - report.read);
         let batch16 = u16::try_from(batch).unwrap_or(u16::MAX);
@@ -819,7 +841,6 @@ async fn deliver<T: Send>(
     renewal: &mut Option<Renewal>,
 ) -> bool {
     report.read += 1;
-    report.last_tag = Some(d.delivery_tag);
     if spec.counts_returns {
         report.note_delivery_count(delivery_count(&d.properties), spec.counted_limit);
     }

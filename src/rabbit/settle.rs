@@ -37,6 +37,18 @@ pub(crate) async fn ack(ch: &Channel, tag: u64, multiple: bool) -> lapin::Result
     ch.basic_ack(tag, BasicAckOptions { multiple }).await
 }
 
+/// `basic.nack(multiple, requeue)` of every message `ch` holds (delivery tag 0: all
+/// outstanding), counted like an acknowledgement: on a quorum queue it is one more command
+/// a close could drop. RabbitMQ 4.3+ does not count it toward the delivery limit.
+pub(crate) async fn nack_all(ch: &Channel) -> lapin::Result<()> {
+    count_acks(1);
+    let all = lapin::options::BasicNackOptions {
+        multiple: true,
+        requeue: true,
+    };
+    ch.basic_nack(0, all).await
+}
+
 fn acks_sent() -> u64 {
     ACKS_SENT.load(Ordering::Relaxed)
 }

@@ -867,3 +867,74 @@ fn more_back(stderr: &str) -> usize {
     let re = regex::Regex::new(r"(\d+) message\(s\) more than dlq gave back").unwrap();
     re.captures(stderr).map_or(0, |c| c[1].parse().unwrap())
 }
+
+/// RabbitMQ 4.3+ does not count `basic.nack(requeue)` toward the delivery limit, so dlq gives
+/// back with one there instead of renewing. No 4.3 broker exists here: `DLQ_TEST_BROKER_VERSION`
+/// takes that path on 4.0, where a nack still counts, once. Every consumer is cancelled
+/// before the nack: a live one is handed the messages again, and the close then returns them
+/// counted (each read came back at delivery count 2, before). A read, a selective replay
+/// (several take channels) and a selective archive: what each leaves is there once, in
+/// order, given back once by each give-back (the archive's take, then the read that checks
+/// every archived message is gone). Not on 3.x, where a nack sends quorum messages to the
+/// back.
+#[tokio::test]
+async fn a_nack_give_back_returns_each_message_once_in_order() {
+    if crate::target::rabbitmq_major().await < 4 {
+        return;
+    }
+    let as_43 = [("DLQ_TEST_BROKER_VERSION", "4.3.0")];
+    let b = quorum_dlq("qnackr", limit(20), 300).await;
+    let run = b.run_with(&["inspect", "-Q", "q.dlq"], &as_43).await;
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    given_back(&b, (0..300).collect(), 1).await;
+    b.delete().await;
+
+    const N: i64 = 3_000;
+    let b = quorum_dlq("qnackp", limit(20), N as usize).await;
+    let even = [
+        "replay",
+        "-Q",
+        "q.dlq",
+        "--where",
+        ".payload.n % 2 == 0",
+        "--yes",
+    ];
+    let run = b.run_with(&even, &as_43).await;
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    b.wait_depth("q.src", N as u32 / 2).await;
+    let moved = snap_ns(&b.snapshot("q.src").await);
+    assert_eq!(moved, (0..N).filter(|n| n % 2 == 0).collect::<Vec<_>>());
+    given_back(&b, (0..N).filter(|n| n % 2 == 1).collect(), 1).await;
+    b.delete().await;
+
+    let b = quorum_dlq("qnacka", limit(20), N as usize).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a.ndjson");
+    let file = file.to_str().unwrap();
+    let third = ".payload.n % 3 == 0";
+    let archive = [
+        "archive", "-Q", "q.dlq", "--where", third, "--delete", "--yes", "--to", file,
+    ];
+    let run = b.run_with(&archive, &as_43).await;
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    assert!(run.stderr().contains("1000 deleted"), "{}", run.stderr());
+    given_back(&b, (0..N).filter(|n| n % 3 != 0).collect(), 2).await;
+    b.delete().await;
+}
+
+/// `q.dlq` holds exactly the messages `ns`, in that order, each given back `times` times
+/// (its delivery count: a nack counts on 4.0).
+async fn given_back(b: &Broker, ns: Vec<i64>, times: i64) {
+    b.wait_depth("q.dlq", ns.len() as u32).await;
+    let snaps = b.snapshot("q.dlq").await;
+    assert_eq!(snap_ns(&snaps), ns);
+    let mut counts = BTreeMap::new();
+    for s in &snaps {
+        *counts.entry(s.delivery_count.unwrap_or(0)).or_insert(0) += 1;
+    }
+    assert_eq!(
+        counts.keys().copied().collect::<Vec<_>>(),
+        vec![times],
+        "{counts:?}"
+    );
+}
