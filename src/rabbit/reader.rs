@@ -538,6 +538,21 @@ fn not_back_note(queue: &str, missing: u64, back: u64, wait: Duration) -> String
     )
 }
 
+/// What can keep ready messages from dlq's consumer, for the error after `STALL_LIMIT`.
+/// A quorum queue delivers to a consumer from its member on the consumer's node, which
+/// waits until that member has the messages (seen twice, on a loaded 4.0 cluster in the
+/// tests, on a node started again shortly before).
+pub(super) fn stall_cause(quorum: bool) -> &'static str {
+    match quorum {
+        true => {
+            ": a quorum queue delivers from its member on the node dlq is connected to, which may still be catching up (that node restarted lately, or is loaded): try again, or connect to the node of the queue's leader; or another consumer is preferred (single active consumer, consumer priorities)"
+        }
+        false => {
+            ": another consumer is probably preferred (single active consumer, consumer priorities)"
+        }
+    }
+}
+
 /// A consumer has delivered nothing for `IDLE`: does `queue` still hold ready messages?
 /// `Ok(false)`: no, the rest went elsewhere (another consumer, a TTL on the DLQ). `Ok(true)`:
 /// yes, and `stalled` grows by `IDLE`; once it reaches `STALL_LIMIT` that is an error, its
@@ -773,7 +788,7 @@ async fn read_window<T: Send>(
                         idle.as_mut().reset(last + IDLE);
                         continue;
                     }
-                    let why = ": another consumer is probably preferred (single active consumer, consumer priorities)";
+                    let why = stall_cause(spec.read_all_to_keep_order());
                     if !still_ready(ch, q, &mut stalled, why).await? {
                         report.ended_short = true;
                         return Ok(false);

@@ -32,7 +32,7 @@
 //! in queue order.
 
 use super::Connection;
-use super::reader::{IDLE, ReadSpec, STALL_LIMIT, still_ready};
+use super::reader::{IDLE, ReadSpec, STALL_LIMIT, stall_cause, still_ready};
 use super::renew::{Kept, Renewal};
 use super::topology::GiveBack;
 use super::{AckBudget, AckMarks};
@@ -122,7 +122,9 @@ async fn drain_credit(
                 return Ok(());
             }
             // Nothing ready any more: the rest of its credit has nothing to bring.
-            Err(_) if !still_ready(ch, queue, &mut stalled, "").await? => return Ok(()),
+            Err(_) if !still_ready(ch, queue, &mut stalled, stall_cause(true)).await? => {
+                return Ok(());
+            }
             Err(_) => {}
         }
     }
@@ -689,7 +691,8 @@ impl Taker {
                     }
                 }
                 Err(_) => {
-                    if !still_ready(ch, &self.queue, &mut stalled, "").await? {
+                    let why = stall_cause(self.quorum);
+                    if !still_ready(ch, &self.queue, &mut stalled, why).await? {
                         self.ended_short = true;
                         self.want = self.taken;
                         return Ok(None);
