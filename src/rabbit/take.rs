@@ -822,8 +822,8 @@ impl Taker {
             true => super::reader::ready_now(conn, &self.queue).await,
             false => None,
         };
-        // After the grace: a nack sent behind unapplied acknowledgements waits in the
-        // channel, and another channel's could overtake it (blocks out of order).
+        // After the grace, so that the acknowledgements are applied first (a nack sent
+        // behind them may wait in the channel, likely how one channel's overtook another's).
         if alive && self.nacks && held > 0 {
             self.nack_held(conn, ready_before).await;
         }
