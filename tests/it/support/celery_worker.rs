@@ -120,9 +120,12 @@ impl CeleryWorker {
         std::fs::read_to_string(self._dir.path().join("worker.log")).unwrap_or_default()
     }
 
+    /// The runs recorded so far: complete lines only, since a worker may be writing the
+    /// last one as it is read (CI once read 52 bytes of one and failed to parse it).
     pub fn runs(&self) -> Vec<serde_json::Value> {
-        std::fs::read_to_string(&self.record)
-            .unwrap_or_default()
+        let text = std::fs::read_to_string(&self.record).unwrap_or_default();
+        let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+        complete
             .lines()
             .map(|l| serde_json::from_str(l).expect("record line"))
             .collect()
