@@ -391,10 +391,7 @@ async fn read_fifo<T: Send>(
         back = r.unrenewed(report.read);
         if r.renewed() > 0 && conn.alive() {
             super::settle_grace_after(marks.recent(), started.elapsed()).await;
-            ready_before = super::passive_declare(conn, &spec.queue)
-                .await
-                .ok()
-                .flatten();
+            ready_before = ready_now(conn, &spec.queue).await;
             acked = true;
         }
         report.renewal_notes = r.finish(report.read, result.as_ref().err());
@@ -673,9 +670,14 @@ async fn cancel_unread(ch: &Channel, consumer: &lapin::Consumer) -> u64 {
     if cancel.await.is_err() {
         return 0;
     }
-    let mut stream = consumer.clone();
+    until_cancel_ok(&mut consumer.clone()).await
+}
+
+/// Counts what a cancelled consumer still delivers until `cancel-ok` ends its stream; a
+/// stream that never ends must not hold the run (`IDLE` between deliveries at most).
+pub(super) async fn until_cancel_ok(consumer: &mut lapin::Consumer) -> u64 {
     let mut n = 0;
-    while let Ok(Some(Ok(_))) = tokio::time::timeout(IDLE, stream.next()).await {
+    while let Ok(Some(Ok(_))) = tokio::time::timeout(IDLE, consumer.next()).await {
         n += 1;
     }
     n

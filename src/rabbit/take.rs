@@ -408,11 +408,8 @@ impl Taker {
             return;
         };
         let ahead = std::mem::take(&mut cur.ahead);
-        let mut n = ahead.iter().filter(|d| matches!(d, Some(Ok(_)))).count() as u64;
-        // Until `cancel-ok` ends the stream; a stream that never ends must not hold the run.
-        while let Ok(Some(Ok(_))) = tokio::time::timeout(IDLE, cur.consumer.next()).await {
-            n += 1;
-        }
+        let n = ahead.iter().filter(|d| matches!(d, Some(Ok(_)))).count() as u64
+            + super::reader::until_cancel_ok(&mut cur.consumer).await;
         cur.got += n;
         if let Some(d) = self.delivered.last_mut() {
             *d += n;
