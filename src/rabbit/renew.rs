@@ -23,13 +23,12 @@
 //!   where nothing else can remove an original or take a copy.
 
 use super::Connection;
+use super::codec::DELIVERY_HEADERS;
 use super::publish::{Outcome, Outgoing, Pipeline};
 use anyhow::Result;
 use lapin::Channel;
 use lapin::message::Delivery;
 
-/// Headers the broker sets at delivery: a copy without them starts counting again.
-const BROKER_COUNTERS: &[&str] = &["x-delivery-count", "x-acquired-count"];
 /// Copies handed to lapin together.
 const FLUSH_EVERY: usize = 64;
 
@@ -114,7 +113,7 @@ impl Renewal {
         } = kept;
         if let Some(h) = properties.headers().as_ref() {
             let mut map = h.inner().clone();
-            for k in BROKER_COUNTERS {
+            for k in DELIVERY_HEADERS {
                 map.remove(*k);
             }
             properties = properties.with_headers(lapin::types::FieldTable::from(map));

@@ -396,16 +396,21 @@ const NACK_NOT_COUNTED: Version = Version(4, 3, 0);
 /// The quorum-queue rule. Giving a held message back by closing the channel adds 1 to its
 /// delivery count on every RabbitMQ version, and a message given back more than `limit`
 /// times is dropped or dead-lettered again (RabbitMQ 4.x gives every quorum queue a limit
-/// of 20). So a quorum queue with a limit is read:
-/// - on 4.3+, giving back with `basic.nack(requeue)`, which 4.3 does not count;
-/// - before 4.3 (or version unknown), by renewing it (`GiveBack::Renew`), which needs a
-///   queue nobody else consumes and with no TTL or length limit;
+/// of 20). So a quorum queue is read:
+/// - on 4.3+, giving back with `basic.nack(requeue)`, which 4.3 does not count, limit or
+///   not (closing would count, and returned the channels' messages out of order there:
+///   a block of 648 kept of 4,000 ahead of their turn, `selective_replays_without_a_limit_
+///   keep_both_orders` on 4.3.6; the nack path gives channels back one at a time);
+/// - before 4.3 (or version unknown), with a limit, by renewing it (`GiveBack::Renew`),
+///   which needs a queue nobody else consumes and with no TTL or length limit;
 /// - otherwise not without `--force`.
 ///
 /// (`basic.nack` is not used before 4.3: it counts there too, and on 3.10 it moves quorum
 /// messages to the back of the queue.) A queue whose type is unknown is risky.
 pub(crate) fn read_verdict(queue: &str, facts: &QueueFacts, consumers: u32) -> ReadVerdict {
+    let nack_uncounted = facts.version.is_some_and(|v| v >= NACK_NOT_COUNTED);
     let limit = match (facts.kind, facts.delivery_limit) {
+        (QueueKind::Quorum, _) if nack_uncounted => return ReadVerdict::Safe(GiveBack::Nack),
         (QueueKind::Classic | QueueKind::Stream, _) | (QueueKind::Quorum, None) => {
             return ReadVerdict::Safe(GiveBack::Close);
         }
@@ -418,9 +423,6 @@ pub(crate) fn read_verdict(queue: &str, facts: &QueueFacts, consumers: u32) -> R
         }
         (QueueKind::Quorum, Some(limit)) => limit,
     };
-    if facts.version.is_some_and(|v| v >= NACK_NOT_COUNTED) {
-        return ReadVerdict::Safe(GiveBack::Nack);
-    }
     let Some(blocker) = why_not_renewed(facts, consumers) else {
         return ReadVerdict::Safe(GiveBack::Renew);
     };

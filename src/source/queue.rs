@@ -4,7 +4,7 @@
 //! * `id`: the `message_id` property when set; else the Celery task id (`id` header of a
 //!   message that has a `task` header); else `h:` + 16 hex digits of a SHA-256 over the
 //!   message as stored (typed properties and headers, then the body). The headers the
-//!   broker adds at delivery time (`x-delivery-count`, `x-stream-offset`) are left out, so
+//!   broker adds at delivery time (`codec::DELIVERY_HEADERS`) are left out, so
 //!   two reads give the same ids.
 //! * `created_at`: when the message was dead-lettered: the latest `time` in `x-death` (the
 //!   broker records the FIRST death per queue/reason and never updates it); else the
@@ -16,7 +16,9 @@ use super::framework::{self, Facts};
 use crate::model::REPLAY_COUNT;
 use crate::model::{DeadLetter, RecordId, SourceKind, payload_from_bytes};
 use crate::output::Printer;
-use crate::rabbit::codec::{properties_to_json, properties_to_typed_json, table_to_json};
+use crate::rabbit::codec::{
+    DELIVERY_HEADERS, properties_to_json, properties_to_typed_json, table_to_json,
+};
 use crate::rabbit::death::{DeathInfo, header_int, parse_deaths, reason_text};
 use crate::select::Selection;
 use anyhow::Result;
@@ -28,9 +30,6 @@ use serde_json::{Value, json};
 use sha2::Digest as _;
 use std::borrow::Cow;
 use tokio::sync::mpsc;
-
-/// Headers the broker adds when it delivers a message; not part of the stored message.
-pub(crate) const DELIVERY_HEADERS: &[&str] = &["x-delivery-count", "x-stream-offset"];
 
 /// What shapes a record besides the message itself.
 #[derive(Debug, Clone, Default)]
@@ -468,7 +467,11 @@ mod tests {
             "q",
             "",
             "",
-            &dead_props(vec![("x-delivery-count", AMQPValue::LongLongInt(3))]),
+            &dead_props(vec![
+                ("x-delivery-count", AMQPValue::LongLongInt(3)),
+                // RabbitMQ 4.3 adds it to every quorum delivery.
+                ("x-acquired-count", AMQPValue::LongLongInt(5)),
+            ]),
             body,
             &Default::default(),
         );
@@ -478,6 +481,11 @@ mod tests {
         assert!(
             b.raw.as_ref().unwrap()["properties"]["headers"]
                 .get("x-delivery-count")
+                .is_none()
+        );
+        assert!(
+            b.raw.as_ref().unwrap()["properties"]["headers"]
+                .get("x-acquired-count")
                 .is_none()
         );
         let c = from_delivery(

@@ -73,10 +73,12 @@ fn ns(recs: &[Value]) -> Vec<i64> {
 
 /// The case: 25 reads in a row of a 100-message quorum DLQ with a limit of 20, by
 /// every reading command. Each sees all 100, none is dropped, the order and every property
-/// and header stay, and the audit trail records each renewal.
+/// and header stay, and the audit trail records each renewal (before RabbitMQ 4.3; on 4.3
+/// each read gives back by a nack, which does not count, and renews nothing).
 #[tokio::test]
 async fn quorum_dlq_read_25_times_keeps_every_message() {
     let n = 100;
+    let renews = !crate::target::nacks_uncounted().await;
     let b = quorum_dlq("q25", limit(20), n).await;
     let before = b.snapshot("q.dlq").await;
     let dir = tempfile::tempdir().unwrap();
@@ -122,8 +124,9 @@ async fn quorum_dlq_read_25_times_keeps_every_message() {
                 run
             }
         };
-        assert!(
+        assert_eq!(
             run.stderr().contains("renewed 100 message(s)"),
+            renews,
             "round {round}: {}",
             run.stderr()
         );
@@ -131,7 +134,8 @@ async fn quorum_dlq_read_25_times_keeps_every_message() {
     }
     let after = b.snapshot("q.dlq").await;
     assert_eq!(after.len(), n);
-    // Renewed copies start at 0: only the snapshots' own give-backs count.
+    // Renewed copies start at 0 (nacked ones are not counted): only the snapshots' own
+    // give-backs count.
     assert!(
         after.iter().all(|m| m.delivery_count.unwrap_or(0) <= 1),
         "{:?}",
@@ -141,13 +145,14 @@ async fn quorum_dlq_read_25_times_keeps_every_message() {
         assert_eq!(a.body, z.body);
         assert_eq!(a.props, z.props, "every property and header kept");
     }
-    let records = std::fs::read_to_string(&audit).unwrap();
+    // Nothing to record when nothing was renewed.
+    let records = std::fs::read_to_string(&audit).unwrap_or_default();
     let renewals: Vec<Value> = records
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
         .filter(|r| r["action"] == "renew" && r["event"] == "end")
         .collect();
-    assert_eq!(renewals.len(), 25, "{records}");
+    assert_eq!(renewals.len(), if renews { 25 } else { 0 }, "{records}");
     assert!(
         renewals
             .iter()
@@ -258,15 +263,31 @@ async fn no_limit_classic_and_refused_quorum_dlqs() {
         assert_eq!(run.json().as_array().unwrap().len(), 3);
         assert!(!run.stderr().contains("renewed"), "{}", run.stderr());
     }
-    // Given back by closing: the policy's -1 leaves the count free to grow.
+    // Given back by closing: the policy's -1 leaves the count free to grow; 4.3 gives
+    // back with a nack, which does not count.
     b.wait_depth("free.dlq", 3).await;
+    let count = if crate::target::nacks_uncounted().await {
+        None
+    } else {
+        Some(1)
+    };
     assert!(
         b.snapshot("free.dlq")
             .await
             .iter()
-            .all(|m| m.delivery_count == Some(1))
+            .all(|m| m.delivery_count == count)
     );
 
+    if crate::target::nacks_uncounted().await {
+        // RabbitMQ 4.3 does not count a nack: nothing to refuse, the count stays.
+        let run = b.run(&["inspect", "-Q", "ttl.dlq", "-o", "json"]).await;
+        assert_eq!(run.json().as_array().unwrap().len(), 3);
+        let after = b.snapshot("ttl.dlq").await;
+        assert_eq!(after.len(), 3);
+        assert!(after.iter().all(|m| m.delivery_count.is_none()));
+        b.delete().await;
+        return;
+    }
     let err = b
         .run(&["inspect", "-Q", "ttl.dlq"])
         .await
@@ -520,7 +541,13 @@ async fn a_replay_that_keeps_more_than_its_credit_renews_and_goes_on() {
         "{}",
         run.stderr()
     );
-    assert!(run.stderr().contains("renewed 3000"), "{}", run.stderr());
+    let renews = !crate::target::nacks_uncounted().await;
+    assert_eq!(
+        run.stderr().contains("renewed 3000"),
+        renews,
+        "{}",
+        run.stderr()
+    );
     b.wait_depth("q.dlq", N as u32).await;
     let last = format!(".payload.n == {}", N - 1);
     let run = replay_where(&b, &last).await;
@@ -569,7 +596,7 @@ async fn a_selective_replay_reaches_none_of_its_copies() {
     let snaps = b.snapshot("q.dlq").await;
     let kept: Vec<i64> = (0..N as i64).filter(|n| n % 3 != 0).collect();
     assert_eq!(snap_ns(&snaps), kept, "lost, doubled or out of order");
-    renewed_without_a_copy(&run, &snaps, 2000);
+    renewed_without_a_copy(&run, &snaps, 2000).await;
     let moved: Vec<i64> = (0..N as i64).filter(|n| n % 3 == 0).collect();
     assert_eq!(snap_ns(&b.snapshot("q.src").await), moved);
     b.delete().await;
@@ -661,16 +688,21 @@ async fn a_worker_runs_exactly_a_selective_replay_of_a_renewed_quorum_dlq() {
     let b = celery_dead_letters("qcelery", table(args)).await;
     let (run, snaps) = a_worker_runs_one_in_three(&b).await;
     assert_eq!(first_args(&snaps), one_in_three_kept(), "out of order");
-    renewed_without_a_copy(&run, &snaps, 2000);
+    renewed_without_a_copy(&run, &snaps, 2000).await;
     b.delete().await;
 }
 
-/// `run` renewed `n` messages and none of its copies reached it: every message of the DLQ
+/// `run` renewed `n` messages and none of its copies reached it (on RabbitMQ 4.3: gave them
+/// back by a nack, which does not count, and renewed none): every message of the DLQ
 /// (`snaps`) is at delivery count 0.
-fn renewed_without_a_copy(run: &crate::common::Run, snaps: &[Snap], n: usize) {
+async fn renewed_without_a_copy(run: &crate::common::Run, snaps: &[Snap], n: usize) {
     let said = run.stderr();
-    assert!(said.contains(&format!("renewed {n}")), "{said}");
-    assert_eq!(given_back_copies(&said), 0, "{said}");
+    if crate::target::nacks_uncounted().await {
+        assert!(!said.contains("renewed"), "{said}");
+    } else {
+        assert!(said.contains(&format!("renewed {n}")), "{said}");
+        assert_eq!(given_back_copies(&said), 0, "{said}");
+    }
     assert!(
         snaps.iter().all(|m| m.delivery_count.unwrap_or(0) == 0),
         "{:?}",
@@ -722,6 +754,7 @@ async fn celery_dead_letters_in(b: Broker, dlq_args: FieldTable) -> Broker {
     send_celery_tasks(&url, 1, 0);
     worker.wait_runs(1).await;
     drop(worker);
+    left_by_the_warm_up(&b).await;
     // With no worker, the app's tasks wait; then a consumer gives up on every one.
     send_celery_tasks(&url, CELERY_TASKS as u32, 0);
     b.wait_depth("celery", CELERY_TASKS as u32).await;
@@ -731,6 +764,24 @@ async fn celery_dead_letters_in(b: Broker, dlq_args: FieldTable) -> Broker {
 }
 
 const CELERY_TASKS: i64 = 3_000;
+
+/// Takes what the killed warm-up worker left in its work queue, which would otherwise count
+/// among the tasks sent next (seen on 4.3: 3,001 where 3,000 were sent): until the queue has
+/// stayed empty for half a second.
+async fn left_by_the_warm_up(b: &Broker) {
+    let mut quiet = 0;
+    while quiet < 5 {
+        match b.depth("celery").await {
+            0 => quiet += 1,
+            n => {
+                eprintln!("the warm-up left {n} in the work queue");
+                b.take_all("celery", n as usize).await;
+                quiet = 0;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
 
 /// A streamed replay of one in three of `celery_dead_letters` while a real worker consumes
 /// the work queue: it succeeds, the worker runs each selected task once and no other, and
@@ -813,12 +864,15 @@ async fn newcomers_during_a_give_back_are_named_and_kept() {
     let b = quorum_dlq("qmore", limit(20), N).await;
     let (mut total, mut named) = (N, 0);
     let read = ["filter", "-Q", "q.dlq", "--count"];
+    // On RabbitMQ 4.3 a read gives back by a nack and acknowledges nothing: a surplus
+    // cannot come from it, and it has none to name.
+    let nacked_read = crate::target::nacks_uncounted().await;
     for args in [&SELECTS_NONE[..], &read[..]] {
         let (run, sent) = trickle_during(&b, args, total).await;
         assert_eq!(run.code(), 0, "{}", run.stderr());
         let more = more_back(&run.stderr());
         assert!(
-            more > 0,
+            more > 0 || (nacked_read && args[0] == "filter"),
             "{args:?}: {sent} sent, none named: {}",
             run.stderr()
         );
@@ -869,14 +923,14 @@ fn more_back(stderr: &str) -> usize {
 }
 
 /// RabbitMQ 4.3+ does not count `basic.nack(requeue)` toward the delivery limit, so dlq gives
-/// back with one there instead of renewing. No 4.3 broker exists here: `DLQ_TEST_BROKER_VERSION`
-/// takes that path on 4.0, where a nack still counts, once. Every consumer is cancelled
-/// before the nack: a live one is handed the messages again, and the close then returns them
-/// counted (each read came back at delivery count 2, before). A read, a selective replay
-/// (several take channels) and a selective archive: what each leaves is there once, in
-/// order, given back once by each give-back (the archive's take, then the read that checks
-/// every archived message is gone). Not on 3.x, where a nack sends quorum messages to the
-/// back.
+/// back with one there instead of renewing. On 4.3 (`.ci/forky`) the real thing; on 4.0
+/// `DLQ_TEST_BROKER_VERSION` takes the same path, where a nack still counts, once, so a
+/// stray close would show as a second count. Every consumer is cancelled before the nack:
+/// a live one is handed the messages again, and the close then returns them counted (each
+/// read came back at delivery count 2, before). A read, a selective replay (several take
+/// channels) and a selective archive: what each leaves is there once, in order, given back
+/// once by each give-back (the archive's take, then the read that checks every archived
+/// message is gone). Not on 3.x, where a nack sends quorum messages to the back.
 #[tokio::test]
 async fn a_nack_give_back_returns_each_message_once_in_order() {
     if crate::target::rabbitmq_major().await < 4 {
@@ -922,15 +976,25 @@ async fn a_nack_give_back_returns_each_message_once_in_order() {
     b.delete().await;
 }
 
-/// `q.dlq` holds exactly the messages `ns`, in that order, each given back `times` times
-/// (its delivery count: a nack counts on 4.0).
+/// `q.dlq` holds exactly the messages `ns`, in that order, each given back `times` times:
+/// its delivery count on 4.0, where a nack counts; on 4.3 its acquired count, the delivery
+/// count staying 0.
 async fn given_back(b: &Broker, ns: Vec<i64>, times: i64) {
     b.wait_depth("q.dlq", ns.len() as u32).await;
     let snaps = b.snapshot("q.dlq").await;
     assert_eq!(snap_ns(&snaps), ns);
+    let real_43 = crate::target::nacks_uncounted().await;
+    if real_43 {
+        assert!(snaps.iter().all(|s| s.delivery_count.is_none()));
+    }
     let mut counts = BTreeMap::new();
     for s in &snaps {
-        *counts.entry(s.delivery_count.unwrap_or(0)).or_insert(0) += 1;
+        let count = if real_43 {
+            s.acquired_count
+        } else {
+            s.delivery_count
+        };
+        *counts.entry(count.unwrap_or(0)).or_insert(0) += 1;
     }
     assert_eq!(
         counts.keys().copied().collect::<Vec<_>>(),

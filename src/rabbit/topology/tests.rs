@@ -294,10 +294,18 @@ fn delivery_limits_and_read_verdicts() {
         Some("its policy sets max-length")
     );
     assert_eq!(renew_blocker(&arg5, &pol3), None);
-    // 4.3 does not count a nack.
+    // 4.3 does not count a nack: every quorum queue is given back with one, limit or not.
     assert_eq!(
         read_verdict("q", &facts(QueueKind::Quorum, Some(20), v43), 3),
         ReadVerdict::Safe(GiveBack::Nack)
+    );
+    assert_eq!(
+        read_verdict("q", &facts(QueueKind::Quorum, None, v43), 0),
+        ReadVerdict::Safe(GiveBack::Nack)
+    );
+    assert_eq!(
+        read_verdict("q", &facts(QueueKind::Classic, None, v43), 0),
+        close
     );
     assert!(matches!(
         read_verdict("q", &facts(QueueKind::Unknown, None, None), 0),

@@ -38,6 +38,9 @@ pub struct Snap {
     pub props: Value,
     /// The quorum delivery count at delivery (not part of the stored message).
     pub delivery_count: Option<i64>,
+    /// RabbitMQ 4.3's count of a quorum message's earlier deliveries, counted toward the
+    /// limit or not (`x-acquired-count`, absent at 0; not part of the stored message either).
+    pub acquired_count: Option<i64>,
 }
 
 pub fn ls(s: &str) -> AMQPValue {
@@ -418,10 +421,13 @@ impl Broker {
                 .unwrap()
                 .unwrap();
             let mut props = dlq::testing::properties_to_typed_json(&d.properties);
-            let mut delivery_count = None;
+            let (mut delivery_count, mut acquired_count) = (None, None);
             if let Some(h) = props.get_mut("headers").and_then(Value::as_object_mut) {
                 if let Some(v) = h.shift_remove("x-delivery-count") {
                     delivery_count = v[1].as_i64();
+                }
+                if let Some(v) = h.shift_remove("x-acquired-count") {
+                    acquired_count = v[1].as_i64();
                 }
                 if h.is_empty() {
                     props.as_object_mut().unwrap().remove("headers");
@@ -431,6 +437,7 @@ impl Broker {
                 body: d.data,
                 props,
                 delivery_count,
+                acquired_count,
             });
         }
         ch.close(200, "snapshot done".into()).await.unwrap();

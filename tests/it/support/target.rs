@@ -179,12 +179,11 @@ pub fn config_management_line() -> String {
     }
 }
 
-/// The broker's major version (3 for 3.10, 4 for 4.0), from the management API's
-/// `/api/overview`, read once per test process: for the few expectations that truly differ
-/// between generations.
-pub async fn rabbitmq_major() -> u32 {
-    static MAJOR: tokio::sync::OnceCell<u32> = tokio::sync::OnceCell::const_new();
-    *MAJOR
+/// The broker's version (3.10, 4.0, 4.3 ...), from the management API's `/api/overview`,
+/// read once per test process: for the few expectations that truly differ between versions.
+pub async fn rabbitmq_version() -> (u32, u32) {
+    static VERSION: tokio::sync::OnceCell<(u32, u32)> = tokio::sync::OnceCell::const_new();
+    *VERSION
         .get_or_init(|| async {
             let overview: serde_json::Value = reqwest::Client::new()
                 .get(format!("{}/overview", api()))
@@ -198,11 +197,22 @@ pub async fn rabbitmq_major() -> u32 {
             let version = overview["rabbitmq_version"]
                 .as_str()
                 .unwrap_or_else(|| panic!("no rabbitmq_version in {overview}"));
-            version
-                .split('.')
-                .next()
-                .and_then(|m| m.parse().ok())
-                .unwrap_or_else(|| panic!("rabbitmq_version {version:?}"))
+            let mut parts = version.split('.').map(|p| p.parse().ok());
+            match (parts.next().flatten(), parts.next().flatten()) {
+                (Some(major), Some(minor)) => (major, minor),
+                _ => panic!("rabbitmq_version {version:?}"),
+            }
         })
         .await
+}
+
+/// The broker's major version (3 for 3.10, 4 for 4.0).
+pub async fn rabbitmq_major() -> u32 {
+    rabbitmq_version().await.0
+}
+
+/// RabbitMQ 4.3+: `basic.nack(requeue)` does not count toward a quorum queue's delivery
+/// limit, so dlq gives a limited quorum DLQ back by nacking rather than renewing it.
+pub async fn nacks_uncounted() -> bool {
+    rabbitmq_version().await >= (4, 3)
 }
