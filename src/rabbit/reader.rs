@@ -27,7 +27,7 @@ use super::Checked;
 use super::Connection;
 use super::codec::{delivery_count, stream_offset};
 use super::renew::Renewal;
-use super::topology::{GiveBack, QueueKind, ReadVerdict, read_verdict};
+use super::topology::{GiveBack, QueueKind, ReadVerdict, give_back_counts, read_verdict};
 use anyhow::{Result, anyhow, bail};
 use futures_util::StreamExt;
 use lapin::options::{
@@ -87,8 +87,8 @@ impl ReadSpec {
             ReadVerdict::Safe(g) => g,
             ReadVerdict::Risky(_) => GiveBack::Close,
         };
-        // Giving a quorum message back by closing the channel adds to its delivery count.
-        let counts_returns = c.facts.kind == QueueKind::Quorum && give_back == GiveBack::Close;
+        // Closing the channel adds to a quorum message's delivery count; a nack before 4.3.
+        let counts_returns = give_back_counts(&c.facts, give_back);
         ReadSpec {
             queue: c.name.clone(),
             kind: c.facts.kind,

@@ -178,9 +178,16 @@ fn text(out: &Output) -> String {
 }
 
 /// Waits until the DLQ and the destination together hold at least `n` ready messages: what
-/// a lost node held is given back (or `None`: still missing after 30 s, stranded).
+/// a lost node held is given back (or `None`: still missing after 30 s, stranded). From
+/// RabbitMQ 4.3 a quorum queue gives back what a consumer on an unreachable node held only
+/// after its `consumer_disconnected_timeout` (60 s by default): 30 s past that.
 async fn all_ready(conn: &Connection, n: u64) -> Option<u64> {
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let waits = if crate::target::rabbitmq_version().await >= (4, 3) {
+        90
+    } else {
+        30
+    };
+    let deadline = Instant::now() + Duration::from_secs(waits);
     loop {
         let total = ready(conn, DLQ).await + ready(conn, MAIN).await;
         if total >= n {

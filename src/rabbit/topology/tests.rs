@@ -265,6 +265,15 @@ fn delivery_limits_and_read_verdicts() {
         read_verdict("q", &facts(QueueKind::Quorum, None, v310), 0),
         close
     );
+    // No limit on 4.0-4.2: a nack counts once, as a close does, and keeps the order.
+    assert_eq!(
+        read_verdict("q", &facts(QueueKind::Quorum, None, v41), 0),
+        ReadVerdict::Safe(GiveBack::Nack)
+    );
+    assert_eq!(
+        read_verdict("q", &facts(QueueKind::Quorum, None, None), 0),
+        close
+    );
     // Every return counts before 4.3: renewed, unless something else reads the queue.
     assert_eq!(
         read_verdict("q", &facts(QueueKind::Quorum, Some(5), v310), 0),

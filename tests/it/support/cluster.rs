@@ -9,8 +9,13 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-/// The Debian 13 root `.ci/trixie` makes (gen 4).
+/// The Debian 13 root `.ci/trixie` makes (gen 4), unless `DLQ_TEST_CLUSTER_ROOT` names
+/// another (`/var/lib/dlq-forky`: RabbitMQ 4.3).
 const TRIXIE_ROOT: &str = "/var/lib/dlq-trixie";
+
+fn newer_root() -> PathBuf {
+    PathBuf::from(std::env::var("DLQ_TEST_CLUSTER_ROOT").unwrap_or_else(|_| TRIXIE_ROOT.into()))
+}
 
 /// Held (flock) while a cluster boots, in the temporary directory: shared by every test
 /// process, the two generations' runs included.
@@ -46,7 +51,7 @@ impl Cluster {
         let lock = std::fs::File::create(std::env::temp_dir().join(BOOT_LOCK)).unwrap();
         lock.lock().unwrap();
         super::node::reap_orphans();
-        let root = newer_generation().then(|| PathBuf::from(TRIXIE_ROOT));
+        let root = newer_generation().then(newer_root);
         let inner = format!("/tmp/dlq-cluster-{tag}-{}", std::process::id());
         let base = match &root {
             Some(r) => r.join(inner.trim_start_matches('/')),

@@ -16,6 +16,7 @@
 //! | `DLQ_TEST_REDIS_PORT`  | 6379                                      | Redis (Celery's broker)   |
 //! | `DLQ_TEST_RABBITMQCTL` | `rabbitmqctl`                             | stop/start the broker app |
 //! | `DLQ_TEST_REDIS_START` | `redis-server --daemonize yes ... --port` | start Redis after a stop  |
+//! | `DLQ_TEST_CLUSTER_ROOT`| `/var/lib/dlq-trixie` (off the defaults)  | the cluster tests' nodes  |
 //!
 //! dlq itself derives the management API from the AMQP host on port 15672, and its default
 //! AMQP URL is 127.0.0.1:5672: on another port they would reach the other generation's broker.
