@@ -575,8 +575,10 @@ async fn lost_consumers_of(
     let before = topology::lost_consumers(&first, counted)?;
     tokio::time::sleep(STATS_LAG).await;
     let lost = topology::lost_consumers(&look().await?, counted)?;
+    let version = mgmt.version().await.ok().flatten();
     Some(topology::Lost {
         held: topology::nearer_held(before.held, lost.held),
+        timed_out_back: version.is_some_and(|v| v >= topology::DISCONNECTED_TIMEOUT_FROM),
         ..lost
     })
 }

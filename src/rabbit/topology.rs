@@ -28,7 +28,10 @@ pub(crate) struct ApiQueue {
 /// was lost with its node. RabbitMQ keeps such a consumer until it learns the connection is
 /// gone, and a *cancelled* one keeps the messages it holds until then (`rabbit_fifo` gives
 /// back only what live consumers held, and re-checks only those): a leader change while
-/// that node is running.
+/// that node is running. RabbitMQ 4.3 gives back what any consumer on an unreachable node
+/// held, cancelled or not, once its `consumer_disconnected_timeout` has passed (60 s by
+/// default; measured on 4.3.6: 300 held by a cancelled consumer and 200 by a live one, all
+/// ready again in order 58-59 s after their node was killed; on 4.0.5 they stay).
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Lost {
     pub(crate) consumers: u32,
@@ -38,7 +41,12 @@ pub(crate) struct Lost {
     pub(crate) held: Option<u64>,
     pub(crate) any_live: bool,
     pub(crate) leader: Option<String>,
+    /// RabbitMQ 4.3+: they come back by themselves after the disconnected timeout.
+    pub(crate) timed_out_back: bool,
 }
+
+/// From 4.3 a quorum queue gives back what consumers on an unreachable node held.
+pub(crate) const DISCONNECTED_TIMEOUT_FROM: Version = Version(4, 3, 0);
 
 /// More consumers than the live ones the management API shows (a quorum queue only).
 /// `counted` is the queue's own count (passive declare): the API's copy of it lags.
@@ -53,6 +61,7 @@ pub(crate) fn lost_consumers(q: &ApiQueue, counted: u32) -> Option<Lost> {
         held: q.messages_unacknowledged,
         any_live: live > 0,
         leader: q.leader.clone(),
+        timed_out_back: false,
     })
 }
 
@@ -92,13 +101,22 @@ impl Lost {
         } else {
             "held"
         };
+        let how = if self.timed_out_back {
+            "RabbitMQ gives them back by itself once the queue's consumer-disconnected timeout \
+             has passed since their node was lost (60 s unless a policy's \
+             consumer-disconnected-timeout says otherwise): run dlq again then. If they are \
+             still held, the queue's leader must change while the lost consumer's node is \
+             running"
+        } else {
+            "RabbitMQ gives them back only when the queue's leader changes while the lost \
+             consumer's node is running"
+        };
         format!(
             "{queue:?}: {held} {verb} unacknowledged by {n} consumer(s) that no live connection \
              owns (a connection lost with its node?): no reader sees them and dlq cannot move \
-             them. RabbitMQ gives them back only when the queue's leader{leader} changes while \
-             the lost consumer's node is running: bring that node back, then restart the \
-             leader node or run `rabbitmq-queues rebalance quorum`; for a node gone for good, \
-             `rabbitmqctl forget_cluster_node NODE`. dlq counts and moves only the ready ones"
+             them. {how}: bring that node back, then restart the leader node{leader} or run \
+             `rabbitmq-queues rebalance quorum`; for a node gone for good, `rabbitmqctl \
+             forget_cluster_node NODE`. dlq counts and moves only the ready ones"
         )
     }
 }

@@ -360,6 +360,18 @@ fn consumers_no_live_channel_owns_are_lost() {
         w.contains("(rabbit@a)") && w.contains("forget_cluster_node"),
         "{w}"
     );
+    assert!(!w.contains("by itself"), "{w}");
+    // RabbitMQ 4.3 gives them back after its disconnected timeout: said first.
+    let w = Lost {
+        timed_out_back: true,
+        ..lost.clone()
+    }
+    .warning("q.dlq");
+    assert!(
+        w.contains("gives them back by itself once the queue's consumer-disconnected timeout")
+            && w.contains("rebalance quorum"),
+        "{w}"
+    );
     // Beside a live consumer, only "up to": the live one may hold some.
     let lost = lost_consumers(&after_a_lost_node(Some(300), 1), 2).unwrap();
     assert!(lost.warning("q").contains("up to 300 message(s)"));
