@@ -60,13 +60,14 @@ use lapin::types::{
 };
 use serde_json::{Map, Number, Value, json};
 
-/// Longest error text kept in a reason: enough for an exception line, short enough for a table cell.
 /// Headers the broker adds when it delivers a message, not part of the stored message:
-/// a quorum queue's counters (`x-delivery-count`; `x-acquired-count` from RabbitMQ 4.3,
-/// every delivery) and a stream's offset. A copy without them starts counting again.
+/// a quorum queue's counters (`x-delivery-count`; from RabbitMQ 4.3 `x-acquired-count`, on
+/// every delivery after the first) and a stream's offset. A copy without them starts
+/// counting again.
 pub(crate) const DELIVERY_HEADERS: &[&str] =
     &["x-delivery-count", "x-acquired-count", "x-stream-offset"];
 
+/// Longest error text kept in a reason: enough for an exception line, short enough for a table cell.
 pub(crate) const MAX_ERROR_TEXT_CHARS: usize = 240;
 
 /// Short strings (table keys, property values) carry a one-byte length on the wire.

@@ -469,7 +469,7 @@ mod tests {
             "",
             &dead_props(vec![
                 ("x-delivery-count", AMQPValue::LongLongInt(3)),
-                // RabbitMQ 4.3 adds it to every quorum delivery.
+                // RabbitMQ 4.3 adds it to every quorum delivery after the first.
                 ("x-acquired-count", AMQPValue::LongLongInt(5)),
             ]),
             body,

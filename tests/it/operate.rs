@@ -185,7 +185,7 @@ async fn check_queue_levels_and_queue_unchanged() {
 /// does not count a nack, it is read and given back by nacking. Either way its messages'
 /// delivery count is what it was.
 #[tokio::test]
-async fn check_quorum_queue_with_delivery_limit_is_not_read() {
+async fn check_quorum_queue_with_delivery_limit_keeps_its_delivery_counts() {
     let b = Broker::new("check-quorum").await;
     let q = "limited.dlq";
     // A TTL: the queue cannot be read by renewal (quorum_limits.rs has the renewed case).
