@@ -475,8 +475,17 @@ pub(super) fn give_back_wait(held: u64) -> Duration {
 }
 
 /// The queue's ready count just before a give-back, for `after_give_back`.
+/// `DLQ_TEST_GIVE_BACK_PAUSE_MS` pauses after the count: the tests publish meanwhile, so
+/// that newcomers surely land between it and the give-back, whatever the machine's load.
 pub(super) async fn ready_now(conn: &Connection, queue: &str) -> Option<super::Depth> {
-    super::passive_declare(conn, queue).await.ok().flatten()
+    let depth = super::passive_declare(conn, queue).await.ok().flatten();
+    if let Some(ms) = std::env::var("DLQ_TEST_GIVE_BACK_PAUSE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    depth
 }
 
 /// After a give-back of `back` messages to `queue` (which had `before` ready just before it,

@@ -903,7 +903,12 @@ async fn newcomers_during_a_give_back_are_named_and_kept() {
 /// Runs dlq with `args` while publishing a steady trickle into `q.dlq` until it has ended,
 /// each publish confirmed, bodies numbered from `from`. How many were sent.
 async fn trickle_during(b: &Broker, args: &[&str], from: usize) -> (crate::common::Run, usize) {
-    let dlq = b.dlq().args(args);
+    // A second between dlq's count and its give-back: newcomers land there on any load
+    // (none had, once in CI, where each confirmed publish took longer than the window).
+    let dlq = b
+        .dlq()
+        .env("DLQ_TEST_GIVE_BACK_PAUSE_MS", "1000")
+        .args(args);
     let dlq = tokio::task::spawn_blocking(move || dlq.run());
     let mut sent = 0;
     while !dlq.is_finished() {
