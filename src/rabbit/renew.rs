@@ -23,11 +23,12 @@
 //!   where nothing else can remove an original or take a copy.
 
 use super::Connection;
-use super::codec::DELIVERY_HEADERS;
+use super::codec::stored_properties;
 use super::publish::{Outcome, Outgoing, Pipeline};
 use anyhow::Result;
 use lapin::Channel;
 use lapin::message::Delivery;
+use std::borrow::Cow;
 
 /// Copies handed to lapin together.
 const FLUSH_EVERY: usize = 64;
@@ -111,12 +112,9 @@ impl Renewal {
             mut properties,
             body,
         } = kept;
-        if let Some(h) = properties.headers().as_ref() {
-            let mut map = h.inner().clone();
-            for k in DELIVERY_HEADERS {
-                map.remove(*k);
-            }
-            properties = properties.with_headers(lapin::types::FieldTable::from(map));
+        // As stored: an empty header table left behind would change a content id.
+        if let Cow::Owned(stored) = stored_properties(&properties) {
+            properties = stored;
         }
         let msg = Outgoing {
             exchange: String::new(),

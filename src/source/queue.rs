@@ -17,7 +17,7 @@ use crate::model::REPLAY_COUNT;
 use crate::model::{DeadLetter, RecordId, SourceKind, payload_from_bytes};
 use crate::output::Printer;
 use crate::rabbit::codec::{
-    DELIVERY_HEADERS, properties_to_json, properties_to_typed_json, table_to_json,
+    properties_to_json, properties_to_typed_json, stored_properties, table_to_json,
 };
 use crate::rabbit::death::{DeathInfo, header_int, parse_deaths, reason_text};
 use crate::select::Selection;
@@ -28,7 +28,6 @@ use lapin::BasicProperties;
 use lapin::types::FieldTable;
 use serde_json::{Value, json};
 use sha2::Digest as _;
-use std::borrow::Cow;
 use tokio::sync::mpsc;
 
 /// What shapes a record besides the message itself.
@@ -104,39 +103,6 @@ impl Parts {
             text: sel.pattern.is_some(),
         }
     }
-}
-
-/// The properties as stored in the queue: delivery-time headers removed. Borrowed when
-/// there are none (a classic queue adds none): the headers are the biggest part of a
-/// message a replay handles, and cloning them per message showed in profiles.
-pub(crate) fn stored_properties(props: &BasicProperties) -> Cow<'_, BasicProperties> {
-    let Some(headers) = props.headers() else {
-        return Cow::Borrowed(props);
-    };
-    if !DELIVERY_HEADERS
-        .iter()
-        .any(|h| headers.inner().contains_key(*h))
-    {
-        return Cow::Borrowed(props);
-    }
-    let mut kept = FieldTable::default();
-    for (k, v) in headers.inner() {
-        if !DELIVERY_HEADERS.contains(&k.as_str()) {
-            kept.insert(k.clone(), v.clone());
-        }
-    }
-    if !kept.inner().is_empty() {
-        return Cow::Owned(props.clone().with_headers(kept));
-    }
-    // The broker made up a header table just for its own header: the stored message had
-    // none. BasicProperties cannot unset a field, so rebuild it without `headers`.
-    let mut typed = properties_to_typed_json(props);
-    if let Some(m) = typed.as_object_mut() {
-        m.remove("headers");
-    }
-    Cow::Owned(
-        crate::rabbit::codec::properties_from_typed_json(&typed).unwrap_or_else(|_| props.clone()),
-    )
 }
 
 /// A delivered message's content id (delivery-time headers removed): the same message read

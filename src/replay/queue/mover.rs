@@ -620,7 +620,7 @@ impl<'a> Mover<'a> {
     ) -> Option<Result<Moving, (RecordId, String)>> {
         let (opts, queue) = (self.session.opts, from.name);
         let rec = self.picks.pick(queue, d, opts)?;
-        let stored = record::stored_properties(&d.properties);
+        let stored = crate::rabbit::codec::stored_properties(&d.properties);
         let origin = rec.origin_queue();
         let route = match destination(&opts.common.target, origin, queue) {
             Ok(r) => r,

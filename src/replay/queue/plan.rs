@@ -257,7 +257,7 @@ impl Planner<'_> {
             }
         };
         self.plan.take(queue, &rec, &route, edit.as_ref());
-        let stored = record::stored_properties(&d.properties);
+        let stored = crate::rabbit::codec::stored_properties(&d.properties);
         let original = rec.id.to_string();
         let edited = |props| edited(opts, edit.as_ref(), props, &original);
         let body = edit
