@@ -104,9 +104,10 @@ impl Lost {
         let how = if self.timed_out_back {
             "RabbitMQ gives them back by itself once the queue's consumer-disconnected timeout \
              has passed since their node was lost (60 s unless a policy's \
-             consumer-disconnected-timeout says otherwise): run dlq again then. If they are \
-             still held, the queue's leader must change while the lost consumer's node is \
-             running"
+             consumer-disconnected-timeout says otherwise), each lost consumer's together but \
+             not in the DLQ's order (the newest consumer's first, as measured): run dlq again \
+             then. If they are still held, the queue's leader must change while the lost \
+             consumer's node is running"
         } else {
             "RabbitMQ gives them back only when the queue's leader changes while the lost \
              consumer's node is running"

@@ -369,6 +369,7 @@ fn consumers_no_live_channel_owns_are_lost() {
     .warning("q.dlq");
     assert!(
         w.contains("gives them back by itself once the queue's consumer-disconnected timeout")
+            && w.contains("each lost consumer's together but not in the DLQ's order")
             && w.contains("rebalance quorum"),
         "{w}"
     );
