@@ -42,6 +42,8 @@ use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
 use lapin::{Channel, Consumer};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 const FIRST_WINDOW: u64 = 200;
@@ -198,6 +200,8 @@ pub(crate) struct Taker {
     /// The consumers `watch_consumers` watches (channel, tag): cancelled before a renewing
     /// take's kept originals are acknowledged on release.
     watched: Vec<(Channel, lapin::types::ShortString)>,
+    /// Set when RabbitMQ cancelled a watched consumer (`taken_back`).
+    taken_back: Arc<AtomicBool>,
     /// A holding take's kept messages, not copied yet (`keep`), and their bodies' bytes.
     deferred: Vec<Kept>,
     deferred_bytes: u64,
@@ -250,22 +254,50 @@ impl Taker {
             streams.push(c);
         }
         self.watched = cancels.clone();
+        let taken_back = self.taken_back.clone();
+        // Each stream ends with `None`: a consumer that ends before dlq cancelled any was
+        // cancelled by RabbitMQ.
+        let ends = streams
+            .into_iter()
+            .map(|c| c.map(Some).chain(futures_util::stream::iter([None])));
         tokio::spawn(async move {
-            let mut all = futures_util::stream::select_all(streams);
+            let mut all = futures_util::stream::select_all(ends);
             // A delivery dropped unacknowledged stays held on its channel until the release
             // closes it; the stream drains until then.
             let mut cancelled = false;
-            while let Some(Ok(_)) = all.next().await {
-                if !cancelled {
-                    for (ch, tag) in &cancels {
-                        let _ = ch
-                            .basic_cancel(tag.clone(), BasicCancelOptions::default())
-                            .await;
+            while let Some(item) = all.next().await {
+                match item {
+                    Some(Ok(_)) if !cancelled => {
+                        for (ch, tag) in &cancels {
+                            let _ = ch
+                                .basic_cancel(tag.clone(), BasicCancelOptions::default())
+                                .await;
+                        }
+                        cancelled = true;
                     }
-                    cancelled = true;
+                    Some(Ok(_)) => {}
+                    Some(Err(_)) => break,
+                    None if !cancelled => taken_back.store(true, Ordering::SeqCst),
+                    None => {}
                 }
             }
         });
+    }
+
+    /// Whether RabbitMQ cancelled a consumer this take left live holding messages
+    /// (`open_holding`), before `watch_consumers` (checked here) or since (its watch): on
+    /// RabbitMQ 4.3 a quorum queue's consumer timeout does, and puts what the consumer held
+    /// back in the queue, where acknowledging it does nothing. A live consumer with no credit
+    /// left has nothing to deliver; a newcomer delivered since stays held on its channel
+    /// until the release.
+    pub(crate) fn taken_back(&mut self) -> bool {
+        let ended = |c: &mut Consumer| matches!(c.next().now_or_never(), Some(None | Some(Err(_))));
+        self.live.iter_mut().any(|(_, c)| ended(c)) || self.taken_back.load(Ordering::SeqCst)
+    }
+
+    /// What `taken_back` is seen through while the caller moves (a planned replay).
+    pub(crate) fn taken_back_flag(&self) -> Arc<AtomicBool> {
+        self.taken_back.clone()
     }
 
     /// Cancels the consumers left live (`open_holding`): what they hold stays held.
@@ -312,6 +344,7 @@ impl Taker {
             holding: false,
             live: Vec::new(),
             watched: Vec::new(),
+            taken_back: Arc::default(),
             deferred: Vec::new(),
             deferred_bytes: 0,
             ack_marks: AckMarks::new(),
@@ -838,6 +871,18 @@ impl Taker {
         }
         notes
     }
+}
+
+/// Why a planned replay stopped when RabbitMQ took back what its take held (`moved`: after
+/// some had moved, whose acknowledgements may have done nothing).
+pub(crate) fn taken_back_note(moved: bool) -> String {
+    let what = match moved {
+        false => "nothing was moved",
+        true => "what moved since may be in the DLQ again too (its acknowledgement did nothing)",
+    };
+    format!(
+        "RabbitMQ took back the messages dlq held for the plan and cancelled its consumer: a quorum queue's consumer timeout (RabbitMQ 4.3: the queue's x-consumer-timeout, a policy's consumer-timeout, else the broker's consumer_timeout, 30 min by default) puts what a consumer held longer back in the queue. {what}; run dlq again, and answer sooner"
+    )
 }
 
 /// What a renewing take says of the messages delivered past its count: the consumer's credit

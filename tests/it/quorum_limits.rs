@@ -1060,3 +1060,75 @@ async fn returned_once(b: &Broker, queue: &str, n: usize) {
     }
     ch.close(200, "returned".into()).await.unwrap();
 }
+
+/// RabbitMQ 4.3 enforces a quorum queue's consumer timeout by cancelling the consumer and
+/// putting what it held back in the queue, on a channel that stays open: acknowledging
+/// those messages then does nothing. A replay's plan answered after the timeout moved all
+/// 100 and said so, while all 100 were still in the DLQ. It now moves none, says why and
+/// exits 1; and when the timeout strikes mid-move, it stops there and says that what it
+/// moved since may be in the DLQ too. (3.x and 4.0 close the channel instead, on a timer
+/// of their own.)
+#[tokio::test]
+async fn a_consumer_timeout_stops_a_planned_replay() {
+    if crate::target::rabbitmq_version().await < (4, 3) {
+        return;
+    }
+    let timeout = vec![("x-consumer-timeout", AMQPValue::LongLongInt(2_000))];
+    let b = quorum_dlq("qtimeout", timeout, 100).await;
+    let url = b.amqp_url();
+    let env = [("DLQ_AMQP_URL", url.as_str()), ("NO_COLOR", "1")];
+    let t = crate::tmux::Term::start(120, &env, &["replay", "-Q", "q.dlq"]);
+    t.wait_for(std::time::Duration::from_secs(60), |s| s.contains("[y/N]"));
+    // Until the queue has given them back.
+    let start = std::time::Instant::now();
+    while b.depth("q.dlq").await < 100 {
+        assert!(
+            start.elapsed().as_secs() < 30,
+            "the timeout gave nothing back"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    t.type_text("y");
+    t.keys(&["Enter"]);
+    let screen = t.wait_exit();
+    assert!(screen.contains("[dlq exited 1]"), "{screen}");
+    assert!(
+        screen.contains("RabbitMQ took back the messages dlq held")
+            && screen.contains("nothing was moved"),
+        "{screen}"
+    );
+    assert!(screen.contains("0 replayed"), "{screen}");
+    assert_eq!(b.depth("q.src").await, 0, "moved though still in the DLQ");
+    let left = snap_ns(&b.snapshot("q.dlq").await);
+    assert_eq!(left, (0..100).collect::<Vec<_>>());
+    b.delete().await;
+
+    // Answered at once, the timeout strikes mid-move (10 a second): dlq stops there.
+    let timeout = vec![("x-consumer-timeout", AMQPValue::LongLongInt(4_000))];
+    let b = quorum_dlq("qtimeout2", timeout, 100).await;
+    let url = b.amqp_url();
+    let env = [("DLQ_AMQP_URL", url.as_str()), ("NO_COLOR", "1")];
+    let args = ["replay", "-Q", "q.dlq", "--rate", "10"];
+    let t = crate::tmux::Term::start(120, &env, &args);
+    t.wait_for(std::time::Duration::from_secs(60), |s| s.contains("[y/N]"));
+    t.type_text("y");
+    t.keys(&["Enter"]);
+    let screen = t.wait_exit();
+    assert!(screen.contains("[dlq exited 1]"), "{screen}");
+    assert!(
+        screen.contains("what moved since may be in the DLQ again too"),
+        "{screen}"
+    );
+    let said = regex::Regex::new(r"replay: (\d+) replayed").unwrap();
+    let replayed: u32 = said.captures(&screen).expect(&screen)[1].parse().unwrap();
+    assert!(replayed > 0 && replayed < 100, "{screen}");
+    b.wait_depth("q.src", replayed).await;
+    let mut all = snap_ns(&b.snapshot("q.dlq").await);
+    let left = all.len();
+    all.extend(snap_ns(&b.snapshot("q.src").await));
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all, (0..100).collect::<Vec<_>>(), "lost");
+    eprintln!("{replayed} replayed before the timeout, {left} left in the DLQ");
+    b.delete().await;
+}

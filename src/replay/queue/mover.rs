@@ -44,11 +44,16 @@ pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<E
     // The plan already refused what no worker would run: no gate.
     let picks = Picks::Planned(plan.selected);
     let mut mover = Mover::open(&session, plan.count, report, publish_ids, picks, None).await?;
+    if takers.iter_mut().any(|t| t.taken_back()) {
+        // Acknowledging them would do nothing: moving them would leave them in the DLQ too.
+        mover.report.stopped = Some(crate::rabbit::take::taken_back_note(false));
+    }
     if holding.single_pass {
         // Held messages are acknowledged on the take channels that delivered them; the
         // consumers the plan left live (`Taker::open_holding`) stay live meanwhile.
         for t in takers.iter_mut() {
             t.watch_consumers().await;
+            mover.taken_back.push(t.taken_back_flag());
         }
         for (qi, t) in takers.iter().enumerate() {
             for (ci, ch) in t.channels().iter().enumerate() {
@@ -139,6 +144,8 @@ struct Mover<'a> {
     window: Window,
     /// The last acknowledgements sent (`Ended::recent`).
     recent: std::collections::VecDeque<(usize, RecordId)>,
+    /// Set when RabbitMQ took back what a plan's take held (`Taker::taken_back`).
+    taken_back: Vec<Arc<AtomicBool>>,
 }
 
 /// What the move phase leaves for `Session::finish`.
@@ -218,6 +225,7 @@ impl<'a> Mover<'a> {
                 .map(|w| Moves::new(w.watch.tracker())),
             window: window_of(session),
             recent: Default::default(),
+            taken_back: Vec::new(),
         })
     }
 
@@ -333,6 +341,10 @@ impl<'a> Mover<'a> {
         }
         if self.stop.load(Ordering::SeqCst) {
             self.report.stopped = Some("interrupted".into());
+            return false;
+        }
+        if self.taken_back.iter().any(|t| t.load(Ordering::SeqCst)) {
+            self.report.stopped = Some(crate::rabbit::take::taken_back_note(true));
             return false;
         }
         limit.is_none_or(|l| moved + (self.unsettled() as u64) < l)
