@@ -1021,8 +1021,11 @@ async fn crash_of_dlqs_node_mid_renewing_read(cluster: &Cluster) {
     );
     // Copies confirmed whose originals were not acknowledged yet: dlq acknowledges as copies
     // are confirmed, 64 at a time (32 and 96 seen; 3,674 when it did so per 4,000 window).
+    // An acknowledgement sent but still waiting in the dying node's channel is lost too
+    // (1,000 once, in CI under load), so the bound is the read's credit: an original the
+    // broker still counts unacknowledged holds one of its 2,000, and no more are delivered.
     let doubled = copies.len() as u64 - unrenewed[0];
-    assert!(doubled <= 256, "{doubled} doubled: {}", runs(&left));
+    assert!(doubled <= 2_000, "{doubled} doubled: {}", runs(&left));
 }
 
 /// The numbers of the ids `m-N` in ndjson lines (an archive's header and trailer have none).
