@@ -544,6 +544,13 @@ fn not_back_note(queue: &str, missing: u64, back: u64, wait: Duration) -> String
     )
 }
 
+/// The error when RabbitMQ cancels a consumer of dlq's mid-read or mid-take.
+pub(super) fn broker_cancelled(queue: &str) -> String {
+    format!(
+        "the broker cancelled dlq's consumer on {queue:?}: the queue was deleted, or (RabbitMQ 4.3, a quorum queue) dlq held a message longer than the queue's consumer timeout (x-consumer-timeout, a policy's consumer-timeout, else consumer_timeout, 30 min by default), and the queue took back what that consumer held"
+    )
+}
+
 /// What can keep ready messages from dlq's consumer, for the error after `STALL_LIMIT`.
 /// A quorum queue delivers to a consumer from its member on the consumer's node, which
 /// waits until that member has the messages (seen twice, on a loaded 4.0 cluster in the
@@ -811,7 +818,7 @@ async fn read_window<T: Send>(
         };
         let d = match next {
             None => {
-                bail!("the broker cancelled dlq's consumer on {q:?} (was the queue deleted?)")
+                bail!("{}", broker_cancelled(q))
             }
             Some(Err(e)) => return Err(anyhow!(e)),
             Some(Ok(d)) => d,

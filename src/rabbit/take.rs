@@ -32,7 +32,7 @@
 //! in queue order.
 
 use super::Connection;
-use super::reader::{IDLE, ReadSpec, STALL_LIMIT, stall_cause, still_ready};
+use super::reader::{IDLE, ReadSpec, STALL_LIMIT, broker_cancelled, stall_cause, still_ready};
 use super::renew::{Kept, Renewal};
 use super::topology::GiveBack;
 use super::{AckBudget, AckMarks};
@@ -648,7 +648,7 @@ impl Taker {
                     }
                 }
                 None => {
-                    bail!("the broker cancelled dlq's consumer on {q:?} (was the queue deleted?)")
+                    bail!("{}", broker_cancelled(&q))
                 }
                 Some(Err(e)) => return Err(anyhow!(e)),
                 Some(Ok(d)) => {
