@@ -881,7 +881,7 @@ pub(crate) fn taken_back_note(moved: bool) -> String {
         true => "what moved since may be in the DLQ again too (its acknowledgement did nothing)",
     };
     format!(
-        "RabbitMQ took back the messages dlq held for the plan and cancelled its consumer: a quorum queue's consumer timeout (RabbitMQ 4.3: the queue's x-consumer-timeout, a policy's consumer-timeout, else the broker's consumer_timeout, 30 min by default) puts what a consumer held longer back in the queue. {what}; run dlq again, and answer sooner"
+        "RabbitMQ took back the messages dlq held for the plan and cancelled its consumer: a quorum queue's consumer timeout (RabbitMQ 4.3: the queue's x-consumer-timeout, a policy's consumer-timeout, else the broker's consumer_timeout, 30 min by default) puts what a consumer held longer back in the queue (deleting the DLQ also cancels it). {what}; run dlq again, and answer sooner"
     )
 }
 
