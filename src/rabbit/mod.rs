@@ -10,6 +10,7 @@
 mod budget;
 pub(crate) mod codec;
 mod connection;
+mod consumer;
 pub(crate) mod death;
 pub(crate) mod management;
 pub(crate) mod private;

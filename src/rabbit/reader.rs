@@ -27,7 +27,9 @@ use super::Checked;
 use super::Connection;
 use super::codec::{delivery_count, stream_offset};
 use super::renew::Renewal;
-use super::topology::{GiveBack, QueueKind, ReadVerdict, give_back_counts, read_verdict};
+use super::topology::{
+    GiveBack, QueueKind, ReadVerdict, give_back_counts, read_verdict, timeout_cancels,
+};
 use anyhow::{Result, anyhow, bail};
 use futures_util::StreamExt;
 use lapin::options::{
@@ -79,6 +81,8 @@ pub(crate) struct ReadSpec {
     /// How held messages go back (`topology::read_verdict`; `--force` reads risky
     /// queues by closing).
     pub(crate) give_back: GiveBack,
+    /// RabbitMQ may take back what dlq holds with the channel open (`topology::timeout_cancels`).
+    pub(crate) timeout_cancels: bool,
 }
 
 impl ReadSpec {
@@ -97,6 +101,7 @@ impl ReadSpec {
             counted_limit: c.facts.delivery_limit.filter(|_| counts_returns),
             counts_returns,
             give_back,
+            timeout_cancels: timeout_cancels(&c.facts),
         }
     }
 }
@@ -691,7 +696,10 @@ async fn cancel_unread(ch: &Channel, consumer: &lapin::Consumer) -> u64 {
 
 /// Counts what a cancelled consumer still delivers until `cancel-ok` ends its stream; a
 /// stream that never ends must not hold the run (`IDLE` between deliveries at most).
-pub(super) async fn until_cancel_ok(consumer: &mut lapin::Consumer) -> u64 {
+pub(super) async fn until_cancel_ok<S>(consumer: &mut S) -> u64
+where
+    S: futures_util::Stream<Item = lapin::Result<lapin::message::Delivery>> + Unpin,
+{
     let mut n = 0;
     while let Ok(Some(Ok(_))) = tokio::time::timeout(IDLE, consumer.next()).await {
         n += 1;

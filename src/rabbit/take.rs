@@ -32,16 +32,17 @@
 //! in queue order.
 
 use super::Connection;
+use super::consumer::Deliveries;
 use super::reader::{IDLE, ReadSpec, STALL_LIMIT, broker_cancelled, stall_cause, still_ready};
 use super::renew::{Kept, Renewal};
 use super::topology::GiveBack;
 use super::{AckBudget, AckMarks};
 use anyhow::{Result, anyhow, bail};
 use futures_util::{FutureExt, StreamExt};
+use lapin::Channel;
 use lapin::message::Delivery;
 use lapin::options::{BasicCancelOptions, BasicConsumeOptions, BasicQosOptions};
 use lapin::types::FieldTable;
-use lapin::{Channel, Consumer};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -58,7 +59,7 @@ const WINDOW_BYTES: u64 = 32 << 20;
 const SETTLE_AFTER: Duration = Duration::from_millis(2);
 
 struct Current {
-    consumer: Consumer,
+    consumer: Deliveries,
     got: u64,
     batch: u64,
     /// Messages taken before this consumer started.
@@ -196,12 +197,15 @@ pub(crate) struct Taker {
     /// Windows are not cancelled once delivered (`open_holding`): the consumers that
     /// delivered them, live with no credit left, and their channels' indices.
     holding: bool,
-    live: Vec<(usize, Consumer)>,
+    live: Vec<(usize, Deliveries)>,
     /// The consumers `watch_consumers` watches (channel, tag): cancelled before a renewing
     /// take's kept originals are acknowledged on release.
     watched: Vec<(Channel, lapin::types::ShortString)>,
     /// Set when RabbitMQ cancelled a watched consumer (`taken_back`).
     taken_back: Arc<AtomicBool>,
+    /// RabbitMQ may take back what a consumer holds with its channel open (a quorum queue's
+    /// consumer timeout from 4.3): each consumer is watched for that (`consumer`).
+    timeout_cancels: bool,
     /// A holding take's kept messages, not copied yet (`keep`), and their bodies' bytes.
     deferred: Vec<Kept>,
     deferred_bytes: u64,
@@ -291,7 +295,8 @@ impl Taker {
     /// left has nothing to deliver; a newcomer delivered since stays held on its channel
     /// until the release.
     pub(crate) fn taken_back(&mut self) -> bool {
-        let ended = |c: &mut Consumer| matches!(c.next().now_or_never(), Some(None | Some(Err(_))));
+        let ended =
+            |c: &mut Deliveries| matches!(c.next().now_or_never(), Some(None | Some(Err(_))));
         self.live.iter_mut().any(|(_, c)| ended(c)) || self.taken_back.load(Ordering::SeqCst)
     }
 
@@ -345,6 +350,7 @@ impl Taker {
             live: Vec::new(),
             watched: Vec::new(),
             taken_back: Arc::default(),
+            timeout_cancels: spec.timeout_cancels,
             deferred: Vec::new(),
             deferred_bytes: 0,
             ack_marks: AckMarks::new(),
@@ -584,6 +590,8 @@ impl Taker {
                 FieldTable::default(),
             )
             .await?;
+        let watch = self.timeout_cancels.then(|| self.taken_back.clone());
+        let consumer = Deliveries::new(consumer, watch);
         self.consumers += 1;
         self.windows_here += 1;
         self.kept_here = 0;
@@ -873,15 +881,25 @@ impl Taker {
     }
 }
 
-/// Why a planned replay stopped when RabbitMQ took back what its take held (`moved`: after
-/// some had moved, whose acknowledgements may have done nothing).
-pub(crate) fn taken_back_note(moved: bool) -> String {
+/// Why a replay stopped when RabbitMQ took back what its take held (`moved`: after some had
+/// moved, whose acknowledgements may have done nothing; `planned`: held for a plan).
+pub(crate) fn taken_back_note(moved: bool, planned: bool) -> String {
     let what = match moved {
         false => "nothing was moved",
         true => "what moved since may be in the DLQ again too (its acknowledgement did nothing)",
     };
+    // A streamed take's consumer holds its credit (2 x window + 64, `continuous_credit`)
+    // ahead of the publishes, each held that long under --rate.
+    let advice = match planned {
+        true => {
+            "run dlq again, and answer sooner; a plan holds every message until it moves it, so a long one also needs a higher --rate or a smaller --limit"
+        }
+        false => {
+            "run dlq again: under --rate a message is held for up to (2 x window + 64) / rate seconds, so use a smaller --window or a higher --rate"
+        }
+    };
     format!(
-        "RabbitMQ took back the messages dlq held for the plan and cancelled its consumer: a quorum queue's consumer timeout (RabbitMQ 4.3: the queue's x-consumer-timeout, a policy's consumer-timeout, else the broker's consumer_timeout, 30 min by default) puts what a consumer held longer back in the queue (deleting the DLQ also cancels it). {what}; run dlq again, and answer sooner"
+        "RabbitMQ took back the messages dlq held and cancelled its consumer: a quorum queue's consumer timeout (RabbitMQ 4.3: the queue's x-consumer-timeout, a policy's consumer-timeout, else the broker's consumer_timeout, 30 min by default) puts what a consumer held longer back in the queue (deleting the DLQ also cancels it). {what}; {advice}"
     )
 }
 

@@ -414,6 +414,18 @@ const NACK_NOT_COUNTED: Version = Version(4, 3, 0);
 /// From 4.0 a nacked quorum message keeps its place (3.10 sends it to the back).
 const NACK_IN_PLACE: Version = Version(4, 0, 0);
 
+/// From 4.3 a quorum queue enforces its consumer timeout by cancelling the consumer and
+/// taking back what it held, on a channel it leaves open (before, it closes the channel).
+const TIMEOUT_CANCELS_FROM: Version = Version(4, 3, 0);
+
+/// Whether RabbitMQ may take back what dlq holds from this queue while dlq's channel stays
+/// open, so that a take must watch for its consumer's cancel: a quorum queue from 4.3, or
+/// a queue whose type or broker version is unknown.
+pub(crate) fn timeout_cancels(facts: &QueueFacts) -> bool {
+    matches!(facts.kind, QueueKind::Quorum | QueueKind::Unknown)
+        && facts.version.is_none_or(|v| v >= TIMEOUT_CANCELS_FROM)
+}
+
 /// Whether giving a message back this way adds to its quorum delivery count.
 pub(crate) fn give_back_counts(facts: &QueueFacts, give_back: GiveBack) -> bool {
     facts.kind == QueueKind::Quorum

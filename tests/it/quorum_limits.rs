@@ -1132,3 +1132,56 @@ async fn a_consumer_timeout_stops_a_planned_replay() {
     eprintln!("{replayed} replayed before the timeout, {left} left in the DLQ");
     b.delete().await;
 }
+
+/// The same timeout during a replay under `--yes`, paced by `--rate`: its consumer holds its
+/// whole credit (2 x window + 64) ahead of the publishes. lapin gave the broker's cancel
+/// only behind the deliveries it had buffered, so dlq went on publishing messages that were
+/// back in the DLQ: "231 replayed" (exit 1) with 192 of them still in the DLQ, and with
+/// `--window 500` "300 replayed", exit 0, with 150 still there. It now stops at the cancel:
+/// exit 1 and the reason, at most a window in both queues, the DLQ in order, none lost.
+#[tokio::test]
+async fn a_consumer_timeout_stops_a_streamed_replay() {
+    if crate::target::rabbitmq_version().await < (4, 3) {
+        return;
+    }
+    let n = 300;
+    let said = regex::Regex::new(r"(\d+) replayed").unwrap();
+    for (prefix, timeout_ms, rate, window) in [
+        ("qtstream", 4_000, "10", 64),
+        ("qtstream2", 3_000, "50", 500),
+    ] {
+        let timeout = vec![("x-consumer-timeout", AMQPValue::LongLongInt(timeout_ms))];
+        let b = quorum_dlq(prefix, timeout, n).await;
+        let w = window.to_string();
+        let args = [
+            "replay", "-Q", "q.dlq", "--yes", "--rate", rate, "--window", &w,
+        ];
+        let run = b.run(&args).await;
+        let err = run.stderr();
+        assert_eq!(run.code(), 1, "{err}");
+        assert!(
+            err.contains("RabbitMQ took back the messages dlq held")
+                && err.contains("what moved since may be in the DLQ again too")
+                && err.contains("a smaller --window or a higher --rate"),
+            "{err}"
+        );
+        let replayed: u32 = said.captures(&err).expect(&err)[1].parse().unwrap();
+        assert!(replayed > 0 && replayed < n as u32, "{err}");
+        b.wait_depth("q.src", replayed).await;
+        let left = snap_ns(&b.snapshot("q.dlq").await);
+        let moved = snap_ns(&b.snapshot("q.src").await);
+        assert!(left.is_sorted(), "the DLQ's order changed: {left:?}");
+        let mut once = moved.clone();
+        once.sort_unstable();
+        once.dedup();
+        assert_eq!(once.len(), moved.len(), "replayed twice: {moved:?}");
+        let both = moved.iter().filter(|m| left.contains(m)).count();
+        assert!(both <= window, "{both} in both queues, window {window}");
+        let mut all = [left.clone(), moved.clone()].concat();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all, (0..n as i64).collect::<Vec<_>>(), "lost");
+        eprintln!("{prefix}: {replayed} replayed, {both} in both queues");
+        b.delete().await;
+    }
+}

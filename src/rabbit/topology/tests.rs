@@ -408,3 +408,26 @@ fn the_smaller_of_two_held_counts_is_quoted() {
     assert_eq!(nearer_held(None, Some(300)), Some(300));
     assert_eq!(nearer_held(Some(300), None), None);
 }
+
+#[test]
+fn only_quorum_queues_from_4_3_take_back_with_the_channel_open() {
+    let facts = |kind, version| QueueFacts {
+        kind,
+        delivery_limit: None,
+        version,
+        renew_blocker: None,
+    };
+    let v = |major, minor| Some(Version(major, minor, 0));
+    assert!(timeout_cancels(&facts(QueueKind::Quorum, v(4, 3))));
+    assert!(timeout_cancels(&facts(QueueKind::Quorum, v(5, 0))));
+    assert!(timeout_cancels(&facts(QueueKind::Quorum, None)));
+    assert!(timeout_cancels(&facts(QueueKind::Unknown, v(4, 3))));
+    assert!(timeout_cancels(&facts(QueueKind::Unknown, None)));
+    // Before 4.3 the timeout closes the channel; classic queues and streams never cancel.
+    assert!(!timeout_cancels(&facts(QueueKind::Quorum, v(4, 2))));
+    assert!(!timeout_cancels(&facts(QueueKind::Quorum, v(3, 10))));
+    assert!(!timeout_cancels(&facts(QueueKind::Unknown, v(4, 0))));
+    assert!(!timeout_cancels(&facts(QueueKind::Classic, v(4, 3))));
+    assert!(!timeout_cancels(&facts(QueueKind::Classic, None)));
+    assert!(!timeout_cancels(&facts(QueueKind::Stream, v(4, 3))));
+}

@@ -46,14 +46,14 @@ pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<E
     let mut mover = Mover::open(&session, plan.count, report, publish_ids, picks, None).await?;
     if takers.iter_mut().any(|t| t.taken_back()) {
         // Acknowledging them would do nothing: moving them would leave them in the DLQ too.
-        mover.report.stopped = Some(crate::rabbit::take::taken_back_note(false));
+        mover.report.stopped = Some(crate::rabbit::take::taken_back_note(false, true));
     }
     if holding.single_pass {
         // Held messages are acknowledged on the take channels that delivered them; the
         // consumers the plan left live (`Taker::open_holding`) stay live meanwhile.
         for t in takers.iter_mut() {
             t.watch_consumers().await;
-            mover.taken_back.push(t.taken_back_flag());
+            mover.taken_back.push((t.taken_back_flag(), true));
         }
         for (qi, t) in takers.iter().enumerate() {
             for (ci, ch) in t.channels().iter().enumerate() {
@@ -144,8 +144,9 @@ struct Mover<'a> {
     window: Window,
     /// The last acknowledgements sent (`Ended::recent`).
     recent: std::collections::VecDeque<(usize, RecordId)>,
-    /// Set when RabbitMQ took back what a plan's take held (`Taker::taken_back`).
-    taken_back: Vec<Arc<AtomicBool>>,
+    /// Set when RabbitMQ took back what a take held (`Taker::taken_back`), each with
+    /// whether the take held it for a plan.
+    taken_back: Vec<(Arc<AtomicBool>, bool)>,
 }
 
 /// What the move phase leaves for `Session::finish`.
@@ -343,11 +344,21 @@ impl<'a> Mover<'a> {
             self.report.stopped = Some("interrupted".into());
             return false;
         }
-        if self.taken_back.iter().any(|t| t.load(Ordering::SeqCst)) {
-            self.report.stopped = Some(crate::rabbit::take::taken_back_note(true));
+        if let Some(why) = self.taken_back_note() {
+            self.report.stopped = Some(why);
             return false;
         }
         limit.is_none_or(|l| moved + (self.unsettled() as u64) < l)
+    }
+
+    /// Why the run must stop, when RabbitMQ took back what a take holds: acknowledging
+    /// those messages does nothing, so moving them would leave them in the DLQ too.
+    fn taken_back_note(&self) -> Option<String> {
+        let (_, planned) = self
+            .taken_back
+            .iter()
+            .find(|(t, _)| t.load(Ordering::SeqCst))?;
+        Some(crate::rabbit::take::taken_back_note(true, *planned))
     }
 
     /// Moves messages the plan holds, in order, at most `limit`. Returns how many moved.
@@ -490,8 +501,12 @@ impl<'a> Mover<'a> {
             };
             let from = session.dlq(qi, q);
             let acked_before = self.acked[qi];
+            // Watched while it moves: a consumer timeout stops the run at once (see
+            // `rabbit::consumer`).
+            self.taken_back.push((taker.taken_back_flag(), false));
             self.take_from(&from, &mut taker, limit, &mut moved).await;
             moved += self.give_back(&from, taker, acked_before).await;
+            self.taken_back.pop();
         }
         Ok(moved)
     }
@@ -538,7 +553,8 @@ impl<'a> Mover<'a> {
                 Ok(None) => break,
                 Err(e) => {
                     let why = crate::rabbit::named_loss(format!("{e:#}"));
-                    self.report.stopped = Some(format!("reading {:?}: {why}", from.name));
+                    let stopped = format!("reading {:?}: {why}", from.name);
+                    self.report.stopped = Some(self.taken_back_note().unwrap_or(stopped));
                     break;
                 }
             };
