@@ -99,6 +99,8 @@ fn facts(q: &QueueSummary) -> QueueFacts {
         delivery_limit: q.delivery_limit,
         version: q.version,
         renew_blocker: q.renew_blocker.clone(),
+        // Not in `list`'s summary: a sample holds messages for a moment only.
+        consumer_timeout: None,
     }
 }
 

@@ -454,6 +454,7 @@ async fn queue_facts(
         delivery_limit,
         version,
         renew_blocker: topology::renew_blocker(&q.arguments, &policy),
+        consumer_timeout: topology::consumer_timeout(&q.arguments, &policy, version),
     };
     Ok((facts, Some(q)))
 }
@@ -590,6 +591,7 @@ fn unknown_facts() -> QueueFacts {
         delivery_limit: None,
         version: None,
         renew_blocker: None,
+        consumer_timeout: None,
     }
 }
 

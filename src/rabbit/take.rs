@@ -159,6 +159,17 @@ fn continuous_credit(unsettled: u64, renews: bool) -> u64 {
     credit.min(u64::from(u16::MAX))
 }
 
+/// The most messages a take for a caller with at most `unsettled` unacknowledged
+/// (`Taker::open_settling`) holds ahead of what it moves: a continuous consumer's credit,
+/// else a window's largest size; no more than the queue holds.
+pub(crate) fn most_held(spec: &ReadSpec, unsettled: u64) -> u64 {
+    let held = match spec.read_all_to_keep_order() {
+        true => continuous_credit(unsettled, spec.give_back == GiveBack::Renew),
+        false => MAX_WINDOW,
+    };
+    held.min(spec.ready)
+}
+
 pub(crate) struct Taker {
     /// One channel per consumer window (a holding take's windows may share one: see the
     /// module's notes), oldest first; the last one is in use.

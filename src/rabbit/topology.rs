@@ -351,6 +351,34 @@ pub(crate) struct QueueFacts {
     pub(crate) version: Option<Version>,
     /// Why the queue cannot be read by renewing it (see `GiveBack::Renew`), if anything.
     pub(crate) renew_blocker: Option<String>,
+    /// The queue's own consumer timeout, in milliseconds (`consumer_timeout`).
+    pub(crate) consumer_timeout: Option<u64>,
+}
+
+/// Per-queue consumer timeouts came with RabbitMQ 3.12 (and 3.11.15); earlier brokers keep
+/// the argument and the policy key but ignore them.
+const QUEUE_CONSUMER_TIMEOUT_FROM: Version = Version(3, 12, 0);
+
+/// The consumer timeout a queue sets for itself, in milliseconds: the smaller of its
+/// `x-consumer-timeout` argument and its policy's `consumer-timeout`. What dlq holds from
+/// the queue longer than that goes back to it (the channel is closed, or on 4.3 a quorum
+/// queue cancels the consumer). The broker-wide `consumer_timeout` (30 min by default) is
+/// not in the management API.
+pub(crate) fn consumer_timeout(
+    arguments: &Map<String, Value>,
+    policy: &Map<String, Value>,
+    version: Option<Version>,
+) -> Option<u64> {
+    if version.is_some_and(|v| v < QUEUE_CONSUMER_TIMEOUT_FROM) {
+        return None;
+    }
+    let arg = arguments.get("x-consumer-timeout").and_then(Value::as_u64);
+    let pol = policy.get("consumer-timeout").and_then(Value::as_u64);
+    let ms = match (arg, pol) {
+        (Some(a), Some(p)) => Some(a.min(p)),
+        (a, p) => a.or(p),
+    };
+    ms.filter(|&ms| ms > 0)
 }
 
 /// What in a queue's arguments or policy makes a renewal unsafe: a message TTL or a length

@@ -313,6 +313,8 @@ async fn summarize(
         delivery_limit,
         version,
         renew_blocker: entry.and_then(|(q, policy)| topology::renew_blocker(&q.arguments, policy)),
+        consumer_timeout: entry
+            .and_then(|(q, policy)| topology::consumer_timeout(&q.arguments, policy, version)),
     };
     let stream_messages = entry.and_then(|(q, _)| q.messages);
     let ready = match kind {

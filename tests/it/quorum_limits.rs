@@ -1078,7 +1078,11 @@ async fn a_consumer_timeout_stops_a_planned_replay() {
     let url = b.amqp_url();
     let env = [("DLQ_AMQP_URL", url.as_str()), ("NO_COLOR", "1")];
     let t = crate::tmux::Term::start(120, &env, &["replay", "-Q", "q.dlq"]);
-    t.wait_for(std::time::Duration::from_secs(60), |s| s.contains("[y/N]"));
+    let plan = t.wait_for(std::time::Duration::from_secs(60), |s| s.contains("[y/N]"));
+    assert!(
+        plan.contains("gives back what a consumer holds after 2 s"),
+        "{plan}"
+    );
     // Until the queue has given them back.
     let start = std::time::Instant::now();
     while b.depth("q.dlq").await < 100 {
@@ -1171,6 +1175,14 @@ async fn a_consumer_timeout_stops_a_streamed_replay() {
                 && err.contains("a smaller --window or a higher --rate"),
             "{err}"
         );
+        // Warned before it started: 192 (4-s run) or 300 (3-s run) taken ahead at the rate.
+        let secs = timeout_ms / 1000;
+        assert!(
+            err.contains(&format!(
+                "gives back what a consumer holds after {secs} s (its consumer timeout), and at --rate {rate}"
+            )) && err.contains("the timeout will stop the replay part-way"),
+            "{err}"
+        );
         let replayed: u32 = said.captures(&err).expect(&err)[1].parse().unwrap();
         assert!(replayed > 0 && replayed < n as u32, "{err}");
         // Every publish was confirmed before dlq exited: its destination holds what it
@@ -1200,4 +1212,56 @@ async fn a_consumer_timeout_stops_a_streamed_replay() {
         );
         b.delete().await;
     }
+}
+
+/// A DLQ's own consumer timeout (argument or policy, the smaller) is named in the plan, with
+/// how long moving the plan at `--rate` takes when that alone reaches it; a DLQ without one,
+/// or a broker that ignores it (before 3.12), gets no such line. Nothing moves (`--dry-run`).
+#[tokio::test]
+async fn a_plan_names_a_dlq_consumer_timeout() {
+    let v = crate::target::rabbitmq_version().await;
+    let timeout = vec![("x-consumer-timeout", AMQPValue::LongLongInt(600_000))];
+    let b = quorum_dlq("qtplan", timeout, 100).await;
+    if v >= (3, 12) {
+        b.policy(
+            "short-timeout",
+            "^q\\.dlq$",
+            json!({"consumer-timeout": 10_000}),
+        )
+        .await;
+    }
+    let run = b
+        .run(&["replay", "-Q", "q.dlq", "--dry-run", "--rate", "5"])
+        .await;
+    let err = run.stderr();
+    assert_eq!(run.code(), 0, "{err}");
+    let named = "\"q.dlq\" gives back what a consumer holds after 10 s (its consumer timeout)";
+    if v >= (3, 12) {
+        assert!(err.contains(named), "{err}");
+        assert!(
+            err.contains("moving 100 at --rate 5 alone takes 20 s"),
+            "{err}"
+        );
+    } else {
+        assert!(!err.contains("consumer timeout"), "{err}");
+    }
+    // Without --rate: the timeout, not the pace.
+    let run = b.run(&["replay", "-Q", "q.dlq", "--dry-run"]).await;
+    let err = run.stderr();
+    assert_eq!(err.contains(named), v >= (3, 12), "{err}");
+    assert!(!err.contains("alone takes"), "{err}");
+    assert_eq!(b.depth("q.dlq").await, 100);
+    assert_eq!(b.depth("q.src").await, 0);
+    b.delete().await;
+
+    let b = quorum_dlq("qtplan2", vec![], 10).await;
+    let run = b
+        .run(&["replay", "-Q", "q.dlq", "--dry-run", "--rate", "1"])
+        .await;
+    assert!(
+        !run.stderr().contains("consumer timeout"),
+        "{}",
+        run.stderr()
+    );
+    b.delete().await;
 }

@@ -254,6 +254,7 @@ fn delivery_limits_and_read_verdicts() {
         delivery_limit: limit,
         version,
         renew_blocker: None,
+        consumer_timeout: None,
     };
     let close = ReadVerdict::Safe(GiveBack::Close);
     let renew = ReadVerdict::Safe(GiveBack::Renew);
@@ -416,6 +417,7 @@ fn only_quorum_queues_from_4_3_take_back_with_the_channel_open() {
         delivery_limit: None,
         version,
         renew_blocker: None,
+        consumer_timeout: None,
     };
     let v = |major, minor| Some(Version(major, minor, 0));
     assert!(timeout_cancels(&facts(QueueKind::Quorum, v(4, 3))));
@@ -430,4 +432,30 @@ fn only_quorum_queues_from_4_3_take_back_with_the_channel_open() {
     assert!(!timeout_cancels(&facts(QueueKind::Classic, v(4, 3))));
     assert!(!timeout_cancels(&facts(QueueKind::Classic, None)));
     assert!(!timeout_cancels(&facts(QueueKind::Stream, v(4, 3))));
+}
+
+#[test]
+fn a_queue_consumer_timeout_is_the_smaller_of_argument_and_policy() {
+    let v = Some(Version(4, 3, 0));
+    let none = map(json!({}));
+    let arg = map(json!({"x-consumer-timeout": 2000}));
+    let pol = map(json!({"consumer-timeout": 60000}));
+    assert_eq!(consumer_timeout(&arg, &none, v), Some(2000));
+    assert_eq!(consumer_timeout(&none, &pol, v), Some(60000));
+    assert_eq!(consumer_timeout(&arg, &pol, v), Some(2000));
+    let short = map(json!({"consumer-timeout": 500}));
+    assert_eq!(consumer_timeout(&arg, &short, v), Some(500));
+    assert_eq!(consumer_timeout(&none, &none, v), None);
+    // Unknown version: taken as set; before 3.12 the broker ignores both.
+    assert_eq!(consumer_timeout(&arg, &none, None), Some(2000));
+    assert_eq!(consumer_timeout(&arg, &pol, Some(Version(3, 10, 0))), None);
+    assert_eq!(
+        consumer_timeout(&arg, &none, Some(Version(3, 12, 0))),
+        Some(2000)
+    );
+    // Not a number, or 0: no timeout dlq can state.
+    let text = map(json!({"x-consumer-timeout": "2000"}));
+    assert_eq!(consumer_timeout(&text, &none, v), None);
+    let zero = map(json!({"x-consumer-timeout": 0}));
+    assert_eq!(consumer_timeout(&zero, &none, v), None);
 }

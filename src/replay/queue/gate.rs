@@ -21,6 +21,7 @@ pub(crate) async fn plan_gate(
     let target_note = session.check_target().await?;
     print_plan(session, &taken.plan, target_note);
     warn_length_limits(session, &taken.plan).await;
+    warn_planned_timeouts(session, &taken.plan);
     let plan = &taken.plan;
     let gate = crate::bulk::Gate {
         safety: session.opts.common.safety,
@@ -124,5 +125,70 @@ pub(crate) async fn announce_stream(session: &mut Session<'_>) -> Result<()> {
     if let Some(n) = target_note {
         session.printer.info(n);
     }
+    warn_streamed_timeouts(session);
     session.audit.start(None)
+}
+
+/// A DLQ's own consumer timeout, as a duration to read.
+fn timeout_text(ms: u64) -> String {
+    match ms % 1000 {
+        0 => format!("{} s", ms / 1000),
+        _ => format!("{:.1} s", ms as f64 / 1000.0),
+    }
+}
+
+/// Where a DLQ sets its own consumer timeout: the plan holds each message from the moment it
+/// was taken until it moves, so the answer and the move must come within it (RabbitMQ gives
+/// the messages back, and dlq stops: `take::taken_back_note`).
+fn warn_planned_timeouts(session: &Session<'_>, plan: &Plan) {
+    let rate = session.opts.common.rate;
+    for q in &session.checked {
+        let Some(ms) = q.facts.consumer_timeout else {
+            continue;
+        };
+        let moving = match rate {
+            Some(r) if plan.count as f64 / r >= ms as f64 / 1000.0 => format!(
+                "; moving {} at --rate {r} alone takes {:.0} s (a higher --rate or --limit fits)",
+                plan.count,
+                plan.count as f64 / r
+            ),
+            _ => String::new(),
+        };
+        session.printer.warn(format!(
+            "{:?} gives back what a consumer holds after {} (its consumer timeout): the plan holds these messages from now until each moves, so answer, and let the move finish, within that{moving}; if it strikes, dlq stops there, says so and exits 1",
+            q.name,
+            timeout_text(ms)
+        ));
+    }
+}
+
+/// Under --yes paced by --rate, a message waits between its take and its publish up to
+/// what the take holds ahead (`take::most_held`) divided by the rate: warned where that
+/// reaches a DLQ's own consumer timeout.
+fn warn_streamed_timeouts(session: &Session<'_>) {
+    let Some(rate) = session.opts.common.rate else {
+        return;
+    };
+    let window = super::window::of(&session.opts.common).bound() as u64;
+    for q in &session.checked {
+        let Some(ms) = q.facts.consumer_timeout else {
+            continue;
+        };
+        let spec = crate::rabbit::reader::ReadSpec::for_checked(q, None);
+        let held = crate::rabbit::take::most_held(&spec, window);
+        let wait = held as f64 / rate;
+        if wait < ms as f64 / 1000.0 {
+            continue;
+        }
+        // A quorum DLQ's take holds its consumer's credit, which follows --window.
+        let fits = match spec.read_all_to_keep_order() {
+            true => "a smaller --window or a higher --rate",
+            false => "a higher --rate",
+        };
+        session.printer.warn(format!(
+            "{:?} gives back what a consumer holds after {} (its consumer timeout), and at --rate {rate} a message may wait {wait:.0} s between dlq taking it and moving it ({held} taken ahead): the timeout will stop the replay part-way; {fits} fits within it",
+            q.name,
+            timeout_text(ms)
+        ));
+    }
 }
