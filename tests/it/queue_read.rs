@@ -1131,9 +1131,11 @@ async fn a_give_back_short_of_a_longer_queue_is_said() {
     );
 }
 
-/// 3,000 messages that expire 8 s after they are published, then `tail` that do not, read by
-/// `dlq filter ARGS` behind an output nobody reads until 9 s after publishing; what dlq
-/// said, once the queue is checked to hold just the `tail`.
+/// 3,000 messages that expire 20 s after they are published, then `tail` that do not, read by
+/// `dlq filter ARGS` behind an output nobody reads until 21 s after publishing; what dlq
+/// said, once the queue is checked to hold just the `tail`. (8 s was too short in one CI
+/// run, beside two other suites on a slow day: publishing 8,000 took longer, and the first
+/// 3,000 expired before the test saw them all.)
 async fn give_back_not_back(tag: &str, tail: u32, args: &[&str]) -> String {
     use std::io::Read as _;
     let b = Broker::new(tag).await;
@@ -1143,7 +1145,7 @@ async fn give_back_not_back(tag: &str, tail: u32, args: &[&str]) -> String {
     let n = 3_000u32;
     // Long enough for dlq to take some before they expire, even on a loaded machine.
     let published = Instant::now();
-    let props = BasicProperties::default().with_expiration("8000".into());
+    let props = BasicProperties::default().with_expiration("20000".into());
     let body = vec![b'x'; 1_000];
     b.publish_many_as(q, (0..n).map(|_| body.clone()), props)
         .await;
@@ -1166,7 +1168,7 @@ async fn give_back_not_back(tag: &str, tail: u32, args: &[&str]) -> String {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Past every message's expiration: what dlq gives back is dropped as it comes back.
-    tokio::time::sleep_until((published + Duration::from_secs(9)).into()).await;
+    tokio::time::sleep_until((published + Duration::from_secs(21)).into()).await;
     let mut stdout = child.stdout.take().unwrap();
     let out = tokio::task::spawn_blocking(move || {
         let mut s = String::new();
