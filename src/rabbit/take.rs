@@ -305,7 +305,8 @@ impl Taker {
     /// back in the queue, where acknowledging it does nothing. A live consumer with no credit
     /// left has nothing to deliver; a newcomer delivered since stays held on its channel
     /// until the release.
-    pub(crate) fn taken_back(&mut self) -> bool {
+    pub(crate) fn taken_back(&mut self, conn: &Connection) -> bool {
+        self.note_closed_channels(conn);
         let ended =
             |c: &mut Deliveries| matches!(c.next().now_or_never(), Some(None | Some(Err(_))));
         self.live.iter_mut().any(|(_, c)| ended(c)) || self.taken_back.load(Ordering::SeqCst)
@@ -629,7 +630,24 @@ impl Taker {
             // `release` then asks nothing more of it, nor does the run's publisher.
             conn.note_loss(e);
         }
+        // Every 32 deliveries, and at the end: a few channel states read, no round trip.
+        if !matches!(next, Ok(Some(_))) || self.taken.is_multiple_of(32) {
+            self.note_closed_channels(conn);
+        }
         next
+    }
+
+    /// Raises `taken_back` when RabbitMQ closed one of this take's channels while the
+    /// connection lives (dlq closes them only on release). From 3.12 it does so when a
+    /// message held on the channel outlives the consumer timeout, and RabbitMQ 4.3 too for a
+    /// consumer dlq had already cancelled: what the channel held goes back to the queue,
+    /// where this take meets it again and counts it once more. A selective replay on 4.3.6
+    /// that outlived a 5-s timeout met 29 of the messages it kept twice, ended its take short
+    /// of 29 it had selected, and reported 121 of 150 replayed with exit 0.
+    fn note_closed_channels(&self, conn: &Connection) {
+        if conn.alive() && self.channels.iter().any(|c| !c.status().connected()) {
+            self.taken_back.store(true, Ordering::SeqCst);
+        }
     }
 
     async fn take_next(&mut self, conn: &Connection) -> Result<Option<Delivery>> {
@@ -906,11 +924,11 @@ pub(crate) fn taken_back_note(moved: bool, planned: bool) -> String {
             "run dlq again, and answer sooner; a plan holds every message until it moves it, so a long one also needs a higher --rate or a smaller --limit"
         }
         false => {
-            "run dlq again: under --rate a message is held for up to (2 x window + 64) / rate seconds, so use a smaller --window or a higher --rate"
+            "run dlq again: under --rate a message is held for up to (2 x window + 64) / rate seconds, so use a smaller --window or a higher --rate; a selective replay also holds what it leaves in the DLQ until its take ends, so a higher --rate or a --limit fits"
         }
     };
     format!(
-        "RabbitMQ took back the messages dlq held and cancelled its consumer: a quorum queue's consumer timeout (RabbitMQ 4.3: the queue's x-consumer-timeout, a policy's consumer-timeout, else the broker's consumer_timeout, 30 min by default) puts what a consumer held longer back in the queue (deleting the DLQ also cancels it). {what}; {advice}"
+        "RabbitMQ took back the messages dlq held, cancelling its consumer or closing its channel: a consumer timeout (the queue's x-consumer-timeout, a policy's consumer-timeout, else the broker's consumer_timeout, 30 min by default) puts what a consumer held longer back in the queue (deleting the DLQ also cancels the consumer). {what}; {advice}"
     )
 }
 

@@ -1265,3 +1265,73 @@ async fn a_plan_names_a_dlq_consumer_timeout() {
     );
     b.delete().await;
 }
+
+/// A selective replay holds what it leaves in the DLQ until its take ends. On RabbitMQ
+/// 4.3.6, once that outlived a 5-s consumer timeout the broker closed the channel of a
+/// consumer dlq had already cancelled, and put the kept messages it held back in the queue,
+/// where the take met them again: it ended short, and reported 121 of the 150 selected
+/// replayed with exit 0. dlq now notices the closed channel and stops: exit 1 and the
+/// reason. On every version that keeps the timeout (3.12+), a run that exits 0 replayed
+/// exactly the selection; and none is lost, none is replayed twice.
+#[tokio::test]
+async fn a_consumer_timeout_never_cuts_a_selective_replay_short_unsaid() {
+    let v = crate::target::rabbitmq_version().await;
+    if v < (3, 12) {
+        return;
+    }
+    let timeout = vec![("x-consumer-timeout", AMQPValue::LongLongInt(5_000))];
+    let b = quorum_dlq("qtselect", timeout, 300).await;
+    let args = [
+        "replay",
+        "-Q",
+        "q.dlq",
+        "--where",
+        ".payload.n % 2 == 0",
+        "--yes",
+        "--rate",
+        "20",
+        "--window",
+        "8",
+    ];
+    let run = b.run(&args).await;
+    let err = run.stderr();
+    let left = snap_ns(&b.snapshot("q.dlq").await);
+    let mut moved = snap_ns(&b.snapshot("q.src").await);
+    moved.sort_unstable();
+    let evens: Vec<i64> = (0..300).filter(|n| n % 2 == 0).collect();
+    match run.code() {
+        0 => {
+            assert_eq!(moved, evens, "exit 0 but not the selection replayed: {err}");
+            assert!(
+                left.iter().all(|n| n % 2 == 1) && left.len() == 150,
+                "{left:?}"
+            );
+        }
+        1 => {
+            assert!(
+                err.contains("RabbitMQ took back the messages dlq held"),
+                "{err}"
+            );
+            assert!(moved.iter().all(|n| n % 2 == 0), "{moved:?}");
+            let mut once = moved.clone();
+            once.dedup();
+            assert_eq!(once.len(), moved.len(), "replayed twice: {moved:?}");
+            let mut all = [left.clone(), moved.clone()].concat();
+            all.sort_unstable();
+            all.dedup();
+            assert_eq!(all, (0..300).collect::<Vec<_>>(), "lost");
+        }
+        code => panic!("exit {code}: {err}"),
+    }
+    // Measured on 4.3.6 before the fix: the timeout strikes there.
+    if v >= (4, 3) {
+        assert_eq!(run.code(), 1, "{err}");
+    }
+    eprintln!(
+        "exit {}: {} replayed, {} left",
+        run.code(),
+        moved.len(),
+        left.len()
+    );
+    b.delete().await;
+}

@@ -44,7 +44,7 @@ pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<E
     // The plan already refused what no worker would run: no gate.
     let picks = Picks::Planned(plan.selected);
     let mut mover = Mover::open(&session, plan.count, report, publish_ids, picks, None).await?;
-    if takers.iter_mut().any(|t| t.taken_back()) {
+    if takers.iter_mut().any(|t| t.taken_back(&session.conn)) {
         // Acknowledging them would do nothing: moving them would leave them in the DLQ too.
         mover.report.stopped = Some(crate::rabbit::take::taken_back_note(false, true));
     }
@@ -505,6 +505,11 @@ impl<'a> Mover<'a> {
             // `rabbit::consumer`).
             self.taken_back.push((taker.taken_back_flag(), false));
             self.take_from(&from, &mut taker, limit, &mut moved).await;
+            // A take that ended after RabbitMQ took messages back may have ended short of
+            // the selection (`Taker::note_closed_channels`).
+            if self.report.stopped.is_none() {
+                self.report.stopped = self.taken_back_note();
+            }
             moved += self.give_back(&from, taker, acked_before).await;
             self.taken_back.pop();
         }
