@@ -326,10 +326,7 @@ pub(crate) fn delivery_limit(
 ) -> Option<i64> {
     let arg = arguments.get("x-delivery-limit").and_then(Value::as_i64);
     let pol = policy.get("delivery-limit").and_then(Value::as_i64);
-    let explicit = match (arg, pol) {
-        (Some(a), Some(p)) => Some(a.min(p)),
-        (a, p) => a.or(p),
-    };
+    let explicit = smaller(arg, pol);
     let v4 = version.is_none_or(|v| v >= Version(4, 0, 0));
     match explicit {
         // 4.x: a negative limit means none. 3.x compares `count > limit`, so a negative
@@ -374,11 +371,16 @@ pub(crate) fn consumer_timeout(
     }
     let arg = arguments.get("x-consumer-timeout").and_then(Value::as_u64);
     let pol = policy.get("consumer-timeout").and_then(Value::as_u64);
-    let ms = match (arg, pol) {
+    smaller(arg, pol).filter(|&ms| ms > 0)
+}
+
+/// The smaller of a queue's argument and its policy's value where both are set, else
+/// whichever is. (`Option::min` would take an unset one, `None`, as the smaller.)
+fn smaller<T: Ord>(arg: Option<T>, policy: Option<T>) -> Option<T> {
+    match (arg, policy) {
         (Some(a), Some(p)) => Some(a.min(p)),
         (a, p) => a.or(p),
-    };
-    ms.filter(|&ms| ms > 0)
+    }
 }
 
 /// What in a queue's arguments or policy makes a renewal unsafe: a message TTL or a length
