@@ -5,13 +5,13 @@ kwargs (datetimes tagged so the test can see they arrived as real datetimes), an
 replay headers dlq stamps. The broker is $DLQ_TEST_BROKER.
 """
 import datetime
-import decimal
 import json
 import os
-import uuid
 
 from celery import Celery
 from celery.exceptions import Reject
+
+from record import _record
 
 app = Celery("dlq_test_tasks", broker=os.environ.get(
     "DLQ_TEST_BROKER",
@@ -41,37 +41,6 @@ if os.environ.get("DLQ_TEST_DLX"):
             queue_arguments={"x-dead-letter-exchange": os.environ["DLQ_TEST_DLX"]},
         )
     ]
-
-
-def _tag(value):
-    """JSON-friendly view that keeps the Python type visible."""
-    if isinstance(value, datetime.datetime):
-        return {"py": "datetime", "iso": value.isoformat()}
-    if isinstance(value, datetime.date):
-        return {"py": "date", "iso": value.isoformat()}
-    if isinstance(value, decimal.Decimal):
-        return {"py": "decimal", "str": str(value)}
-    if isinstance(value, uuid.UUID):
-        return {"py": "uuid", "str": str(value)}
-    if isinstance(value, (list, tuple)):
-        return [_tag(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _tag(v) for k, v in value.items()}
-    return value
-
-
-def _record(task, args, kwargs):
-    line = {
-        "task": task.name,
-        "args": _tag(list(args)),
-        "kwargs": _tag(kwargs),
-        "task_id": task.request.id,
-        "replay_of": task.request.get("dlq-replay-of"),
-        "replay_id": task.request.get("dlq-replay-id"),
-    }
-    with open(os.environ["DLQ_TEST_RECORD"], "a", encoding="utf-8") as f:
-        f.write(json.dumps(line, sort_keys=True) + "\n")
-        f.flush()
 
 
 @app.task(bind=True, name="processar_pagamento")

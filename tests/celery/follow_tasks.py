@@ -1,13 +1,13 @@
 """Tasks whose outcome a `dlq replay --follow` test decides from their args, run by a stock
 Celery worker on RabbitMQ or Redis ($DLQ_TEST_BROKER; on Redis every key and channel carries
-$DLQ_TEST_KEYPREFIX). Each execution is recorded as in dlq_test_tasks.
+$DLQ_TEST_KEYPREFIX). Each execution is recorded by record.py.
 """
 import os
 import time
 
 from celery import Celery
 
-from dlq_test_tasks import _record
+from record import _record
 
 app = Celery("follow_tasks", broker=os.environ["DLQ_TEST_BROKER"])
 app.conf.update(

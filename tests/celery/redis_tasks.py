@@ -8,7 +8,7 @@ import os
 
 from celery import Celery
 
-from dlq_test_tasks import _record
+from record import _record
 
 app = Celery("redis_tasks", broker=os.environ.get(
     "DLQ_TEST_BROKER",

@@ -1,12 +1,13 @@
 """The seed's shape for dlq's worker-check tests: tasks declared without `name=`, so the
 worker registers them as `tasks.<function>` (what `@shared_task` in a tasks.py does), while
-the seed's error handler stored the bare function name. Runs are recorded like
-dlq_test_tasks: one JSON line per execution in $DLQ_TEST_RECORD.
+the seed's error handler stored the bare function name. Runs are recorded by
+record.py: one JSON line per execution in $DLQ_TEST_RECORD.
 """
-import json
 import os
 
 from celery import Celery
+
+from record import _record
 
 app = Celery("tasks", broker=os.environ.get(
     "DLQ_TEST_BROKER",
@@ -23,20 +24,6 @@ app.conf.update(
 # Apps sharing a vhost keep their remote control apart with their own control_exchange.
 if os.environ.get("DLQ_TEST_CONTROL_EXCHANGE"):
     app.conf.control_exchange = os.environ["DLQ_TEST_CONTROL_EXCHANGE"]
-
-
-def _record(task, args, kwargs):
-    line = {
-        "task": task.name,
-        "args": list(args),
-        "kwargs": kwargs,
-        "task_id": task.request.id,
-        "replay_of": task.request.get("dlq-replay-of"),
-        "replay_id": task.request.get("dlq-replay-id"),
-    }
-    with open(os.environ["DLQ_TEST_RECORD"], "a", encoding="utf-8") as f:
-        f.write(json.dumps(line, sort_keys=True) + "\n")
-        f.flush()
 
 
 @app.task(bind=True)
