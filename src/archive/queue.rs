@@ -19,7 +19,7 @@ use crate::rabbit::take::Taker;
 use crate::rabbit::topology::QueueKind;
 use crate::select::{Selected, Selection, Selector};
 use crate::source::queue::{self as record, RecordOptions};
-use anyhow::{Result, anyhow};
+use anyhow::{Result, anyhow, bail};
 use lapin::options::QueueDeclareOptions;
 use lapin::types::FieldTable;
 use std::path::PathBuf;
@@ -220,7 +220,8 @@ async fn archive_and_delete(
         &mut taken,
         &bar,
     )
-    .await;
+    .await
+    .and_then(|()| none_taken_back(conn, &mut taken));
     let trailer = finish_or_give_back(conn, printer, writer, result, &mut taken).await?;
     let (deleted, ack_error, to_verify) = ack_written(conn, printer, taken).await;
     // A quorum queue applies acknowledgements later, and RabbitMQ can drop some when a
@@ -272,6 +273,25 @@ async fn archive_and_delete(
     }
     printer.info(line);
     Ok(Exit::Ok)
+}
+
+/// On RabbitMQ 4.3 a quorum DLQ takes back, with the channel open, what a consumer held
+/// past the queue's consumer timeout: acknowledging it then removes nothing, and the archive
+/// would hold messages still queued. dlq deletes nothing then (the take checks its
+/// consumers and channels, `Taker::taken_back`).
+fn none_taken_back(
+    conn: &crate::rabbit::Connection,
+    taken: &mut [(Taker, Vec<Written>)],
+) -> Result<()> {
+    for (taker, _) in taken.iter_mut() {
+        if taker.taken_back(conn) {
+            bail!(
+                "RabbitMQ took back the messages dlq held from {:?} for the archive: it does so when they are held longer than the queue's consumer timeout (x-consumer-timeout, a policy's consumer-timeout, else the broker's consumer_timeout): the archive file is not kept; archive fewer at a time (--limit, or a narrower selection)",
+                taker.queue_name()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The archive file's trailer once it is complete and synced after `result`, the take;

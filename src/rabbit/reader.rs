@@ -83,6 +83,8 @@ pub(crate) struct ReadSpec {
     pub(crate) give_back: GiveBack,
     /// RabbitMQ may take back what dlq holds with the channel open (`topology::timeout_cancels`).
     pub(crate) timeout_cancels: bool,
+    /// The queue's own consumer timeout in milliseconds (`topology::consumer_timeout`).
+    pub(crate) consumer_timeout: Option<u64>,
 }
 
 impl ReadSpec {
@@ -102,11 +104,17 @@ impl ReadSpec {
             counts_returns,
             give_back,
             timeout_cancels: timeout_cancels(&c.facts),
+            consumer_timeout: c.facts.consumer_timeout,
         }
     }
 }
 
 impl ReadSpec {
+    /// How many messages the read takes: those ready at its start, at most `max`.
+    pub(crate) fn want(&self) -> u64 {
+        self.max.map_or(self.ready, |m| m.min(self.ready))
+    }
+
     /// A quorum queue puts given-back messages at the end of its "returns" list, which it
     /// serves before never-delivered messages. Giving back only a prefix of the queue
     /// therefore reorders it once earlier reads have put messages there (seen on RabbitMQ
@@ -348,7 +356,7 @@ async fn read_fifo<T: Send>(
     tx: &mpsc::Sender<Result<T>>,
 ) -> Result<ReadReport> {
     let mut report = ReadReport::default();
-    let want = spec.max.map_or(spec.ready, |m| m.min(spec.ready));
+    let want = spec.want();
     let ch = match channel {
         Some(ch) => ch,
         None if want == 0 => return Ok(report),
@@ -378,7 +386,9 @@ async fn read_fifo<T: Send>(
     if let Err(e) = &result {
         conn.note_loss(e);
     }
-    let mut back = report.read + report.unread;
+    // Already back in the queue: dlq's give-back does not bring them back again.
+    let taken_back = taken_back_by_broker(&ch, &live);
+    let mut back = (report.read + report.unread).saturating_sub(taken_back);
     let mut ready_before = None;
     // Acknowledgements were sent: the count after may show some the close dropped.
     let mut acked = false;
@@ -409,16 +419,92 @@ async fn read_fifo<T: Send>(
     // Messages pushed over a delivery limit do not come back.
     let back = back.saturating_sub(report.pushed_over);
     let counted = (ready_before, acked);
+    if taken_back > 0 {
+        let note = took_back_note(&spec.queue, taken_back, spec.consumer_timeout);
+        report.renewal_notes.push(note);
+    }
     let more = give_back_counted(conn, &ch, &spec.queue, back, counted).await;
     report.renewal_notes.extend(more);
     result.map(|()| report)
 }
 
+/// How many messages RabbitMQ took back from a quorum read on its own: the windows of the
+/// live consumers it cancelled (their streams ended before dlq cancelled any). RabbitMQ 4.3
+/// does so once a quorum queue's consumer timeout passes, with the channel open, and puts
+/// the messages back in the queue; a read whose output stalled 8-25 s behind a full pipe
+/// met a 3-s `x-consumer-timeout` so on 4.3.6, and then warned that 200 of the messages it
+/// gave back were "not ready again" while all 3,000 were there.
+fn taken_back_by_broker(ch: &Channel, live: &[(lapin::Consumer, u64)]) -> u64 {
+    // A channel or connection lost ends its consumers too.
+    if !ch.status().connected() {
+        return 0;
+    }
+    let ended = |c: &lapin::Consumer| {
+        matches!(
+            futures_util::FutureExt::now_or_never(c.clone().next()),
+            Some(None)
+        )
+    };
+    live.iter()
+        .filter(|(c, _)| ended(c))
+        .map(|(_, delivered)| delivered)
+        .sum()
+}
+
+/// What RabbitMQ did when it took back part of what a read held (`taken_back_by_broker`).
+fn took_back(queue: &str, n: u64, timeout_ms: Option<u64>) -> String {
+    let timeout = match timeout_ms {
+        Some(ms) => format!(
+            "its consumer timeout, {}",
+            super::topology::duration_text(ms)
+        ),
+        None => "the consumer timeout (the broker's consumer_timeout, 30 min by default)".into(),
+    };
+    format!(
+        "{queue:?}: RabbitMQ took back {n} message(s) dlq held while reading, once they were held longer than {timeout}; none is lost, they are back in the queue"
+    )
+}
+
+/// Stops a quorum read once RabbitMQ has taken back what one of its live windows held
+/// (`taken_back_by_broker`): those messages are back in the queue, where this read would
+/// meet them again. On RabbitMQ 4.3.6 a read held 6 s behind a full pipe past a 2-s
+/// consumer timeout showed the first 100 of 1,000 twice and never the last 100. RabbitMQ
+/// cancels the consumer before it delivers any of its messages again, so checking at each
+/// window and at each redelivered message stops the read before it shows one twice.
+fn stop_if_taken_back(
+    ch: &Channel,
+    spec: &ReadSpec,
+    live: &[(lapin::Consumer, u64)],
+    read: u64,
+    want: u64,
+) -> Result<()> {
+    let taken = taken_back_by_broker(ch, live);
+    if taken == 0 {
+        return Ok(());
+    }
+    let why = took_back(&spec.queue, taken, spec.consumer_timeout);
+    bail!(
+        "{why}: the read stopped after {read} of {want}, before showing any of them twice; {HOLD_ADVICE}"
+    )
+}
+
+/// Why a read held its messages that long, and what to do instead.
+const HOLD_ADVICE: &str = "a quorum queue is read whole, so a read whose output waits (piped into a pager) holds every message until it ends: write the output to a file first";
+
+/// The read's warning when RabbitMQ took messages back after its last window: what it
+/// showed is whole, each message once.
+fn took_back_note(queue: &str, n: u64, timeout_ms: Option<u64>) -> String {
+    format!(
+        "{}, and the read had shown each message once; {HOLD_ADVICE}",
+        took_back(queue, n, timeout_ms)
+    )
+}
+
 /// 4.3+: a nack is not counted, a close is. The consumers are cancelled first: a nack gives
 /// a live one its credit back, and the broker hands it the same messages again, which the
 /// close then returns, counted (on 4.0, where a nack counts too, each came back at 2).
-async fn nack_read(ch: &Channel, live: &[lapin::Consumer]) {
-    for c in live {
+async fn nack_read(ch: &Channel, live: &[(lapin::Consumer, u64)]) {
+    for (c, _) in live {
         let _ = ch
             .basic_cancel(c.tag(), BasicCancelOptions::default())
             .await;
@@ -641,7 +727,7 @@ async fn consume_fifo<T: Send>(
     make: &Make<T>,
     tx: &mpsc::Sender<Result<T>>,
     report: &mut ReadReport,
-    live: &mut Vec<lapin::Consumer>,
+    live: &mut Vec<(lapin::Consumer, u64)>,
 ) -> Result<()> {
     let q = spec.queue.as_str();
     let mut bytes: u64 = 0;
@@ -650,6 +736,7 @@ async fn consume_fifo<T: Send>(
     // lapin cancels a consumer when its last handle is dropped: live ones are kept in
     // `live`, until the caller gives the messages back.
     while report.read < want {
+        stop_if_taken_back(ch, spec, live, report.read, want)?;
         let batch = window(bytes, report.read).min(want - report.read);
         let batch16 = u16::try_from(batch).unwrap_or(u16::MAX);
         let consumer = open_window(ch, q, batch16, n).await?;
@@ -657,6 +744,7 @@ async fn consume_fifo<T: Send>(
         let read = Window {
             size: batch16,
             pause,
+            watch: live,
         };
         if !read_window(
             ch, spec, &read, &consumer, make, tx, report, &mut None, &mut bytes,
@@ -674,7 +762,7 @@ async fn consume_fifo<T: Send>(
         // nothing is acknowledged there, so the consumer gets no more credit, and RabbitMQ
         // gives back what a lost node's consumers held only for live ones (see `take`).
         if spec.read_all_to_keep_order() {
-            live.push(consumer);
+            live.push((consumer, batch));
         } else if report.read < want {
             ch.basic_cancel(consumer.tag(), BasicCancelOptions::default())
                 .await?;
@@ -744,6 +832,7 @@ async fn consume_renewing<T: Send>(
         let read = Window {
             size: may.min((credit / 2).max(1)) as u16,
             pause,
+            watch: &[],
         };
         if !read_window(
             ch, spec, &read, &consumer, make, tx, report, renewal, &mut bytes,
@@ -761,9 +850,11 @@ async fn consume_renewing<T: Send>(
 }
 
 /// A read window's size and how its deliveries are polled.
-struct Window {
+struct Window<'a> {
     size: u16,
     pause: Option<Duration>,
+    /// The read's earlier windows, still live (see `stop_if_taken_back`).
+    watch: &'a [(lapin::Consumer, u64)],
 }
 
 /// Reads one window's deliveries off `consumer`. `false`: stop reading (the receiver is
@@ -772,7 +863,7 @@ struct Window {
 async fn read_window<T: Send>(
     ch: &Channel,
     spec: &ReadSpec,
-    w: &Window,
+    w: &Window<'_>,
     consumer: &lapin::Consumer,
     make: &Make<T>,
     tx: &mpsc::Sender<Result<T>>,
@@ -831,6 +922,10 @@ async fn read_window<T: Send>(
             Some(Err(e)) => return Err(anyhow!(e)),
             Some(Ok(d)) => d,
         };
+        // A message dlq holds comes again only if RabbitMQ took it back.
+        if d.redelivered && !w.watch.is_empty() {
+            stop_if_taken_back(ch, spec, w.watch, report.read, spec.want())?;
+        }
         stalled = Duration::ZERO;
         last = tokio::time::Instant::now();
         got += 1;

@@ -352,6 +352,14 @@ pub(crate) struct QueueFacts {
     pub(crate) consumer_timeout: Option<u64>,
 }
 
+/// A duration in milliseconds (a consumer timeout), as a person reads it: `10 s`, `2.5 s`.
+pub(crate) fn duration_text(ms: u64) -> String {
+    match ms % 1000 {
+        0 => format!("{} s", ms / 1000),
+        _ => format!("{:.1} s", ms as f64 / 1000.0),
+    }
+}
+
 /// Per-queue consumer timeouts came with RabbitMQ 3.12 (and 3.11.15); earlier brokers keep
 /// the argument and the policy key but ignore them.
 const QUEUE_CONSUMER_TIMEOUT_FROM: Version = Version(3, 12, 0);

@@ -1229,6 +1229,7 @@ async fn a_plan_names_a_dlq_consumer_timeout() {
             json!({"consumer-timeout": 10_000}),
         )
         .await;
+        b.wait_policy("q.dlq", "short-timeout").await;
     }
     let run = b
         .run(&["replay", "-Q", "q.dlq", "--dry-run", "--rate", "5"])
@@ -1333,5 +1334,104 @@ async fn a_consumer_timeout_never_cuts_a_selective_replay_short_unsaid() {
         moved.len(),
         left.len()
     );
+    b.delete().await;
+}
+
+/// A read whose output waits (a pager, a full pipe) holds a quorum DLQ's messages until it
+/// ends, and RabbitMQ 4.3 takes back, with the channel open, what was held past the queue's
+/// consumer timeout. The read then met those messages again: on 4.3.6 it showed the first
+/// 100 of 1,000 twice and never the last 100, with exit 0 and a warning that some of what
+/// it gave back was "not ready again", as if another consumer or an expiry had taken it.
+/// It now stops before showing anything twice, names the timeout and exits 1; the queue
+/// holds all 1,000, in order, none counted toward the delivery limit.
+#[tokio::test]
+async fn a_read_held_past_a_consumer_timeout_names_it_and_loses_nothing() {
+    if crate::target::rabbitmq_version().await < (4, 3) {
+        return;
+    }
+    let n = 1_000;
+    let timeout = vec![("x-consumer-timeout", AMQPValue::LongLongInt(2_000))];
+    let b = quorum_dlq("qtread", timeout, n).await;
+    let child = crate::common::dlq_command()
+        .env(
+            "XDG_CONFIG_HOME",
+            std::env::temp_dir().join("dlq-tests-no-config"),
+        )
+        .env("DLQ_AMQP_URL", b.amqp_url())
+        .env("DLQ_READ_WINDOW", "100")
+        .args(["inspect", "-Q", "q.dlq", "--limit", "5000", "-o", "ndjson"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its output unread for three times the timeout: the pipe fills, and dlq waits with
+    // what it took held.
+    tokio::time::sleep(std::time::Duration::from_secs(6)).await;
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let recs: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // What it showed is the queue's head, each message once.
+    let shown = ns(&recs);
+    assert!(!shown.is_empty() && shown.len() < n, "{err}");
+    assert_eq!(shown, (0..shown.len() as i64).collect::<Vec<_>>(), "{err}");
+    assert!(
+        err.contains("RabbitMQ took back")
+            && err.contains("its consumer timeout, 2 s")
+            && err.contains(&format!("the read stopped after {} of {n}", shown.len())),
+        "{err}"
+    );
+    assert!(!err.contains("not ready again"), "{err}");
+    b.wait_depth("q.dlq", n as u32).await;
+    let snaps = b.snapshot("q.dlq").await;
+    assert_eq!(snap_ns(&snaps), (0..n as i64).collect::<Vec<_>>());
+    assert!(snaps.iter().all(|s| s.delivery_count.unwrap_or(0) == 0));
+    b.delete().await;
+}
+
+/// An `archive --delete` of a quorum DLQ holds what it takes until the archive is written
+/// and synced; what RabbitMQ 4.3 takes back meanwhile (a 50-ms consumer timeout, 20,000
+/// messages) would not be removed by the acknowledgements. dlq deletes nothing then, keeps
+/// no archive file, names the timeout and exits 1; the DLQ holds all of them.
+#[tokio::test]
+async fn an_archive_held_past_a_consumer_timeout_deletes_nothing() {
+    if crate::target::rabbitmq_version().await < (4, 3) {
+        return;
+    }
+    let n = 20_000u32;
+    let b = Broker::new("qtarch").await;
+    let args = vec![
+        ("x-queue-type", ls("quorum")),
+        ("x-consumer-timeout", AMQPValue::LongLongInt(50)),
+    ];
+    b.queue("q.dlq", table(args)).await;
+    let bodies = (0..n).map(|i| format!("{{\"n\": {i}}}").into_bytes());
+    b.publish_many("q.dlq", bodies).await;
+    b.wait_depth("q.dlq", n).await;
+    let dir = tempfile::tempdir().unwrap();
+    let to = dir.path().join("a.ndjson");
+    let to = to.to_str().unwrap();
+    let run = b
+        .run(&["archive", "-Q", "q.dlq", "--to", to, "--delete", "--yes"])
+        .await;
+    let err = run.stderr();
+    assert_eq!(run.code(), 1, "{err}");
+    assert!(
+        err.contains("nothing was deleted")
+            && err.contains(
+                "RabbitMQ took back the messages dlq held from \"q.dlq\" for the archive"
+            ),
+        "{err}"
+    );
+    assert!(!err.contains("not ready again"), "{err}");
+    let kept = std::fs::read_dir(dir.path()).unwrap().count();
+    assert_eq!(kept, 0, "an archive file was kept: {err}");
+    b.wait_depth("q.dlq", n).await;
     b.delete().await;
 }

@@ -129,14 +129,6 @@ pub(crate) async fn announce_stream(session: &mut Session<'_>) -> Result<()> {
     session.audit.start(None)
 }
 
-/// A DLQ's own consumer timeout, as a duration to read.
-fn timeout_text(ms: u64) -> String {
-    match ms % 1000 {
-        0 => format!("{} s", ms / 1000),
-        _ => format!("{:.1} s", ms as f64 / 1000.0),
-    }
-}
-
 /// Where a DLQ sets its own consumer timeout: the plan holds each message from the moment it
 /// was taken until it moves, so the answer and the move must come within it (RabbitMQ gives
 /// the messages back, and dlq stops: `take::taken_back_note`).
@@ -157,7 +149,7 @@ fn warn_planned_timeouts(session: &Session<'_>, plan: &Plan) {
         session.printer.warn(format!(
             "{:?} gives back what a consumer holds after {} (its consumer timeout): the plan holds these messages from now until each moves, so answer, and let the move finish, within that{moving}; if it strikes, dlq stops there, says so and exits 1",
             q.name,
-            timeout_text(ms)
+            crate::rabbit::topology::duration_text(ms)
         ));
     }
 }
@@ -188,7 +180,7 @@ fn warn_streamed_timeouts(session: &Session<'_>) {
         session.printer.warn(format!(
             "{:?} gives back what a consumer holds after {} (its consumer timeout), and at --rate {rate} a message may wait {wait:.0} s between dlq taking it and moving it ({held} taken ahead): the timeout will stop the replay part-way; {fits} fits within it",
             q.name,
-            timeout_text(ms)
+            crate::rabbit::topology::duration_text(ms)
         ));
     }
 }

@@ -511,6 +511,36 @@ impl Broker {
         assert!(r.status().is_success(), "policy: {}", r.status());
     }
 
+    /// Waits until the management API shows policy `name` on `queue`: that view comes from
+    /// the queue's statistics, emitted every 5 s, so right after a policy is set on a queue
+    /// that already has statistics the API may still show its earlier effective policy
+    /// (seen once in CI on RabbitMQ 4.3: a run named a queue's 600-s argument after an
+    /// earlier run had named the new policy's 10 s).
+    pub async fn wait_policy(&self, queue: &str, name: &str) {
+        let url = format!("{}/queues/{}/{queue}", api(), vhost_path(&self.vhost));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let r = self
+                .http
+                .get(&url)
+                .basic_auth(USER, Some(PASS))
+                .send()
+                .await;
+            let q: Value = match r {
+                Ok(r) if r.status().is_success() => r.json().await.unwrap_or_default(),
+                _ => Value::Null,
+            };
+            if q["policy"] == name && q["effective_policy_definition"].is_object() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the API never showed policy {name:?} on {queue:?}: {q}"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
     /// Deletes the virtual host and everything in it.
     pub async fn delete(self) {
         let _ = self.conn.close(200, "test done".into()).await;
