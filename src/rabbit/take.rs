@@ -342,7 +342,7 @@ impl Taker {
             channels: Vec::new(),
             delivered: Vec::new(),
             queue: spec.queue.clone(),
-            want: spec.max.map_or(spec.ready, |m| m.min(spec.ready)),
+            want: spec.want(),
             taken: 0,
             bytes: 0,
             consumers: 0,
