@@ -52,6 +52,9 @@ const FIRST_WINDOW: u64 = 200;
 /// consumers are cancelled (`keep`), in bytes; past this it copies them as it takes.
 const DEFER_BYTES: u64 = 64 << 20;
 const MAX_WINDOW: u64 = 2_000;
+/// The least a window holds, however a paced caller bounds it: each window of a classic
+/// queue's take keeps a channel open until the take ends.
+const MIN_WINDOW: u64 = 16;
 /// Bytes of bodies a window may hold in the client.
 const WINDOW_BYTES: u64 = 32 << 20;
 /// How long a continuous renewing take waits for a delivery before it settles its copies
@@ -159,13 +162,21 @@ fn continuous_credit(unsettled: u64, renews: bool) -> u64 {
     credit.min(u64::from(u16::MAX))
 }
 
+/// A continuous consumer's credit (`continuous_credit`), at most `ahead` where a paced
+/// caller bounds what the take holds ahead (`open_settling`); always more than `unsettled`,
+/// or the take would wait on its own caller.
+fn credit_within(unsettled: u64, renews: bool, ahead: Option<u64>) -> u64 {
+    let credit = continuous_credit(unsettled, renews);
+    ahead.map_or(credit, |a| credit.min(a.max(unsettled + 1)))
+}
+
 /// The most messages a take for a caller with at most `unsettled` unacknowledged
-/// (`Taker::open_settling`) holds ahead of what it moves: a continuous consumer's credit,
-/// else a window's largest size; no more than the queue holds.
-pub(crate) fn most_held(spec: &ReadSpec, unsettled: u64) -> u64 {
+/// (`Taker::open_settling`, with the same `ahead`) holds ahead of what it moves: a
+/// continuous consumer's credit, else a window's largest size; no more than the queue holds.
+pub(crate) fn most_held(spec: &ReadSpec, unsettled: u64, ahead: Option<u64>) -> u64 {
     let held = match spec.read_all_to_keep_order() {
-        true => continuous_credit(unsettled, spec.give_back == GiveBack::Renew),
-        false => MAX_WINDOW,
+        true => credit_within(unsettled, spec.give_back == GiveBack::Renew, ahead),
+        false => MAX_WINDOW.min(ahead.map_or(u64::MAX, |a| a.max(MIN_WINDOW))),
     };
     held.min(spec.ready)
 }
@@ -198,6 +209,9 @@ pub(crate) struct Taker {
     /// its credit.
     continuous: bool,
     credit: u64,
+    /// The most a window may hold (a classic queue's at least `MIN_WINDOW`): a paced
+    /// caller's bound (`open_settling`), else unbounded.
+    ahead: u64,
     /// Kept messages held (not renewed) on the current window's channel: they use its
     /// credit, so a continuous consumer is cancelled once they hold half of it.
     kept_here: u64,
@@ -234,7 +248,7 @@ impl Taker {
     /// with no credit left, instead of being cancelled while it holds its window (see the
     /// module's notes; a renewing take's kept messages: `ack_kept_here`).
     pub(crate) async fn open_holding(spec: &ReadSpec) -> Result<Taker> {
-        let mut t = Self::open_with(spec, None)?;
+        let mut t = Self::open_with(spec, None, None)?;
         t.holding = t.quorum;
         Ok(t)
     }
@@ -330,12 +344,17 @@ impl Taker {
 
     /// For a caller that settles what it takes as it goes, with at most `unsettled`
     /// messages unacknowledged: a quorum queue is then taken by one live consumer whose credit
-    /// covers those, and as many kept ones (see the module's notes).
-    pub(crate) async fn open_settling(spec: &ReadSpec, unsettled: u64) -> Result<Taker> {
-        Self::open_with(spec, Some(unsettled))
+    /// covers those, and as many kept ones (see the module's notes). `ahead`: the most it may
+    /// hold ahead of the caller (a replay paced within a consumer timeout), else unbounded.
+    pub(crate) async fn open_settling(
+        spec: &ReadSpec,
+        unsettled: u64,
+        ahead: Option<u64>,
+    ) -> Result<Taker> {
+        Self::open_with(spec, Some(unsettled), ahead)
     }
 
-    fn open_with(spec: &ReadSpec, unsettled: Option<u64>) -> Result<Taker> {
+    fn open_with(spec: &ReadSpec, unsettled: Option<u64>, ahead: Option<u64>) -> Result<Taker> {
         let continuous = unsettled.is_some() && spec.read_all_to_keep_order();
         let renews = spec.give_back == GiveBack::Renew;
         Ok(Taker {
@@ -354,7 +373,8 @@ impl Taker {
             ready: spec.ready,
             quorum: spec.read_all_to_keep_order(),
             continuous,
-            credit: unsettled.map_or(0, |u| continuous_credit(u, renews)),
+            credit: unsettled.map_or(0, |u| credit_within(u, renews, ahead)),
+            ahead: ahead.unwrap_or(u64::MAX),
             kept_here: 0,
             windows_here: 0,
             kept_on_channel: 0,
@@ -560,10 +580,12 @@ impl Taker {
 
     fn window(&self) -> u64 {
         if self.taken == 0 {
-            return FIRST_WINDOW;
+            return FIRST_WINDOW.min(self.ahead.max(MIN_WINDOW));
         }
         let avg = (self.bytes / self.taken).max(256);
-        (WINDOW_BYTES / avg).clamp(16, MAX_WINDOW)
+        (WINDOW_BYTES / avg)
+            .clamp(MIN_WINDOW, MAX_WINDOW)
+            .min(self.ahead.max(MIN_WINDOW))
     }
 
     /// A new take window: a consumer whose prefetch is the window's size, on a channel of its
@@ -929,7 +951,7 @@ pub(crate) fn taken_back_note(moved: bool, planned: bool) -> String {
             "run dlq again, and answer sooner; a plan holds every message until it moves it, so a long one also needs a higher --rate or a smaller --limit"
         }
         false => {
-            "run dlq again: under --rate a message is held for up to (2 x window + 64) / rate seconds, so use a smaller --window or a higher --rate; a selective replay also holds what it leaves in the DLQ until its take ends, so a higher --rate or a --limit fits"
+            "run dlq again: under --rate a message is held for up to (2 x window + 64) / rate seconds (dlq fits that to a DLQ's own consumer timeout, not to the broker's, which it cannot see), so use a smaller --window or a higher --rate; a selective replay also holds what it leaves in the DLQ until its take ends, so a higher --rate or a --limit fits"
         }
     };
     format!(
@@ -946,4 +968,20 @@ fn beyond_note(queue: &str, n: u64) -> String {
     format!(
         "{queue:?}: {n} of those copies (or messages that arrived since) reached dlq's consumer before it stopped and were given back: their delivery count is 1, not 0 (the next read renews them again), and a quorum queue puts them back ahead of the rest, not always in order"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_paced_take_holds_no_more_than_its_caller_allows() {
+        assert_eq!(credit_within(64, false, None), 192);
+        assert_eq!(credit_within(64, true, None), 128);
+        assert_eq!(credit_within(22, false, Some(45)), 45);
+        assert_eq!(credit_within(22, true, Some(45)), 45);
+        // Never at or below what the caller leaves unsettled: the take would wait on it.
+        assert_eq!(credit_within(30, false, Some(10)), 31);
+        assert_eq!(credit_within(1, false, Some(1_000)), 66);
+    }
 }

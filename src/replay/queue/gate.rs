@@ -66,7 +66,7 @@ fn print_plan(session: &Session<'_>, plan: &Plan, target_note: Option<String>) {
         session.endpoints.rabbit.shown.clone()
     ));
     print_plan_groups(printer, &plan.groups);
-    printer.info(window_line(opts));
+    printer.info(window_line(session));
     if let Some(n) = target_note {
         printer.info(n);
     }
@@ -87,8 +87,8 @@ fn print_plan(session: &Session<'_>, plan: &Plan, target_note: Option<String>) {
 }
 
 /// The duplicate bound the run keeps, for the plan.
-fn window_line(opts: &super::Options) -> String {
-    let w = super::window::of(&opts.common);
+fn window_line(session: &Session<'_>) -> String {
+    let w = session.window();
     format!(
         "Window: {}; a run that dies leaves at most that many both in their destination and in the DLQ",
         w.describe()
@@ -121,7 +121,7 @@ pub(crate) async fn announce_stream(session: &mut Session<'_>) -> Result<()> {
         session.opts.common.selection.describe(),
         session.endpoints.rabbit.shown.clone()
     ));
-    session.printer.info(window_line(session.opts));
+    session.printer.info(window_line(session));
     if let Some(n) = target_note {
         session.printer.info(n);
     }
@@ -155,19 +155,20 @@ fn warn_planned_timeouts(session: &Session<'_>, plan: &Plan) {
 }
 
 /// Under --yes paced by --rate, a message waits between its take and its publish up to
-/// what the take holds ahead (`take::most_held`) divided by the rate: warned where that
-/// reaches a DLQ's own consumer timeout.
+/// what the take holds ahead (`take::most_held`) divided by the rate. The take and the
+/// window are fitted to a DLQ's own consumer timeout (`window::paced_ahead`); warned where
+/// even the least they may hold reaches it.
 fn warn_streamed_timeouts(session: &Session<'_>) {
     let Some(rate) = session.opts.common.rate else {
         return;
     };
-    let window = super::window::of(&session.opts.common).bound() as u64;
+    let window = session.window().bound() as u64;
     for q in &session.checked {
         let Some(ms) = q.facts.consumer_timeout else {
             continue;
         };
         let spec = crate::rabbit::reader::ReadSpec::for_checked(q, None);
-        let held = crate::rabbit::take::most_held(&spec, window);
+        let held = crate::rabbit::take::most_held(&spec, window, session.paced_ahead_of(q));
         let wait = held as f64 / rate;
         if wait < ms as f64 / 1000.0 {
             continue;

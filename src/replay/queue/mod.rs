@@ -262,6 +262,22 @@ impl<'a> Session<'a> {
 }
 
 impl Session<'_> {
+    /// What a paced take of `q` may hold ahead of its moves (`window::paced_ahead`).
+    pub(crate) fn paced_ahead_of(&self, q: &Checked) -> Option<u64> {
+        window::paced_ahead(self.opts.common.rate, q.facts.consumer_timeout)
+    }
+
+    /// The run's window: `--window N` and `--rate` fix it (fitted to the least its DLQs'
+    /// consumer timeouts allow at that rate), else it adapts (`window::of`).
+    pub(crate) fn window(&self) -> window::Window {
+        let ahead = self
+            .checked
+            .iter()
+            .filter_map(|q| self.paced_ahead_of(q))
+            .min();
+        window::of(&self.opts.common, ahead)
+    }
+
     /// After a lost connection: the messages counted as moved whose acknowledgement went
     /// with the connection are still in their DLQ as well. Read on a new connection (as
     /// `inspect` reads), once the DLQ has back at least what it had at the start less what

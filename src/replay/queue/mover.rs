@@ -224,7 +224,7 @@ impl<'a> Mover<'a> {
                 .watch
                 .as_ref()
                 .map(|w| Moves::new(w.watch.tracker())),
-            window: window_of(session),
+            window: session.window(),
             recent: Default::default(),
             taken_back: Vec::new(),
         })
@@ -531,7 +531,8 @@ impl<'a> Mover<'a> {
         );
         let spec = ReadSpec::for_checked(&now, None);
         let unsettled = self.window.bound() as u64;
-        Ok(Some(Taker::open_settling(&spec, unsettled).await?))
+        let ahead = self.session.paced_ahead_of(q);
+        Ok(Some(Taker::open_settling(&spec, unsettled, ahead).await?))
     }
 
     /// Moves what one take delivers, in queue order, until it is drained, the run stops
@@ -801,12 +802,6 @@ impl<'a> Mover<'a> {
             }
         }
     }
-}
-
-/// `--window N` fixes the window, and so does `--rate` (paced, a wider window moves nothing
-/// faster); otherwise a queue replay adapts it (`window`).
-fn window_of(session: &Session<'_>) -> Window {
-    super::window::of(&session.opts.common)
 }
 
 /// Which taken messages the move pass sends.

@@ -5,7 +5,7 @@
 //! that, and whenever the broker blocks publishing; never beyond `MAX`, which is the
 //! run's duplicate bound (stated in the plan and the report). A wider window that moves no
 //! faster costs nothing the bound does not already state, so a steady broker gets `MAX`. `--window N` fixes it at N, and
-//! `--rate` at the default.
+//! `--rate` at the default, or lower where a DLQ's consumer timeout asks (`paced_ahead`).
 
 use std::time::{Duration, Instant};
 
@@ -20,10 +20,21 @@ const KEEP_UP: f64 = 0.90;
 const SHRINK: f64 = 0.60;
 
 /// The window a queue replay with these options uses: fixed by `--window N` or `--rate`
-/// (paced, a wider window moves nothing faster), adaptive otherwise.
-pub(crate) fn of(common: &crate::replay::ReplayCommon) -> Window {
+/// (paced, a wider window moves nothing faster), adaptive otherwise. `ahead`: the least
+/// `paced_ahead` of the run's DLQs; a paced window is at most half of it, since a take's
+/// credit is about twice its caller's window.
+pub(crate) fn of(common: &crate::replay::ReplayCommon, ahead: Option<u64>) -> Window {
     let fixed = common.window_fixed || common.rate.is_some();
-    Window::new(fixed.then_some(common.window.get()))
+    Window::new(fixed.then_some(common.window.get())).fit(ahead.filter(|_| common.rate.is_some()))
+}
+
+/// What a take paced by `--rate` may hold ahead of its moves where a DLQ sets its own
+/// consumer timeout (`timeout_ms`): the last of them waits that many / rate seconds, and
+/// RabbitMQ takes back what a consumer holds longer than the timeout, stopping the run. Half
+/// the timeout's worth, for the broker's coarse timer and the confirms; at least 2.
+pub(crate) fn paced_ahead(rate: Option<f64>, timeout_ms: Option<u64>) -> Option<u64> {
+    let (rate, ms) = (rate?, timeout_ms?);
+    Some(((rate * ms as f64 / 2000.0) as u64).max(2))
 }
 
 #[derive(Debug, Clone)]
@@ -34,6 +45,8 @@ pub(crate) struct Window {
     round_settled: usize,
     /// The previous round's rate (messages per second).
     last: f64,
+    /// Lowered below `--window` to fit a DLQ's consumer timeout (`of`).
+    fitted: bool,
 }
 
 impl Window {
@@ -45,7 +58,20 @@ impl Window {
             round_start: None,
             round_settled: 0,
             last: 0.0,
+            fitted: false,
         }
+    }
+
+    /// A fixed window lowered to half of `ahead` where that is less (see `of`).
+    fn fit(mut self, ahead: Option<u64>) -> Window {
+        let Some(a) = ahead.filter(|_| !self.adaptive) else {
+            return self;
+        };
+        let most = usize::try_from(a / 2).unwrap_or(usize::MAX).max(1);
+        if most < self.cur {
+            (self.cur, self.fitted) = (most, true);
+        }
+        self
     }
 
     /// Unsettled messages allowed now.
@@ -63,6 +89,10 @@ impl Window {
         match self.adaptive {
             true => format!(
                 "at most {MAX} unsettled at once (the window adapts from {START} to what the broker sustains; --window N fixes it)"
+            ),
+            false if self.fitted => format!(
+                "at most {} unsettled at once (below --window, so that each message moves within half of a DLQ's consumer timeout at this --rate)",
+                self.cur
             ),
             false => format!("at most {} unsettled at once", self.cur),
         }
@@ -151,5 +181,27 @@ mod tests {
         w.settled(5, t, true);
         assert_eq!((w.current(), w.bound()), (8, 8));
         assert_eq!(w.describe(), "at most 8 unsettled at once");
+    }
+
+    #[test]
+    fn a_paced_window_fits_a_consumer_timeout() {
+        // 30/s within a 3 s timeout: 45 held ahead at most, so a window of 22.
+        assert_eq!(paced_ahead(Some(30.0), Some(3_000)), Some(45));
+        assert_eq!(paced_ahead(Some(0.5), Some(1_000)), Some(2));
+        assert_eq!(paced_ahead(None, Some(3_000)), None);
+        assert_eq!(paced_ahead(Some(30.0), None), None);
+        let w = Window::new(Some(64)).fit(Some(45));
+        assert_eq!((w.current(), w.bound()), (22, 22));
+        assert!(
+            w.describe().contains("consumer timeout"),
+            "{}",
+            w.describe()
+        );
+        // Room enough, or no bound: the window stays; an adaptive one is never fitted.
+        let w = Window::new(Some(64)).fit(Some(1_000));
+        assert_eq!((w.current(), w.describe().contains("timeout")), (64, false));
+        assert_eq!(Window::new(Some(64)).fit(None).current(), 64);
+        assert_eq!(Window::new(Some(64)).fit(Some(2)).current(), 1);
+        assert_eq!(Window::new(None).fit(Some(10)).bound(), MAX);
     }
 }
