@@ -8,6 +8,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 use std::io::{self, Write};
 
+mod pipe;
 mod records;
 
 /// Where notices that arrive outside a command's own flow go (the broker blocking
@@ -465,17 +466,53 @@ pub(crate) trait Tabled: serde::Serialize {
 /// in blocks and CSV from their cells, JSON and NDJSON from their fields.
 pub(crate) struct RowWriter<T: Tabled> {
     printer: Printer,
-    out: io::BufWriter<io::Stdout>,
+    out: io::BufWriter<Stdout>,
     count: u64,
     block: Vec<Vec<String>>,
     _rows: std::marker::PhantomData<T>,
 }
 
+/// Stdout written in place, or through a thread of its own (`pipe`).
+enum Stdout {
+    Direct(io::Stdout),
+    Piped(pipe::Pipe),
+}
+
+impl Write for Stdout {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stdout::Direct(out) => out.write(buf),
+            Stdout::Piped(out) => out.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stdout::Direct(out) => out.flush(),
+            Stdout::Piped(out) => out.flush(),
+        }
+    }
+}
+
 impl Printer {
     pub(crate) fn stream<T: Tabled>(&self) -> RowWriter<T> {
+        self.stream_to(Stdout::Direct(io::stdout()))
+    }
+
+    /// For rows written while dlq holds messages (a queue replay's dry run): through a
+    /// thread of their own (`pipe`), the caller awaiting `RowWriter::ready` between rows and
+    /// ending with `finish_piped`.
+    pub(crate) fn stream_piped<T: Tabled>(&self) -> io::Result<RowWriter<T>> {
+        let pipe = pipe::Pipe::stdout().ok_or_else(|| {
+            io::Error::other("cannot start the thread that writes the rows to stdout")
+        })?;
+        Ok(self.stream_to(Stdout::Piped(pipe)))
+    }
+
+    fn stream_to<T: Tabled>(&self, out: Stdout) -> RowWriter<T> {
         RowWriter {
             printer: self.clone(),
-            out: io::BufWriter::new(io::stdout()),
+            out: io::BufWriter::new(out),
             count: 0,
             block: Vec::new(),
             _rows: std::marker::PhantomData,
@@ -484,6 +521,24 @@ impl Printer {
 }
 
 impl<T: Tabled> RowWriter<T> {
+    /// Waits while a megabyte of a piped stream's output waits for its reader.
+    pub(crate) async fn ready(&self) -> io::Result<()> {
+        match self.out.get_ref() {
+            Stdout::Piped(pipe) => pipe.ready().await,
+            Stdout::Direct(_) => Ok(()),
+        }
+    }
+
+    /// `finish`, then waits until a piped stream's output is all written.
+    pub(crate) async fn finish_piped(mut self) -> io::Result<u64> {
+        let n = self.end()?;
+        match self.out.get_ref() {
+            Stdout::Piped(pipe) => pipe.drain().await?,
+            Stdout::Direct(_) => {}
+        }
+        Ok(n)
+    }
+
     pub(crate) fn write(&mut self, row: T) -> io::Result<()> {
         match self.printer.format {
             OutputFormat::Json => {
@@ -531,6 +586,10 @@ impl<T: Tabled> RowWriter<T> {
     }
 
     pub(crate) fn finish(mut self) -> io::Result<u64> {
+        self.end()
+    }
+
+    fn end(&mut self) -> io::Result<u64> {
         if self.printer.format == OutputFormat::Table {
             self.flush_block()?;
         }

@@ -75,11 +75,11 @@ pub(crate) async fn run(settings: &Settings, printer: &Printer, opts: Options) -
     match opts.mode {
         Mode::Count => count(printer, &mut selected).await?,
         Mode::Export => {
-            let mut out = printer.records(false);
+            let mut out = printer.records(false)?;
             while let Some(rec) = selected.next().await {
-                out.write(&rec?)?;
+                out.write(&rec?).await?;
             }
-            out.finish()?;
+            out.finish().await?;
         }
         Mode::Group(key) => {
             let groups = group(&mut selected, key).await?;

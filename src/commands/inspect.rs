@@ -40,11 +40,11 @@ pub(crate) async fn run(settings: &Settings, printer: &Printer, opts: Options) -
     )
     .await?;
     let mut selected = Selected::new(rx, &opts.selection);
-    let mut out = printer.records(opts.full);
+    let mut out = printer.records(opts.full)?;
     while let Some(rec) = selected.next().await {
-        out.write(&rec?)?;
+        out.write(&rec?).await?;
     }
-    let n = out.finish()?;
+    let n = out.finish().await?;
     if let Some(w) = selected.eval_warning() {
         printer.warn(w);
     }

@@ -2,17 +2,22 @@
 //! record), `--full` key/value tables, or JSON / NDJSON / CSV lines.
 
 use super::*;
+use pipe::Pipe;
 
 impl Printer {
-    /// A streaming writer for dead-letter records.
-    pub(crate) fn records(&self, full: bool) -> RecordWriter {
-        RecordWriter {
+    /// A streaming writer for dead-letter records, on stdout through a thread of its own
+    /// (`pipe`): a reader who stops reading must not stop dlq's runtime.
+    pub(crate) fn records(&self, full: bool) -> io::Result<RecordWriter> {
+        let pipe = Pipe::stdout().ok_or_else(|| {
+            io::Error::other("cannot start the thread that writes the records to stdout")
+        })?;
+        Ok(RecordWriter {
             printer: self.clone(),
             full,
-            out: io::BufWriter::new(io::stdout()),
+            out: io::BufWriter::new(pipe),
             count: 0,
             block: Vec::new(),
-        }
+        })
     }
 }
 
@@ -20,7 +25,7 @@ impl Printer {
 pub(crate) struct RecordWriter {
     printer: Printer,
     full: bool,
-    out: io::BufWriter<io::Stdout>,
+    out: io::BufWriter<Pipe>,
     count: u64,
     /// Table rows waiting for their block: the few cells shown, never the whole record
     /// (a 1 MiB payload must not be held until the end).
@@ -39,7 +44,13 @@ const RECORD_COLUMNS: [&str; 8] = [
 ];
 
 impl RecordWriter {
-    pub(crate) fn write(&mut self, r: &DeadLetter) -> io::Result<()> {
+    /// Writes one record; waits only while a megabyte of output waits for its reader.
+    pub(crate) async fn write(&mut self, r: &DeadLetter) -> io::Result<()> {
+        self.write_now(r)?;
+        self.out.get_ref().ready().await
+    }
+
+    fn write_now(&mut self, r: &DeadLetter) -> io::Result<()> {
         match self.printer.format {
             // --full: each record rendered and released as it comes.
             OutputFormat::Table if self.full => self.write_full(r)?,
@@ -128,12 +139,15 @@ impl RecordWriter {
         writeln!(self.out, "{t}")
     }
 
-    /// Ends the output (closing the JSON array) and returns how many records were written.
-    pub(crate) fn finish(mut self) -> io::Result<u64> {
+    /// Ends the output (closing the JSON array) and returns how many records were written,
+    /// once they all are.
+    pub(crate) async fn finish(mut self) -> io::Result<u64> {
         if self.printer.format == OutputFormat::Table {
             self.flush_block()?;
         }
-        end_stream(&mut self.out, self.printer.format, self.count)
+        let n = end_stream(&mut self.out, self.printer.format, self.count)?;
+        self.out.get_ref().drain().await?;
+        Ok(n)
     }
 }
 

@@ -581,14 +581,7 @@ async fn quorum_dlq_read_in_windows_keeps_order_and_content() {
     }
 
     let after = b.snapshot(dlq).await;
-    let order: Vec<i64> = after
-        .iter()
-        .map(|m| {
-            serde_json::from_slice::<Value>(&m.body).unwrap()["n"]
-                .as_i64()
-                .unwrap()
-        })
-        .collect();
+    let order = crate::quorum_limits::snap_ns(&after);
     assert_eq!(order, (0..n as i64 + 5).collect::<Vec<_>>());
     assert_eq!(without_counts(&after[..n]), without_counts(&before));
     // On RabbitMQ before 4.3 every give-back counts: snapshot, filter, inspect (the first
@@ -1183,4 +1176,122 @@ async fn give_back_not_back(tag: &str, tail: u32, args: &[&str]) -> String {
     assert_eq!(b.depth(q).await, tail);
     b.delete().await;
     err
+}
+
+/// A reader who stops reading (a pager left open) for longer than two heartbeats. dlq's
+/// runtime has one thread, which also serves the connection; blocked in its write to stdout
+/// it missed the heartbeats and the connection was lost: on RabbitMQ 4.0.5, a `filter -o
+/// ndjson` of 3,000 quorum messages whose reader waited 35 s failed (exit 1, 63 lines), and
+/// 2,000 of the messages came back with `x-delivery-count` 1, nearer their delivery limit,
+/// from a command that only reads. Its records now go to stdout through a thread of their
+/// own. Here a 2-s heartbeat (lost after about 4 s) and a reader that waits 10 s: the read
+/// is whole, in order, exit 0, and the queue keeps every message, in order, none delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_stops_reading_costs_no_delivery() {
+    let (b, q, n) = paged_quorum_dlq("pager").await;
+    let (out, err) = read_late(&b, &["filter", "-Q", q, "-o", "ndjson"], n).await;
+    let read: Vec<i64> = out
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["payload"]["n"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(read, (0..i64::from(n)).collect::<Vec<_>>(), "{err}");
+    unchanged_and_undelivered(b, q, n).await;
+}
+
+/// The same for a queue replay's dry run, whose plan holds every message while it writes
+/// one row per message (`replay --dry-run -o ndjson`): every row, exit 0, nothing moved,
+/// nothing delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_whose_reader_stops_reading_costs_no_delivery() {
+    let (b, q, n) = paged_quorum_dlq("pagerdry").await;
+    b.queue("pager.work", FieldTable::default()).await;
+    let args = [
+        "replay",
+        "-Q",
+        q,
+        "--to-queue",
+        "pager.work",
+        "--dry-run",
+        "-o",
+        "ndjson",
+    ];
+    let (out, err) = read_late(&b, &args, n).await;
+    assert_eq!(out.lines().count(), n as usize, "{err}");
+    assert_eq!(b.depth("pager.work").await, 0);
+    unchanged_and_undelivered(b, q, n).await;
+}
+
+/// A quorum DLQ (with a limit, so that every generation's read gives back without counting
+/// a delivery: 3.x has no default one) of 3,000 messages of 2 KB, `{"n": i, ...}`.
+async fn paged_quorum_dlq(tag: &str) -> (Broker, &'static str, u32) {
+    let b = Broker::new(tag).await;
+    let q = "pager.dlq";
+    let args = vec![
+        ("x-queue-type", ls("quorum")),
+        ("x-delivery-limit", AMQPValue::LongInt(50)),
+    ];
+    b.queue(q, table(args)).await;
+    let n = 3_000u32;
+    let pad = "x".repeat(2_000);
+    b.publish_many_as(
+        q,
+        (0..n).map(|i| json!({"n": i, "pad": pad}).to_string().into_bytes()),
+        BasicProperties::default(),
+    )
+    .await;
+    b.wait_depth(q, n).await;
+    (b, q, n)
+}
+
+/// Runs dlq with a 2-s heartbeat, its stdout unread for 10 s once it took messages; then its
+/// stdout and stderr, once it exited 0.
+async fn read_late(b: &Broker, args: &[&str], n: u32) -> (String, String) {
+    use std::io::Read as _;
+    let mut child = crate::common::dlq_command()
+        .env("DLQ_AMQP_URL", format!("{}?heartbeat=2", b.amqp_url()))
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while b.depth("pager.dlq").await == n {
+        assert!(Instant::now() < deadline, "dlq took nothing");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Five heartbeats with nobody reading: far more output waits than a pipe holds.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let mut stdout = child.stdout.take().unwrap();
+    let out = tokio::task::spawn_blocking(move || {
+        let mut s = String::new();
+        stdout.read_to_string(&mut s).unwrap();
+        s
+    });
+    let out = out.await.unwrap();
+    let done = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap());
+    let done = done.await.unwrap();
+    let err = String::from_utf8_lossy(&done.stderr).into_owned();
+    assert_eq!(done.status.code(), Some(0), "{err}");
+    (out, err)
+}
+
+/// Every message still in `q`, in order, none with a delivery counted.
+async fn unchanged_and_undelivered(b: Broker, q: &str, n: u32) {
+    let after = b.snapshot(q).await;
+    let ns = crate::quorum_limits::snap_ns(&after);
+    assert_eq!(
+        ns,
+        (0..i64::from(n)).collect::<Vec<_>>(),
+        "the queue changed"
+    );
+    let counted = after
+        .iter()
+        .filter(|m| m.delivery_count.unwrap_or(0) > 0)
+        .count();
+    assert_eq!(counted, 0, "{counted} message(s) with a delivery counted");
+    b.delete().await;
 }

@@ -60,7 +60,7 @@ fn limit(n: i64) -> Vec<(&'static str, AMQPValue)> {
 }
 
 /// The `n` of each message's body, in queue order.
-fn snap_ns(snaps: &[Snap]) -> Vec<i64> {
+pub(crate) fn snap_ns(snaps: &[Snap]) -> Vec<i64> {
     let n = |s: &Snap| serde_json::from_slice::<Value>(&s.body).unwrap()["n"].as_i64();
     snaps.iter().map(|s| n(s).unwrap()).collect()
 }
@@ -1391,13 +1391,15 @@ async fn a_consumer_timeout_never_cuts_a_selective_replay_short_unsaid() {
 /// 100 of 1,000 twice and never the last 100, with exit 0 and a warning that some of what
 /// it gave back was "not ready again", as if another consumer or an expiry had taken it.
 /// It now stops before showing anything twice, names the timeout and exits 1; the queue
-/// holds all 1,000, in order, none counted toward the delivery limit.
+/// holds all 5,000, in order, none counted toward the delivery limit.
 #[tokio::test]
 async fn a_read_held_past_a_consumer_timeout_names_it_and_loses_nothing() {
     if crate::target::rabbitmq_version().await < (4, 3) {
         return;
     }
-    let n = 1_000;
+    // More output than the 1 MiB dlq keeps waiting for its reader (`output::pipe`): with
+    // 1,000 the read ended, whole, before its reader read anything.
+    let n = 5_000;
     let timeout = vec![("x-consumer-timeout", AMQPValue::LongLongInt(2_000))];
     let b = quorum_dlq("qtread", timeout, n).await;
     let child = crate::common::dlq_command()

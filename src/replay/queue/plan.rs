@@ -184,7 +184,8 @@ pub(crate) async fn take_plan(session: &Session<'_>) -> Result<Taken> {
             .common
             .safety
             .dry_run
-            .then(|| printer.stream::<MovePreview>()),
+            .then(|| printer.stream_piped::<MovePreview>())
+            .transpose()?,
         selector: Selector::new(&opts.common.selection),
         holding: Holding::new(hold_budget()),
         publish_ids: PublishIds::new(&session.replay_id),
@@ -208,7 +209,7 @@ pub(crate) async fn take_plan(session: &Session<'_>) -> Result<Taken> {
         ..
     } = planner;
     if let Some(out) = dry {
-        out.finish()?;
+        out.finish_piped().await?;
     }
     if let Some(w) = selector.warning() {
         printer.warn(w);
@@ -270,6 +271,7 @@ impl Planner<'_> {
             out.write(MovePreview::new(
                 &rec, queue, &route, &props, &body, replays,
             ))?;
+            out.ready().await?;
         }
         // A dry run moves nothing: nothing to hold, and every message stays.
         if opts.common.safety.dry_run {

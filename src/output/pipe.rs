@@ -1,0 +1,206 @@
+//! Data for stdout written by a thread of its own, so that a reader who stops reading never
+//! stops dlq's runtime.
+//!
+//! That runtime has one thread (main.rs), which also reads lapin's socket and runs its
+//! heartbeats. Blocked in a write to a pipe nobody read (a pager left open on a large
+//! `filter -o ndjson`), it missed two heartbeats (20 s) and the connection was lost: the read
+//! failed (exit 1) and the broker gave back what it held with a delivery counted. Measured on
+//! RabbitMQ 4.0.5: after one such read of 3,000 quorum messages, whose reader waited 35 s,
+//! 2,000 of them had `x-delivery-count` 1, a step nearer the delivery limit (20 by default)
+//! for a command that only reads. Here a write only queues bytes; the writer awaits `ready`
+//! between records, which holds the queue under `HIGH` bytes while the runtime serves the
+//! connection.
+
+use std::collections::VecDeque;
+use std::io::{self, Write};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+/// Bytes queued before `ready` makes the caller wait for the reader.
+const HIGH: usize = 1 << 20;
+
+/// A `Write` for stdout that never blocks (see the module's notes). Dropped, it lets its
+/// thread write what is queued, without waiting for it.
+pub(crate) struct Pipe {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Wakes the writer thread: bytes queued, or the pipe dropped.
+    work: Condvar,
+    /// Wakes `ready` and `drain`: bytes written, or a write failed.
+    written: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct State {
+    queued: VecDeque<Vec<u8>>,
+    /// Bytes queued or being written.
+    bytes: usize,
+    /// The first write error (a closed pipe): every later call returns it.
+    failed: Option<(io::ErrorKind, String)>,
+    dropped: bool,
+}
+
+impl State {
+    fn error(&self) -> Option<io::Error> {
+        self.failed
+            .as_ref()
+            .map(|(kind, msg)| io::Error::new(*kind, msg.clone()))
+    }
+}
+
+impl Pipe {
+    /// Starts the writer thread; `None` where the system cannot start one (then the caller
+    /// writes to stdout itself).
+    pub(crate) fn stdout() -> Option<Pipe> {
+        Pipe::to(io::stdout()).ok()
+    }
+
+    fn to(mut out: impl Write + Send + 'static) -> io::Result<Pipe> {
+        let shared = Arc::new(Shared {
+            state: Mutex::default(),
+            work: Condvar::new(),
+            written: tokio::sync::Notify::new(),
+        });
+        let theirs = shared.clone();
+        std::thread::Builder::new()
+            .name("dlq-stdout".into())
+            .spawn(move || write_out(&theirs, &mut out))?;
+        Ok(Pipe { shared })
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Returns once fewer than `HIGH` bytes wait (at once, mostly), or with the write error.
+    pub(crate) async fn ready(&self) -> io::Result<()> {
+        self.wait_until(HIGH).await
+    }
+
+    /// Returns once everything queued is written, or with the write error.
+    pub(crate) async fn drain(&self) -> io::Result<()> {
+        self.wait_until(1).await
+    }
+
+    async fn wait_until(&self, below: usize) -> io::Result<()> {
+        loop {
+            // Registered before the check, so a write finishing in between still wakes it.
+            let written = self.shared.written.notified();
+            tokio::pin!(written);
+            written.as_mut().enable();
+            {
+                let st = self.state();
+                if let Some(e) = st.error() {
+                    return Err(e);
+                }
+                if st.bytes < below {
+                    return Ok(());
+                }
+            }
+            written.await;
+        }
+    }
+}
+
+impl Write for Pipe {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let mut st = self.state();
+        if let Some(e) = st.error() {
+            return Err(e);
+        }
+        st.bytes += buf.len();
+        st.queued.push_back(buf.to_vec());
+        self.shared.work.notify_one();
+        Ok(buf.len())
+    }
+
+    /// Nothing to do here: `drain` waits for the writes.
+    fn flush(&mut self) -> io::Result<()> {
+        match self.state().error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for Pipe {
+    fn drop(&mut self) {
+        self.state().dropped = true;
+        self.shared.work.notify_one();
+    }
+}
+
+/// The writer thread: writes each queued chunk in order until the pipe is dropped and
+/// everything is written, or a write fails (then the rest is discarded).
+fn write_out(shared: &Shared, out: &mut impl Write) {
+    let lock = || shared.state.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let chunk = {
+            let mut st = lock();
+            while st.queued.is_empty() && !st.dropped {
+                st = shared.work.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+            match st.queued.pop_front() {
+                Some(chunk) => chunk,
+                None => return,
+            }
+        };
+        let done = out.write_all(&chunk).and_then(|()| out.flush());
+        let mut st = lock();
+        st.bytes -= chunk.len();
+        if let Err(e) = done {
+            st.failed = Some((e.kind(), e.to_string()));
+            st.queued.clear();
+            st.bytes = 0;
+        }
+        drop(st);
+        shared.written.notify_waiters();
+        if lock().failed.is_some() {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader that stops: the writer thread blocks, the caller does not.
+    #[tokio::test]
+    async fn writes_never_block_and_ready_waits_for_the_reader() {
+        let (mut rx, tx) = std::io::pipe().unwrap();
+        let mut pipe = Pipe::to(tx).unwrap();
+        // Far more than a pipe's 64 KiB buffer, and nobody reads yet.
+        let chunk = vec![b'x'; 64 << 10];
+        for _ in 0..(2 * HIGH / chunk.len()) {
+            pipe.write_all(&chunk).unwrap();
+        }
+        let waiting = tokio::time::timeout(std::time::Duration::from_millis(200), pipe.ready());
+        assert!(
+            waiting.await.is_err(),
+            "ready while the reader reads nothing"
+        );
+        let reader = std::thread::spawn(move || io::copy(&mut rx, &mut io::sink()).unwrap());
+        pipe.ready().await.unwrap();
+        pipe.drain().await.unwrap();
+        drop(pipe);
+        assert_eq!(reader.join().unwrap(), 2 * HIGH as u64);
+    }
+
+    /// A reader that goes away: the next call says so, as a write to stdout would.
+    #[tokio::test]
+    async fn a_closed_pipe_comes_back_as_broken_pipe() {
+        let (rx, tx) = std::io::pipe().unwrap();
+        drop(rx);
+        let mut pipe = Pipe::to(tx).unwrap();
+        pipe.write_all(b"line\n").unwrap();
+        let e = pipe.drain().await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
+        assert_eq!(
+            pipe.write(b"more").unwrap_err().kind(),
+            io::ErrorKind::BrokenPipe
+        );
+    }
+}
