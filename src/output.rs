@@ -8,7 +8,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 use std::io::{self, Write};
 
-mod pipe;
+pub(crate) mod pipe;
 mod records;
 
 /// Where notices that arrive outside a command's own flow go (the broker blocking

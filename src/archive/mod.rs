@@ -51,7 +51,9 @@ enum Sink {
         partial: PathBuf,
         out: Box<dyn Write>,
     },
-    Stdout(Box<dyn Write>),
+    /// Through a thread of its own (`output::pipe`): a reader who stops reading must not
+    /// stop dlq's runtime, which serves the connection holding what is archived.
+    Stdout(Box<dyn Write>, crate::output::pipe::Waiter),
 }
 
 /// Writes an archive. Nothing counts as archived until `finish` returned Ok: then the file is
@@ -68,15 +70,18 @@ impl ArchiveWriter {
     pub(crate) fn create(path: &Path, header: &Header) -> Result<ArchiveWriter> {
         let gz = path.extension().is_some_and(|e| e == "gz");
         let sink = if path == Path::new("-") {
-            let out: Box<dyn Write> = Box::new(BufWriter::new(io::stdout()));
-            Sink::Stdout(if gz {
-                Box::new(flate2::write::GzEncoder::new(
+            let pipe = crate::output::pipe::Pipe::stdout()
+                .context("cannot start the thread that writes the archive to stdout")?;
+            let waiter = pipe.waiter();
+            let out: Box<dyn Write> = Box::new(BufWriter::new(pipe));
+            let out = match gz {
+                true => Box::new(flate2::write::GzEncoder::new(
                     out,
                     flate2::Compression::default(),
-                ))
-            } else {
-                out
-            })
+                )),
+                false => out,
+            };
+            Sink::Stdout(out, waiter)
         } else {
             if path.exists() {
                 return Err(usage(format!(
@@ -132,7 +137,7 @@ impl ArchiveWriter {
 
     fn out(&mut self) -> &mut dyn Write {
         match self.sink.as_mut().expect("writer still open") {
-            Sink::File { out, .. } | Sink::Stdout(out) => out.as_mut(),
+            Sink::File { out, .. } | Sink::Stdout(out, _) => out.as_mut(),
         }
     }
 
@@ -156,9 +161,21 @@ impl ArchiveWriter {
         Ok(())
     }
 
+    /// Waits while a megabyte of an archive to stdout waits for its reader.
+    pub(crate) async fn ready(&self) -> Result<()> {
+        if let Some(Sink::Stdout(_, waiter)) = &self.sink {
+            waiter
+                .ready()
+                .await
+                .context("writing the archive to stdout")?;
+        }
+        Ok(())
+    }
+
     /// Writes the trailer, flushes, fsyncs the file, renames it into place and fsyncs the
-    /// directory. Only after this returns Ok may anything be deleted from the source.
-    pub(crate) fn finish(mut self) -> Result<Trailer> {
+    /// directory; to stdout, waits until every byte is written. Only after this returns Ok
+    /// may anything be deleted from the source.
+    pub(crate) async fn finish(mut self) -> Result<Trailer> {
         let trailer = Trailer {
             count: self.count,
             sha256: hex::encode(self.hash.clone().finalize()),
@@ -173,7 +190,15 @@ impl ArchiveWriter {
                 .context("writing the archive")?;
         }
         match self.sink.take().expect("writer still open") {
-            Sink::Stdout(mut out) => out.flush().context("writing the archive to stdout")?,
+            Sink::Stdout(mut out, waiter) => {
+                out.flush().context("writing the archive to stdout")?;
+                // A gzip stream's last block is written when its encoder is dropped.
+                drop(out);
+                waiter
+                    .drain()
+                    .await
+                    .context("writing the archive to stdout")?;
+            }
             Sink::File {
                 final_path,
                 partial,
@@ -567,12 +592,17 @@ mod tests {
         }
     }
 
+    /// A file's `finish` never waits: it completes at its first poll.
+    pub(super) fn finished(w: ArchiveWriter) -> Result<Trailer> {
+        futures_util::FutureExt::now_or_never(w.finish()).expect("a file's finish never waits")
+    }
+
     fn write(path: &Path, n: i64) {
         let mut w = ArchiveWriter::create(path, &header("table", "t", "all")).unwrap();
         for i in 0..n {
             w.write(&rec(i)).unwrap();
         }
-        let t = w.finish().unwrap();
+        let t = finished(w).unwrap();
         assert_eq!(t.count, n as u64);
     }
 
@@ -678,6 +708,7 @@ mod proptests {
     use super::*;
     use crate::model::{RecordId, SourceKind};
     use proptest::prelude::*;
+    use tests::finished;
 
     fn arb_record() -> impl Strategy<Value = DeadLetter> {
         (
@@ -721,7 +752,7 @@ mod proptests {
             for r in &recs {
                 w.write(r).unwrap();
             }
-            w.finish().unwrap();
+            finished(w).unwrap();
             let (_, t) = verify(&p).unwrap();
             prop_assert_eq!(t.count, recs.len() as u64);
             let back: Vec<DeadLetter> = records(&p).unwrap().map(|r| r.unwrap().1).collect();
@@ -742,7 +773,7 @@ mod proptests {
             for r in &recs {
                 w.write(r).unwrap();
             }
-            w.finish().unwrap();
+            finished(w).unwrap();
             let mut bytes = std::fs::read(&p).unwrap();
             let i = pos.index(bytes.len());
             if truncate {

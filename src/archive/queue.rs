@@ -180,6 +180,7 @@ async fn archive_only(
     let mut selected = session.selected(printer, opts);
     while let Some(rec) = selected.next().await {
         writer.write(&rec?)?;
+        writer.ready().await?;
         bar.inc(1);
     }
     if let Some(w) = selected.eval_warning() {
@@ -187,7 +188,7 @@ async fn archive_only(
     }
     drop(selected);
     crate::source::settle().await;
-    let trailer = writer.finish()?;
+    let trailer = writer.finish().await?;
     bar.finish_and_clear();
     printer.info(format!(
         "archive: {} message(s) of {} -> {} (sha256 {})",
@@ -304,7 +305,7 @@ async fn finish_or_give_back(
     taken: &mut Vec<(Taker, Vec<Written>)>,
 ) -> Result<super::Trailer> {
     let finished = match result {
-        Ok(()) => writer.finish(),
+        Ok(()) => writer.finish().await,
         Err(e) => {
             writer.abort();
             Err(e)
@@ -427,6 +428,7 @@ async fn take_and_write(
                     continue;
                 };
                 writer.write(&rec)?;
+                writer.ready().await?;
                 tags.push(Written {
                     channel: taker.channel_index(),
                     tag: d.delivery_tag,

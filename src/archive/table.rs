@@ -69,7 +69,7 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
     let bar = printer.progress(None, "archiving");
     let mut selector = Selector::new(&opts.selection);
     let ids = write_records(&mut session, &mut writer, &mut selector, &bar, opts.delete).await?;
-    let archived = writer.finish()?;
+    let archived = writer.finish().await?;
     let deleted = if opts.delete {
         session.delete(&ids).await?
     } else {
@@ -116,6 +116,7 @@ async fn write_records(
             .as_ref()
             .map(|t| serde_json::json!({ "args": t }));
         writer.write(&rec)?;
+        writer.ready().await?;
         if delete {
             ids.push(rec.id);
         }

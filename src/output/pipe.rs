@@ -71,23 +71,47 @@ impl Pipe {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.shared.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared.state()
     }
 
     /// Returns once fewer than `HIGH` bytes wait (at once, mostly), or with the write error.
     pub(crate) async fn ready(&self) -> io::Result<()> {
-        self.wait_until(HIGH).await
+        self.shared.wait_until(HIGH).await
     }
 
     /// Returns once everything queued is written, or with the write error.
     pub(crate) async fn drain(&self) -> io::Result<()> {
-        self.wait_until(1).await
+        self.shared.wait_until(1).await
+    }
+
+    /// `ready` and `drain` for a caller that hands the pipe to another writer (gzip).
+    pub(crate) fn waiter(&self) -> Waiter {
+        Waiter(self.shared.clone())
+    }
+}
+
+/// A pipe's `ready` and `drain` (`Pipe::waiter`).
+pub(crate) struct Waiter(Arc<Shared>);
+
+impl Waiter {
+    pub(crate) async fn ready(&self) -> io::Result<()> {
+        self.0.wait_until(HIGH).await
+    }
+
+    pub(crate) async fn drain(&self) -> io::Result<()> {
+        self.0.wait_until(1).await
+    }
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     async fn wait_until(&self, below: usize) -> io::Result<()> {
         loop {
             // Registered before the check, so a write finishing in between still wakes it.
-            let written = self.shared.written.notified();
+            let written = self.written.notified();
             tokio::pin!(written);
             written.as_mut().enable();
             {
@@ -135,7 +159,7 @@ impl Drop for Pipe {
 /// The writer thread: writes each queued chunk in order until the pipe is dropped and
 /// everything is written, or a write fails (then the rest is discarded).
 fn write_out(shared: &Shared, out: &mut impl Write) {
-    let lock = || shared.state.lock().unwrap_or_else(|e| e.into_inner());
+    let lock = || shared.state();
     loop {
         let chunk = {
             let mut st = lock();

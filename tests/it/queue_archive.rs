@@ -401,3 +401,32 @@ async fn quorum_archive_delete_reports_what_actually_left() {
     assert_eq!(done, vec![100, 333, 1000], "{trail}");
     b.delete().await;
 }
+
+/// `archive --to -` (a read: `--delete` needs a file) whose reader stops reading for five
+/// heartbeats (see `queue_read::a_reader_that_stops_reading_costs_no_delivery`). Before, dlq's
+/// runtime blocked in its write to stdout and the connection was lost: exit 1, and a quorum
+/// DLQ's messages back with a delivery counted. The archive now goes to stdout through a
+/// thread of its own: whole (header, 3,000 records in order, trailer), exit 0, and the DLQ
+/// unchanged, none delivered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_archive_to_stdout_whose_reader_stops_reading_completes() {
+    let (b, q, n) = crate::queue_read::paged_quorum_dlq("pagerarch").await;
+    let args = ["archive", "-Q", q, "--to", "-"];
+    let (out, err) = crate::queue_read::read_late(&b, &args, n).await;
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), n as usize + 2, "{err}");
+    let ns: Vec<i64> = lines[1..=n as usize]
+        .iter()
+        .map(|r| r["payload"]["n"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ns, (0..i64::from(n)).collect::<Vec<_>>(), "{err}");
+    assert_eq!(
+        lines[n as usize + 1]["dlq_archive_end"]["count"],
+        n,
+        "{err}"
+    );
+    crate::queue_read::unchanged_and_undelivered(b, q, n).await;
+}

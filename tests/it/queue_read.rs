@@ -1227,7 +1227,7 @@ async fn a_dry_run_whose_reader_stops_reading_costs_no_delivery() {
 
 /// A quorum DLQ (with a limit, so that every generation's read gives back without counting
 /// a delivery: 3.x has no default one) of 3,000 messages of 2 KB, `{"n": i, ...}`.
-async fn paged_quorum_dlq(tag: &str) -> (Broker, &'static str, u32) {
+pub(crate) async fn paged_quorum_dlq(tag: &str) -> (Broker, &'static str, u32) {
     let b = Broker::new(tag).await;
     let q = "pager.dlq";
     let args = vec![
@@ -1249,7 +1249,7 @@ async fn paged_quorum_dlq(tag: &str) -> (Broker, &'static str, u32) {
 
 /// Runs dlq with a 2-s heartbeat, its stdout unread for 10 s once it took messages; then its
 /// stdout and stderr, once it exited 0.
-async fn read_late(b: &Broker, args: &[&str], n: u32) -> (String, String) {
+pub(crate) async fn read_late(b: &Broker, args: &[&str], n: u32) -> (String, String) {
     use std::io::Read as _;
     let mut child = crate::common::dlq_command()
         .env("DLQ_AMQP_URL", format!("{}?heartbeat=2", b.amqp_url()))
@@ -1261,6 +1261,9 @@ async fn read_late(b: &Broker, args: &[&str], n: u32) -> (String, String) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while b.depth("pager.dlq").await == n {
         assert!(Instant::now() < deadline, "dlq took nothing");
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("dlq ended ({status}) before taking anything");
+        }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Five heartbeats with nobody reading: far more output waits than a pipe holds.
@@ -1280,7 +1283,7 @@ async fn read_late(b: &Broker, args: &[&str], n: u32) -> (String, String) {
 }
 
 /// Every message still in `q`, in order, none with a delivery counted.
-async fn unchanged_and_undelivered(b: Broker, q: &str, n: u32) {
+pub(crate) async fn unchanged_and_undelivered(b: Broker, q: &str, n: u32) {
     let after = b.snapshot(q).await;
     let ns = crate::quorum_limits::snap_ns(&after);
     assert_eq!(
