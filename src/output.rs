@@ -466,53 +466,37 @@ pub(crate) trait Tabled: serde::Serialize {
 /// in blocks and CSV from their cells, JSON and NDJSON from their fields.
 pub(crate) struct RowWriter<T: Tabled> {
     printer: Printer,
-    out: io::BufWriter<Stdout>,
+    /// Stdout written in place, or through a thread of its own (`pipe`), then with its waiter.
+    out: io::BufWriter<Box<dyn Write>>,
+    waiter: Option<pipe::Waiter>,
     count: u64,
     block: Vec<Vec<String>>,
     _rows: std::marker::PhantomData<T>,
 }
 
-/// Stdout written in place, or through a thread of its own (`pipe`).
-enum Stdout {
-    Direct(io::Stdout),
-    Piped(pipe::Pipe),
-}
-
-impl Write for Stdout {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Stdout::Direct(out) => out.write(buf),
-            Stdout::Piped(out) => out.write(buf),
-        }
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            Stdout::Direct(out) => out.flush(),
-            Stdout::Piped(out) => out.flush(),
-        }
-    }
-}
-
 impl Printer {
     pub(crate) fn stream<T: Tabled>(&self) -> RowWriter<T> {
-        self.stream_to(Stdout::Direct(io::stdout()))
+        self.stream_to(Box::new(io::stdout()), None)
     }
 
     /// For rows written while dlq holds messages (a queue replay's dry run): through a
     /// thread of their own (`pipe`), the caller awaiting `RowWriter::ready` between rows and
     /// ending with `finish_piped`.
     pub(crate) fn stream_piped<T: Tabled>(&self) -> io::Result<RowWriter<T>> {
-        let pipe = pipe::Pipe::stdout().ok_or_else(|| {
-            io::Error::other("cannot start the thread that writes the rows to stdout")
-        })?;
-        Ok(self.stream_to(Stdout::Piped(pipe)))
+        let pipe = pipe::Pipe::stdout()?;
+        let waiter = pipe.waiter();
+        Ok(self.stream_to(Box::new(pipe), Some(waiter)))
     }
 
-    fn stream_to<T: Tabled>(&self, out: Stdout) -> RowWriter<T> {
+    fn stream_to<T: Tabled>(
+        &self,
+        out: Box<dyn Write>,
+        waiter: Option<pipe::Waiter>,
+    ) -> RowWriter<T> {
         RowWriter {
             printer: self.clone(),
             out: io::BufWriter::new(out),
+            waiter,
             count: 0,
             block: Vec::new(),
             _rows: std::marker::PhantomData,
@@ -523,18 +507,17 @@ impl Printer {
 impl<T: Tabled> RowWriter<T> {
     /// Waits while a megabyte of a piped stream's output waits for its reader.
     pub(crate) async fn ready(&self) -> io::Result<()> {
-        match self.out.get_ref() {
-            Stdout::Piped(pipe) => pipe.ready().await,
-            Stdout::Direct(_) => Ok(()),
+        match &self.waiter {
+            Some(w) => w.ready().await,
+            None => Ok(()),
         }
     }
 
     /// `finish`, then waits until a piped stream's output is all written.
     pub(crate) async fn finish_piped(mut self) -> io::Result<u64> {
         let n = self.end()?;
-        match self.out.get_ref() {
-            Stdout::Piped(pipe) => pipe.drain().await?,
-            Stdout::Direct(_) => {}
+        if let Some(w) = &self.waiter {
+            w.drain().await?;
         }
         Ok(n)
     }

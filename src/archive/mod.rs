@@ -71,7 +71,7 @@ impl ArchiveWriter {
         let gz = path.extension().is_some_and(|e| e == "gz");
         let sink = if path == Path::new("-") {
             let pipe = crate::output::pipe::Pipe::stdout()
-                .context("cannot start the thread that writes the archive to stdout")?;
+                .context("starting the thread that writes the archive to stdout")?;
             let waiter = pipe.waiter();
             let out: Box<dyn Write> = Box::new(BufWriter::new(pipe));
             let out = match gz {

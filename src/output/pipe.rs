@@ -7,15 +7,15 @@
 //! failed (exit 1) and the broker gave back what it held with a delivery counted. Measured on
 //! RabbitMQ 4.0.5: after one such read of 3,000 quorum messages, whose reader waited 35 s,
 //! 2,000 of them had `x-delivery-count` 1, a step nearer the delivery limit (20 by default)
-//! for a command that only reads. Here a write only queues bytes; the writer awaits `ready`
-//! between records, which holds the queue under `HIGH` bytes while the runtime serves the
-//! connection.
+//! for a command that only reads. Here a write only queues bytes; the writer awaits its
+//! `Waiter`'s `ready` between records, which holds the queue under `HIGH` bytes while the
+//! runtime serves the connection, and `drain` at the end.
 
 use std::collections::VecDeque;
 use std::io::{self, Write};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-/// Bytes queued before `ready` makes the caller wait for the reader.
+/// Bytes queued before `Waiter::ready` makes the caller wait for the reader.
 const HIGH: usize = 1 << 20;
 
 /// A `Write` for stdout that never blocks (see the module's notes). Dropped, it lets its
@@ -28,7 +28,7 @@ struct Shared {
     state: Mutex<State>,
     /// Wakes the writer thread: bytes queued, or the pipe dropped.
     work: Condvar,
-    /// Wakes `ready` and `drain`: bytes written, or a write failed.
+    /// Wakes `Waiter::ready` and `drain`: bytes written, or a write failed.
     written: tokio::sync::Notify,
 }
 
@@ -51,10 +51,9 @@ impl State {
 }
 
 impl Pipe {
-    /// Starts the writer thread; `None` where the system cannot start one (then the caller
-    /// writes to stdout itself).
-    pub(crate) fn stdout() -> Option<Pipe> {
-        Pipe::to(io::stdout()).ok()
+    /// Starts the writer thread; an error where the system cannot start one.
+    pub(crate) fn stdout() -> io::Result<Pipe> {
+        Pipe::to(io::stdout())
     }
 
     fn to(mut out: impl Write + Send + 'static) -> io::Result<Pipe> {
@@ -74,30 +73,22 @@ impl Pipe {
         self.shared.state()
     }
 
-    /// Returns once fewer than `HIGH` bytes wait (at once, mostly), or with the write error.
-    pub(crate) async fn ready(&self) -> io::Result<()> {
-        self.shared.wait_until(HIGH).await
-    }
-
-    /// Returns once everything queued is written, or with the write error.
-    pub(crate) async fn drain(&self) -> io::Result<()> {
-        self.shared.wait_until(1).await
-    }
-
-    /// `ready` and `drain` for a caller that hands the pipe to another writer (gzip).
+    /// What the caller awaits, kept beside the pipe it hands to a `BufWriter` (or gzip).
     pub(crate) fn waiter(&self) -> Waiter {
         Waiter(self.shared.clone())
     }
 }
 
-/// A pipe's `ready` and `drain` (`Pipe::waiter`).
+/// Waits on a pipe's writer thread (`Pipe::waiter`).
 pub(crate) struct Waiter(Arc<Shared>);
 
 impl Waiter {
+    /// Returns once fewer than `HIGH` bytes wait (at once, mostly), or with the write error.
     pub(crate) async fn ready(&self) -> io::Result<()> {
         self.0.wait_until(HIGH).await
     }
 
+    /// Returns once everything queued is written, or with the write error.
     pub(crate) async fn drain(&self) -> io::Result<()> {
         self.0.wait_until(1).await
     }
@@ -159,10 +150,9 @@ impl Drop for Pipe {
 /// The writer thread: writes each queued chunk in order until the pipe is dropped and
 /// everything is written, or a write fails (then the rest is discarded).
 fn write_out(shared: &Shared, out: &mut impl Write) {
-    let lock = || shared.state();
     loop {
         let chunk = {
-            let mut st = lock();
+            let mut st = shared.state();
             while st.queued.is_empty() && !st.dropped {
                 st = shared.work.wait(st).unwrap_or_else(|e| e.into_inner());
             }
@@ -172,7 +162,8 @@ fn write_out(shared: &Shared, out: &mut impl Write) {
             }
         };
         let done = out.write_all(&chunk).and_then(|()| out.flush());
-        let mut st = lock();
+        let failed = done.is_err();
+        let mut st = shared.state();
         st.bytes -= chunk.len();
         if let Err(e) = done {
             st.failed = Some((e.kind(), e.to_string()));
@@ -181,7 +172,7 @@ fn write_out(shared: &Shared, out: &mut impl Write) {
         }
         drop(st);
         shared.written.notify_waiters();
-        if lock().failed.is_some() {
+        if failed {
             return;
         }
     }
@@ -196,19 +187,20 @@ mod tests {
     async fn writes_never_block_and_ready_waits_for_the_reader() {
         let (mut rx, tx) = std::io::pipe().unwrap();
         let mut pipe = Pipe::to(tx).unwrap();
+        let waiter = pipe.waiter();
         // Far more than a pipe's 64 KiB buffer, and nobody reads yet.
         let chunk = vec![b'x'; 64 << 10];
         for _ in 0..(2 * HIGH / chunk.len()) {
             pipe.write_all(&chunk).unwrap();
         }
-        let waiting = tokio::time::timeout(std::time::Duration::from_millis(200), pipe.ready());
+        let waiting = tokio::time::timeout(std::time::Duration::from_millis(200), waiter.ready());
         assert!(
             waiting.await.is_err(),
             "ready while the reader reads nothing"
         );
         let reader = std::thread::spawn(move || io::copy(&mut rx, &mut io::sink()).unwrap());
-        pipe.ready().await.unwrap();
-        pipe.drain().await.unwrap();
+        waiter.ready().await.unwrap();
+        waiter.drain().await.unwrap();
         drop(pipe);
         assert_eq!(reader.join().unwrap(), 2 * HIGH as u64);
     }
@@ -220,7 +212,7 @@ mod tests {
         drop(rx);
         let mut pipe = Pipe::to(tx).unwrap();
         pipe.write_all(b"line\n").unwrap();
-        let e = pipe.drain().await.unwrap_err();
+        let e = pipe.waiter().drain().await.unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
         assert_eq!(
             pipe.write(b"more").unwrap_err().kind(),

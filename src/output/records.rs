@@ -8,12 +8,11 @@ impl Printer {
     /// A streaming writer for dead-letter records, on stdout through a thread of its own
     /// (`pipe`): a reader who stops reading must not stop dlq's runtime.
     pub(crate) fn records(&self, full: bool) -> io::Result<RecordWriter> {
-        let pipe = Pipe::stdout().ok_or_else(|| {
-            io::Error::other("cannot start the thread that writes the records to stdout")
-        })?;
+        let pipe = Pipe::stdout()?;
         Ok(RecordWriter {
             printer: self.clone(),
             full,
+            waiter: pipe.waiter(),
             out: io::BufWriter::new(pipe),
             count: 0,
             block: Vec::new(),
@@ -26,6 +25,7 @@ pub(crate) struct RecordWriter {
     printer: Printer,
     full: bool,
     out: io::BufWriter<Pipe>,
+    waiter: pipe::Waiter,
     count: u64,
     /// Table rows waiting for their block: the few cells shown, never the whole record
     /// (a 1 MiB payload must not be held until the end).
@@ -47,7 +47,7 @@ impl RecordWriter {
     /// Writes one record; waits only while a megabyte of output waits for its reader.
     pub(crate) async fn write(&mut self, r: &DeadLetter) -> io::Result<()> {
         self.write_now(r)?;
-        self.out.get_ref().ready().await
+        self.waiter.ready().await
     }
 
     fn write_now(&mut self, r: &DeadLetter) -> io::Result<()> {
@@ -146,7 +146,7 @@ impl RecordWriter {
             self.flush_block()?;
         }
         let n = end_stream(&mut self.out, self.printer.format, self.count)?;
-        self.out.get_ref().drain().await?;
+        self.waiter.drain().await?;
         Ok(n)
     }
 }

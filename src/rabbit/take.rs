@@ -170,13 +170,19 @@ fn credit_within(unsettled: u64, renews: bool, ahead: Option<u64>) -> u64 {
     ahead.map_or(credit, |a| credit.min(a.max(unsettled + 1)))
 }
 
+/// The most a window may hold under a paced caller's bound (`open_settling`): that bound,
+/// though never under `MIN_WINDOW`; unbounded without one.
+fn window_cap(ahead: Option<u64>) -> u64 {
+    ahead.map_or(u64::MAX, |a| a.max(MIN_WINDOW))
+}
+
 /// The most messages a take for a caller with at most `unsettled` unacknowledged
 /// (`Taker::open_settling`, with the same `ahead`) holds ahead of what it moves: a
 /// continuous consumer's credit, else a window's largest size; no more than the queue holds.
 pub(crate) fn most_held(spec: &ReadSpec, unsettled: u64, ahead: Option<u64>) -> u64 {
     let held = match spec.read_all_to_keep_order() {
         true => credit_within(unsettled, spec.give_back == GiveBack::Renew, ahead),
-        false => MAX_WINDOW.min(ahead.map_or(u64::MAX, |a| a.max(MIN_WINDOW))),
+        false => MAX_WINDOW.min(window_cap(ahead)),
     };
     held.min(spec.ready)
 }
@@ -209,9 +215,8 @@ pub(crate) struct Taker {
     /// its credit.
     continuous: bool,
     credit: u64,
-    /// The most a window may hold (a classic queue's at least `MIN_WINDOW`): a paced
-    /// caller's bound (`open_settling`), else unbounded.
-    ahead: u64,
+    /// The most a window may hold (`window_cap`).
+    window_cap: u64,
     /// Kept messages held (not renewed) on the current window's channel: they use its
     /// credit, so a continuous consumer is cancelled once they hold half of it.
     kept_here: u64,
@@ -374,7 +379,7 @@ impl Taker {
             quorum: spec.read_all_to_keep_order(),
             continuous,
             credit: unsettled.map_or(0, |u| credit_within(u, renews, ahead)),
-            ahead: ahead.unwrap_or(u64::MAX),
+            window_cap: window_cap(ahead),
             kept_here: 0,
             windows_here: 0,
             kept_on_channel: 0,
@@ -580,12 +585,12 @@ impl Taker {
 
     fn window(&self) -> u64 {
         if self.taken == 0 {
-            return FIRST_WINDOW.min(self.ahead.max(MIN_WINDOW));
+            return FIRST_WINDOW.min(self.window_cap);
         }
         let avg = (self.bytes / self.taken).max(256);
         (WINDOW_BYTES / avg)
             .clamp(MIN_WINDOW, MAX_WINDOW)
-            .min(self.ahead.max(MIN_WINDOW))
+            .min(self.window_cap)
     }
 
     /// A new take window: a consumer whose prefetch is the window's size, on a channel of its

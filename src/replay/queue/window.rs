@@ -25,7 +25,7 @@ const SHRINK: f64 = 0.60;
 /// credit is about twice its caller's window.
 pub(crate) fn of(common: &crate::replay::ReplayCommon, ahead: Option<u64>) -> Window {
     let fixed = common.window_fixed || common.rate.is_some();
-    Window::new(fixed.then_some(common.window.get())).fit(ahead.filter(|_| common.rate.is_some()))
+    Window::new(fixed.then_some(common.window.get())).fit(ahead)
 }
 
 /// What a take paced by `--rate` may hold ahead of its moves where a DLQ sets its own
