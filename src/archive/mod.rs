@@ -192,7 +192,12 @@ impl ArchiveWriter {
         match self.sink.take().expect("writer still open") {
             Sink::Stdout(mut out, waiter) => {
                 out.flush().context("writing the archive to stdout")?;
-                // A gzip stream's last block is written when its encoder is dropped.
+                waiter
+                    .drain()
+                    .await
+                    .context("writing the archive to stdout")?;
+                // A gzip stream's last block is written when its encoder is dropped, and the
+                // pipe then waits for it (a few bytes, the rest being written).
                 drop(out);
                 waiter
                     .drain()

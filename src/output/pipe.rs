@@ -18,10 +18,13 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 /// Bytes queued before `Waiter::ready` makes the caller wait for the reader.
 const HIGH: usize = 1 << 20;
 
-/// A `Write` for stdout that never blocks (see the module's notes). Dropped, it lets its
-/// thread write what is queued, without waiting for it.
+/// A `Write` for stdout that never blocks (see the module's notes). Dropped, it waits until
+/// its thread has written what is queued (or failed), as a write to stdout would have: a
+/// command that fails mid-output (a read RabbitMQ interrupted) still ends on a whole line.
+/// Callers `drain` first, so that only an error path waits there.
 pub(crate) struct Pipe {
     shared: Arc<Shared>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 struct Shared {
@@ -63,10 +66,13 @@ impl Pipe {
             written: tokio::sync::Notify::new(),
         });
         let theirs = shared.clone();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("dlq-stdout".into())
             .spawn(move || write_out(&theirs, &mut out))?;
-        Ok(Pipe { shared })
+        Ok(Pipe {
+            shared,
+            thread: Some(thread),
+        })
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
@@ -144,6 +150,9 @@ impl Drop for Pipe {
     fn drop(&mut self) {
         self.state().dropped = true;
         self.shared.work.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
@@ -203,6 +212,31 @@ mod tests {
         waiter.drain().await.unwrap();
         drop(pipe);
         assert_eq!(reader.join().unwrap(), 2 * HIGH as u64);
+    }
+
+    /// Dropped with bytes queued (a command failing mid-output): they are all written before
+    /// the drop returns, to a writer slower than the caller.
+    #[test]
+    fn a_dropped_pipe_writes_what_is_queued() {
+        #[derive(Clone, Default)]
+        struct Slow(Arc<Mutex<Vec<u8>>>);
+        impl Write for Slow {
+            fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                self.0.lock().unwrap().extend_from_slice(buf);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let out = Slow::default();
+        let mut pipe = Pipe::to(out.clone()).unwrap();
+        for i in 0..10u8 {
+            pipe.write_all(&[i; 1000]).unwrap();
+        }
+        drop(pipe);
+        assert_eq!(out.0.lock().unwrap().len(), 10_000);
     }
 
     /// A reader that goes away: the next call says so, as a write to stdout would.
