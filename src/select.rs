@@ -300,17 +300,17 @@ impl<'a> Selected<'a> {
     }
 
     /// True when the limit stopped the stream and at least one more record matches.
-    pub(crate) async fn has_more(&mut self) -> bool {
+    pub(crate) async fn has_more(&mut self) -> anyhow::Result<bool> {
         if !self.selector.full() {
-            return false;
+            return Ok(false);
         }
         let sel = self.selector.selection();
-        while let Some(Ok(rec)) = self.rx.recv().await {
-            if matches!(sel.matches(&rec), Ok(true)) {
-                return true;
+        while let Some(rec) = self.rx.recv().await {
+            if matches!(sel.matches(&rec?), Ok(true)) {
+                return Ok(true);
             }
         }
-        false
+        Ok(false)
     }
 
     /// A warning line when `--where` failed on some records, else `None`.

@@ -101,7 +101,7 @@ async fn groups(endpoints: &Endpoints, printer: &Printer, choice: &SourceChoice)
     let rx = source::open_stream(endpoints, printer, choice, &sel, parts).await?;
     let mut selected = Selected::new(rx, &sel);
     let by = group(&mut selected, GroupKey::Motivo).await?;
-    let capped = selected.has_more().await;
+    let capped = selected.has_more().await?;
     drop(selected);
     source::settle().await;
     let mut all = Group {
@@ -147,7 +147,7 @@ async fn page(
     while let Some(rec) = selected.next().await {
         rows.push(rec?);
     }
-    let more = selected.has_more().await;
+    let more = selected.has_more().await?;
     drop(selected);
     source::settle().await;
     Ok(Page { rows, more })

@@ -79,7 +79,14 @@ pub(crate) async fn run(settings: &Settings, printer: &Printer, opts: Options) -
             while let Some(rec) = selected.next().await {
                 out.write(&rec?).await?;
             }
+            // Past a --limit the reader goes on without waiting for the output (`inspect`).
+            let warning = selected.eval_warning();
+            drop(selected);
             out.finish().await?;
+            if let Some(w) = warning {
+                printer.warn(w);
+            }
+            return Ok(Exit::Ok);
         }
         Mode::Group(key) => {
             let groups = group(&mut selected, key).await?;

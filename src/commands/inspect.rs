@@ -44,11 +44,16 @@ pub(crate) async fn run(settings: &Settings, printer: &Printer, opts: Options) -
     while let Some(rec) = selected.next().await {
         out.write(&rec?).await?;
     }
+    // Past the limit a quorum read reads on to the end before it gives back: it must not
+    // wait for the output too, holding the queue (see `rabbit::reader::ReadSpec::hold_wait`).
+    let more = selected.has_more().await;
+    let eval_warning = selected.eval_warning();
+    drop(selected);
     let n = out.finish().await?;
-    if let Some(w) = selected.eval_warning() {
+    if let Some(w) = eval_warning {
         printer.warn(w);
     }
-    if selected.has_more().await {
+    if more? {
         printer.info(format!(
             "showing the first {n}; more match (use --limit N, or `dlq filter --count`)"
         ));

@@ -24,7 +24,10 @@ use anyhow::Result;
 pub(crate) async fn dispatch(cli: Cli) -> Result<Exit> {
     let result = run_command(cli).await;
     crate::source::settle().await;
-    result
+    match crate::source::late_error() {
+        Some(e) if result.is_ok() => Err(e),
+        _ => result,
+    }
 }
 
 /// Each command lowers its own flags (`lower`) into its options, once, then runs.

@@ -64,6 +64,8 @@ const STREAM_PREFETCH: u16 = 1000;
 const LAST_CHUNK_IDLE: Duration = Duration::from_millis(300);
 /// A stream that goes quiet this long before its last offset ends the read.
 const STREAM_IDLE: Duration = Duration::from_secs(5);
+/// RabbitMQ's default `consumer_timeout`, for a queue without one of its own.
+const DEFAULT_CONSUMER_TIMEOUT_MS: u64 = 30 * 60 * 1000;
 
 /// What to read.
 #[derive(Debug, Clone)]
@@ -124,6 +126,20 @@ impl ReadSpec {
     pub(crate) fn read_all_to_keep_order(&self) -> bool {
         matches!(self.kind, QueueKind::Quorum | QueueKind::Unknown)
     }
+
+    /// How long a read may hold what it took while its receiver does not take records:
+    /// half the consumer timeout (the queue's own, else RabbitMQ's default), counted from
+    /// the read's first delivery. Past the timeout RabbitMQ takes back what dlq holds, and
+    /// RabbitMQ 4.0-4.2 do so by closing dlq's channel, which counts a delivery: measured
+    /// on 4.0.5 with a 2-s `x-consumer-timeout`, a renewing read of 5,000 whose output
+    /// waited 75 s left 2,000 at delivery count 1 and 1,000 in the queue twice.
+    pub(crate) fn hold_wait(&self) -> Duration {
+        self.timeout() / 2
+    }
+
+    fn timeout(&self) -> Duration {
+        Duration::from_millis(self.consumer_timeout.unwrap_or(DEFAULT_CONSUMER_TIMEOUT_MS))
+    }
 }
 
 /// What happened during a read.
@@ -143,6 +159,11 @@ pub(crate) struct ReadReport {
     pub(crate) pushed_over: u64,
     /// What a renewal (`GiveBack::Renew`) or the give-back did, for the user.
     pub(crate) renewal_notes: Vec<String>,
+    /// When the read's first message was delivered (see `ReadSpec::hold_wait`).
+    started: Option<std::time::Instant>,
+    /// The receiver took no record within `hold_wait`: how many it had been sent, and the
+    /// consumer timeout that wait was half of.
+    output_stalled: Option<(u64, Duration)>,
 }
 
 impl ReadReport {
@@ -175,7 +196,7 @@ impl ReadReport {
                 self.now_at_limit, q.name
             ));
         }
-        if self.ended_short && !self.receiver_gone {
+        if self.ended_short && !self.receiver_gone && self.output_stalled.is_none() {
             w.push(format!(
                 "{:?}: read {} message(s), fewer than the {} present at the start: another consumer took the rest, or they expired, meanwhile",
                 q.name, self.read, q.depth.ready
@@ -183,6 +204,29 @@ impl ReadReport {
         }
         w
     }
+
+    /// How many records the read sent on (fewer than it read once its output stalled).
+    fn shown(&self) -> u64 {
+        self.output_stalled.map_or(self.read, |(sent, _)| sent)
+    }
+
+    /// The error of a read that stopped sending records because its receiver took none for
+    /// `ReadSpec::hold_wait` (its output unread): it read on to the end unseen, and gave
+    /// everything back, rather than hold the queue past its consumer timeout.
+    pub(crate) fn stall_error(&self, q: &str) -> Option<anyhow::Error> {
+        let (sent, timeout) = self.output_stalled?;
+        let what = format!("{q:?} after {sent} message(s)");
+        Some(output_stalled(&what, timeout))
+    }
+}
+
+/// The error of a command that stopped writing `what` because nobody read its output while
+/// it held a DLQ's messages for half of their consumer `timeout` (`ReadSpec::hold_wait`).
+pub(crate) fn output_stalled(what: &str, timeout: Duration) -> anyhow::Error {
+    anyhow!(
+        "dlq stopped showing {what}: its output was not read while dlq held the queue's messages for {} s, half of their consumer timeout, past which RabbitMQ takes back what a consumer holds (RabbitMQ 4.0-4.2 by closing its channel, which counts a delivery toward the delivery limit and leaves messages dlq had renewed in the queue twice). dlq gave every message back, having read on to the end unseen where the queue's order needed it; write a large output to a file first (-o ndjson > file) rather than into a pager",
+        timeout.as_secs_f64() / 2.0
+    )
 }
 
 /// Turns one delivered message (queue, exchange, routing key, properties, body) into what
@@ -736,7 +780,7 @@ async fn consume_fifo<T: Send>(
     // lapin cancels a consumer when its last handle is dropped: live ones are kept in
     // `live`, until the caller gives the messages back.
     while report.read < want {
-        stop_if_taken_back(ch, spec, live, report.read, want)?;
+        stop_if_taken_back(ch, spec, live, report.shown(), want)?;
         let batch = window(bytes, report.read).min(want - report.read);
         let batch16 = u16::try_from(batch).unwrap_or(u16::MAX);
         let consumer = open_window(ch, q, batch16, n).await?;
@@ -924,7 +968,7 @@ async fn read_window<T: Send>(
         };
         // A message dlq holds comes again only if RabbitMQ took it back.
         if d.redelivered && !w.watch.is_empty() {
-            stop_if_taken_back(ch, spec, w.watch, report.read, spec.want())?;
+            stop_if_taken_back(ch, spec, w.watch, report.shown(), spec.want())?;
         }
         stalled = Duration::ZERO;
         last = tokio::time::Instant::now();
@@ -977,6 +1021,7 @@ async fn deliver<T: Send>(
     renewal: &mut Option<Renewal>,
 ) -> bool {
     report.read += 1;
+    report.started.get_or_insert_with(std::time::Instant::now);
     if spec.counts_returns {
         report.note_delivery_count(delivery_count(&d.properties), spec.counted_limit);
     }
@@ -990,11 +1035,37 @@ async fn deliver<T: Send>(
     let rec = record_of(spec.queue.as_str(), make, &d);
     // Only the channel remembers the delivery now: the body is gone with `d`.
     drop(d);
-    if tx.send(Ok(rec)).await.is_err() {
-        report.receiver_gone = true;
-        return spec.read_all_to_keep_order();
+    if send_within_hold(spec, tx, report, rec).await {
+        return true;
     }
-    true
+    report.receiver_gone = true;
+    spec.read_all_to_keep_order()
+}
+
+/// Sends a record, waiting for room at most until the read has held its messages for
+/// `ReadSpec::hold_wait`; `false` when the receiver is gone or that wait ran out (noted in
+/// `output_stalled`). A timer only when the channel is full: one per delivery cost more
+/// than decoding it.
+async fn send_within_hold<T: Send>(
+    spec: &ReadSpec,
+    tx: &mpsc::Sender<Result<T>>,
+    report: &mut ReadReport,
+    rec: T,
+) -> bool {
+    let rec = match tx.try_send(Ok(rec)) {
+        Ok(()) => return true,
+        Err(mpsc::error::TrySendError::Closed(_)) => return false,
+        Err(mpsc::error::TrySendError::Full(rec)) => rec,
+    };
+    let held = report.started.map_or(Duration::ZERO, |t| t.elapsed());
+    let left = spec.hold_wait().saturating_sub(held);
+    match tokio::time::timeout(left, tx.send(rec)).await {
+        Ok(sent) => sent.is_ok(),
+        Err(_) => {
+            report.output_stalled = Some((report.read - 1, spec.timeout()));
+            false
+        }
+    }
 }
 
 fn stream_args(offset: &str) -> FieldTable {

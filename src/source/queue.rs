@@ -318,14 +318,16 @@ pub(crate) fn stream_checked(
                     for w in report.warnings(q) {
                         printer.warn(w);
                     }
+                    if let Some(e) = report.stall_error(&q.name) {
+                        crate::source::fail(&tx, e).await;
+                    }
                     if report.receiver_gone {
                         break;
                     }
                 }
                 Err(e) => {
-                    let _ = tx
-                        .send(Err(e.context(format!("reading queue {:?}", q.name))))
-                        .await;
+                    let e = e.context(format!("reading queue {:?}", q.name));
+                    crate::source::fail(&tx, e).await;
                     break;
                 }
             }

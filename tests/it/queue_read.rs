@@ -1190,15 +1190,7 @@ async fn give_back_not_back(tag: &str, tail: u32, args: &[&str]) -> String {
 async fn a_reader_that_stops_reading_costs_no_delivery() {
     let (b, q, n) = paged_quorum_dlq("pager").await;
     let (out, err) = read_late(&b, &["filter", "-Q", q, "-o", "ndjson"], n).await;
-    let read: Vec<i64> = out
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<Value>(l).unwrap()["payload"]["n"]
-                .as_i64()
-                .unwrap()
-        })
-        .collect();
-    assert_eq!(read, (0..i64::from(n)).collect::<Vec<_>>(), "{err}");
+    assert_eq!(ns_of(&out), (0..i64::from(n)).collect::<Vec<_>>(), "{err}");
     unchanged_and_undelivered(b, q, n).await;
 }
 
@@ -1225,15 +1217,164 @@ async fn a_dry_run_whose_reader_stops_reading_costs_no_delivery() {
     unchanged_and_undelivered(b, q, n).await;
 }
 
+/// `inspect` shows 20 and reads on to the end of a quorum DLQ, which it reads whole to keep
+/// its order. Past its limit it waited for its output before reading on, holding the queue
+/// meanwhile: on RabbitMQ 4.0.5, with a 2-s `x-consumer-timeout` and its output unread for
+/// 75 s, RabbitMQ closed its channel (4.0 checks every minute), and the queue was left with
+/// 1,000 of its 5,000 messages twice and 2,000 at delivery count 1, while `inspect` exited
+/// 0 and said nothing. It now gives everything back while its 20 lines wait: the queue is
+/// whole again before anyone reads them (any generation, no timeout needed to see it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inspect_past_its_limit_holds_nothing_while_its_output_waits() {
+    let (b, q, n) = paged_quorum_dlq("pagerlimit").await;
+    let args = ["inspect", "-Q", q, "-o", "ndjson"];
+    let (code, out, err) = given_back_while_unread(&b, q, &args, n).await;
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(ns_of(&out), (0..20).collect::<Vec<_>>(), "{err}");
+    assert!(err.contains("showing the first 20"), "{err}");
+    unchanged_and_undelivered(b, q, n).await;
+}
+
+/// A read whose output nobody reads holds a quorum DLQ (read whole to keep its order) until
+/// RabbitMQ's consumer timeout takes it back: on RabbitMQ 4.0.5, `filter -o ndjson` of
+/// 5,000 with a 2-s `x-consumer-timeout` and its output unread for 75 s failed with
+/// "invalid channel state: Closed (basic.ack)", leaving 1,000 messages in the queue twice
+/// and 2,000 at delivery count 1. Once the read has held the queue for half its consumer
+/// timeout with its output full, dlq now stops showing, reads on unseen and gives
+/// everything back, then says so (exit 1): the queue is whole again before anyone reads the
+/// output, in order, none counted. 3.x has no per-queue timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_whose_output_waits_half_a_consumer_timeout_gives_back_and_says_so() {
+    let Some((out, err)) = stopped_unread("pagertimeout", &["filter", "-o", "ndjson"]).await else {
+        return;
+    };
+    let shown = ns_of(&out);
+    assert!(!shown.is_empty() && shown.len() < 3_000, "{err}");
+    assert_eq!(shown, (0..shown.len() as i64).collect::<Vec<_>>(), "{err}");
+    let stopped = format!("dlq stopped showing \"pager.dlq\" after {}", shown.len());
+    assert!(
+        err.contains(&stopped) || err.contains("RabbitMQ took back"),
+        "{err}"
+    );
+}
+
+/// The same for a queue replay's dry run, whose plan holds every message while it writes a
+/// row for each: on RabbitMQ 4.0.5 (3,000 messages, a 2-s timeout, its rows unread for
+/// 75 s) every message was left in the DLQ twice, 2,200 of them counted once or twice. It
+/// now stops writing rows, gives everything back, writes what waits, and says so (exit 1);
+/// nothing moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_whose_rows_wait_half_a_consumer_timeout_gives_back_and_says_so() {
+    let args = [
+        "replay",
+        "--to-queue",
+        "pager.work",
+        "--dry-run",
+        "-o",
+        "ndjson",
+    ];
+    let Some((out, err)) = stopped_unread("pagerdrytimeout", &args).await else {
+        return;
+    };
+    let rows = out.lines().count();
+    assert!(rows > 0 && rows < 3_000, "{rows} rows: {err}");
+    let stopped = format!("dlq stopped showing the dry run's rows after {rows}:");
+    assert!(
+        err.contains(&stopped) || err.contains("RabbitMQ took back"),
+        "{err}"
+    );
+}
+
+/// `dlq ARGS -Q pager.dlq` on a `paged_quorum_dlq` with a 2-s consumer timeout (and an empty
+/// `pager.work`), its stdout unread until the DLQ is whole again: exit 1, nothing moved, the
+/// DLQ unchanged and undelivered; then its stdout and stderr. `None` before 3.12, which has
+/// no per-queue timeout. RabbitMQ 4.3 may take the messages back before dlq gives them
+/// back, with the channel open and nothing counted
+/// (`quorum_limits::a_read_held_past_a_consumer_timeout_names_it_and_loses_nothing`).
+async fn stopped_unread(tag: &str, args: &[&str]) -> Option<(String, String)> {
+    if crate::target::rabbitmq_version().await < (3, 12) {
+        return None;
+    }
+    let timeout = vec![("x-consumer-timeout", AMQPValue::LongLongInt(2_000))];
+    let (b, q, n) = paged_quorum_dlq_with(tag, timeout).await;
+    b.queue("pager.work", FieldTable::default()).await;
+    let args = [args, &["-Q", q][..]].concat();
+    let (code, out, err) = given_back_while_unread(&b, q, &args, n).await;
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(b.depth("pager.work").await, 0);
+    unchanged_and_undelivered(b, q, n).await;
+    Some((out, err))
+}
+
+/// Runs dlq with `args` and leaves its stdout unread until `q` holds all `n` ready again,
+/// within 30 s, dlq still running; then dlq's exit code, stdout and stderr.
+async fn given_back_while_unread(
+    b: &Broker,
+    q: &str,
+    args: &[&str],
+    n: u32,
+) -> (Option<i32>, String, String) {
+    use std::io::Read as _;
+    let mut child = piped_dlq(&b.amqp_url(), args);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut took = false;
+    loop {
+        let ready = b.depth(q).await;
+        took |= ready < n;
+        if took && ready == n {
+            break;
+        }
+        if let Some(status) = child.try_wait().unwrap() {
+            let mut err = String::new();
+            child
+                .stderr
+                .take()
+                .unwrap()
+                .read_to_string(&mut err)
+                .unwrap();
+            panic!("dlq ended ({status}) with its output unread: {err}");
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the queue not whole again within 30 s of an unread output ({ready} ready)");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let done = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap());
+    let done = done.await.unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (done.status.code(), text(&done.stdout), text(&done.stderr))
+}
+
+/// The `n` of each ndjson record in `out`.
+fn ns_of(out: &str) -> Vec<i64> {
+    out.lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["payload"]["n"]
+                .as_i64()
+                .unwrap()
+        })
+        .collect()
+}
+
 /// A quorum DLQ (with a limit, so that every generation's read gives back without counting
 /// a delivery: 3.x has no default one) of 3,000 messages of 2 KB, `{"n": i, ...}`.
 pub(crate) async fn paged_quorum_dlq(tag: &str) -> (Broker, &'static str, u32) {
+    paged_quorum_dlq_with(tag, vec![]).await
+}
+
+/// `paged_quorum_dlq` with more arguments.
+async fn paged_quorum_dlq_with(
+    tag: &str,
+    more: Vec<(&str, AMQPValue)>,
+) -> (Broker, &'static str, u32) {
     let b = Broker::new(tag).await;
     let q = "pager.dlq";
-    let args = vec![
+    let mut args = vec![
         ("x-queue-type", ls("quorum")),
         ("x-delivery-limit", AMQPValue::LongInt(50)),
     ];
+    args.extend(more);
     b.queue(q, table(args)).await;
     let n = 3_000u32;
     let pad = "x".repeat(2_000);
@@ -1247,17 +1388,22 @@ pub(crate) async fn paged_quorum_dlq(tag: &str) -> (Broker, &'static str, u32) {
     (b, q, n)
 }
 
-/// Runs dlq with a 2-s heartbeat, its stdout unread for 10 s once it took messages; then its
-/// stdout and stderr, once it exited 0.
-pub(crate) async fn read_late(b: &Broker, args: &[&str], n: u32) -> (String, String) {
-    use std::io::Read as _;
-    let mut child = crate::common::dlq_command()
-        .env("DLQ_AMQP_URL", format!("{}?heartbeat=2", b.amqp_url()))
+/// dlq on `amqp_url` with `args`, its stdout and stderr piped.
+fn piped_dlq(amqp_url: &str, args: &[&str]) -> std::process::Child {
+    crate::common::dlq_command()
+        .env("DLQ_AMQP_URL", amqp_url)
         .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .unwrap();
+        .unwrap()
+}
+
+/// Runs dlq with a 2-s heartbeat, its stdout unread for 10 s once it took messages; then its
+/// stdout and stderr, once it exited 0.
+pub(crate) async fn read_late(b: &Broker, args: &[&str], n: u32) -> (String, String) {
+    use std::io::Read as _;
+    let mut child = piped_dlq(&format!("{}?heartbeat=2", b.amqp_url()), args);
     let deadline = Instant::now() + Duration::from_secs(30);
     while b.depth("pager.dlq").await == n {
         assert!(Instant::now() < deadline, "dlq took nothing");

@@ -77,11 +77,18 @@ pub(crate) async fn run(
     // so what is moved afterwards is exactly what the plan showed, read once. Past the
     // budget the plan keeps only which messages were selected, and the move reads again.
     let mut taken = plan::take_plan(&session).await?;
+    let dry = taken.dry.take();
     let gated = gate::plan_gate(&mut session, &mut taken).await;
     if !matches!(gated, Ok(None)) {
-        // Stopped at the gate (or the audit log refused the run): give everything back.
+        // Stopped at the gate (or the audit log refused the run): give everything back,
+        // and only then wait for a dry run's rows to be read.
         release_all(&session.conn, printer, taken.takers, &[]).await;
-        return gated.map(|exit| exit.unwrap_or(Exit::Ok));
+        let rows = match dry {
+            Some(rows) => rows.finish().await,
+            None => Ok(()),
+        };
+        let exit = gated?.unwrap_or(Exit::Ok);
+        return rows.map(|()| exit);
     }
     mover::move_planned(session, taken).await
 }

@@ -36,6 +36,7 @@ pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<E
         mut takers,
         mut holding,
         publish_ids,
+        ..
     } = taken;
     let mut report = Report::new("replay");
     for (id, why) in std::mem::take(&mut plan.refused) {

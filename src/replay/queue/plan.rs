@@ -160,6 +160,53 @@ pub(crate) struct Taken {
     pub(crate) takers: Vec<Taker>,
     pub(crate) holding: Holding,
     pub(crate) publish_ids: PublishIds,
+    /// `--dry-run`'s rows, finished once everything is given back (`DryRows::finish`).
+    pub(crate) dry: Option<DryRows>,
+}
+
+/// A dry run's rows, written while the plan takes: the writer, and whether they stopped
+/// because nobody read them while the plan held the DLQs for half of their consumer
+/// timeout (`ReadSpec::hold_wait`; the plan reads on unseen, so that it gives back before
+/// RabbitMQ takes back).
+pub(crate) struct DryRows {
+    out: RowWriter<MovePreview>,
+    /// The plan's first take, and how long from then it may wait for the output.
+    started: std::time::Instant,
+    hold: std::time::Duration,
+    stalled: bool,
+}
+
+impl DryRows {
+    /// Writes a row unless the rows stopped; waits for the output while the hold allows.
+    async fn write(&mut self, row: MovePreview) -> Result<()> {
+        if self.stalled {
+            return Ok(());
+        }
+        self.out.write(row)?;
+        if let Some(ready) = futures_util::FutureExt::now_or_never(self.out.ready()) {
+            return Ok(ready?);
+        }
+        let left = self.hold.saturating_sub(self.started.elapsed());
+        match tokio::time::timeout(left, self.out.ready()).await {
+            Ok(ready) => Ok(ready?),
+            Err(_) => {
+                self.stalled = true;
+                Ok(())
+            }
+        }
+    }
+
+    /// Writes what waits, once the plan gave back what it held: the error of rows that
+    /// stopped.
+    pub(crate) async fn finish(self) -> Result<()> {
+        let (stalled, hold) = (self.stalled, self.hold);
+        let n = self.out.finish_piped().await?;
+        if stalled {
+            let what = format!("the dry run's rows after {n}");
+            return Err(crate::rabbit::reader::output_stalled(&what, hold * 2));
+        }
+        Ok(())
+    }
 }
 
 /// The plan pass while it takes the DLQs one after the other.
@@ -167,7 +214,7 @@ struct Planner<'s> {
     session: &'s Session<'s>,
     plan: Plan,
     /// `--dry-run`: the preview, written as the plan goes.
-    dry: Option<RowWriter<MovePreview>>,
+    dry: Option<DryRows>,
     selector: Selector<'s>,
     holding: Holding,
     publish_ids: PublishIds,
@@ -184,7 +231,7 @@ pub(crate) async fn take_plan(session: &Session<'_>) -> Result<Taken> {
             .common
             .safety
             .dry_run
-            .then(|| printer.stream_piped::<MovePreview>())
+            .then(|| dry_rows(session))
             .transpose()?,
         selector: Selector::new(&opts.common.selection),
         holding: Holding::new(hold_budget()),
@@ -208,9 +255,6 @@ pub(crate) async fn take_plan(session: &Session<'_>) -> Result<Taken> {
         publish_ids,
         ..
     } = planner;
-    if let Some(out) = dry {
-        out.finish_piped().await?;
-    }
     if let Some(w) = selector.warning() {
         printer.warn(w);
     }
@@ -219,6 +263,24 @@ pub(crate) async fn take_plan(session: &Session<'_>) -> Result<Taken> {
         takers,
         holding,
         publish_ids,
+        dry,
+    })
+}
+
+/// A dry run's rows, which may wait for their reader half the shortest consumer timeout
+/// of the DLQs the plan holds.
+fn dry_rows(session: &Session<'_>) -> Result<DryRows> {
+    let hold = session
+        .checked
+        .iter()
+        .map(|q| ReadSpec::for_checked(q, None).hold_wait())
+        .min()
+        .unwrap_or_default();
+    Ok(DryRows {
+        out: session.printer.stream_piped::<MovePreview>()?,
+        started: std::time::Instant::now(),
+        hold,
+        stalled: false,
     })
 }
 
@@ -270,8 +332,8 @@ impl Planner<'_> {
             let replays = requeue::replay_count(d.properties.headers().as_ref());
             out.write(MovePreview::new(
                 &rec, queue, &route, &props, &body, replays,
-            ))?;
-            out.ready().await?;
+            ))
+            .await?;
         }
         // A dry run moves nothing: nothing to hold, and every message stays.
         if opts.common.safety.dry_run {
