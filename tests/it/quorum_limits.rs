@@ -1447,10 +1447,11 @@ async fn a_read_held_past_a_consumer_timeout_names_it_and_loses_nothing() {
     assert!(!err.contains("not ready again"), "{err}");
     b.wait_depth("q.dlq", n as u32).await;
     let snaps = b.snapshot("q.dlq").await;
-    // Each once, none counted. Not in order: RabbitMQ took back some of the read's windows
-    // before the others, and dlq gave back the rest after them (`[100-399, 0-99, 400-…]`
-    // on 4.3.6, 4 of 4 runs); with the timeout known from the start it took back all at
-    // once, in order.
+    // Each once, none counted. Not in order: a consumer keeps the timeout it started with,
+    // so RabbitMQ took back the windows opened after the policy (900 messages, 100-999)
+    // and dlq gave back the first window's 100 behind them (`[100-999, 0-99, 1000-…]` on
+    // 4.3.6); with the timeout there from the start it took back all at once,
+    // in order.
     let mut all = snap_ns(&snaps);
     all.sort_unstable();
     assert_eq!(all, (0..n as i64).collect::<Vec<_>>());
