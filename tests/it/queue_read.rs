@@ -1285,6 +1285,21 @@ async fn a_dry_run_whose_rows_wait_half_a_consumer_timeout_gives_back_and_says_s
     );
 }
 
+/// The same for `archive --to -`, which reads what it writes: the archive ends without its
+/// trailer, so nobody takes it for a whole one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_archive_to_stdout_that_waits_half_a_consumer_timeout_gives_back_and_says_so() {
+    let args = ["archive", "--to", "-"];
+    let Some((out, err)) = stopped_unread("pagerarchtimeout", &args).await else {
+        return;
+    };
+    assert!(
+        err.contains("dlq stopped showing \"pager.dlq\" after"),
+        "{err}"
+    );
+    assert!(!out.contains("dlq_archive_end"), "{err}");
+}
+
 /// `dlq ARGS -Q pager.dlq` on a `paged_quorum_dlq` with a 2-s consumer timeout (and an empty
 /// `pager.work`), its stdout unread until the DLQ is whole again: exit 1, nothing moved, the
 /// DLQ unchanged and undelivered; then its stdout and stderr. `None` before 3.12, which has
