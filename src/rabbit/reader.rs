@@ -56,6 +56,8 @@ const POLL_PAUSE: Duration = Duration::from_millis(2);
 pub(super) const IDLE: Duration = Duration::from_secs(1);
 /// Messages ready but none delivered for this long: something else takes them.
 pub(super) const STALL_LIMIT: Duration = Duration::from_secs(30);
+/// Messages ready but none delivered for this long: dlq says so while it waits on.
+const STALL_NOTICE: Duration = Duration::from_secs(5);
 /// How long to wait for given-back messages to be ready again.
 const GIVE_BACK_WAIT: Duration = Duration::from_secs(2);
 /// Stream prefetch (credit), acknowledged in halves.
@@ -703,8 +705,10 @@ pub(super) fn stall_cause(quorum: bool) -> &'static str {
 
 /// A consumer has delivered nothing for `IDLE`: does `queue` still hold ready messages?
 /// `Ok(false)`: no, the rest went elsewhere (another consumer, a TTL on the DLQ). `Ok(true)`:
-/// yes, and `stalled` grows by `IDLE`; once it reaches `STALL_LIMIT` that is an error, its
-/// text ended by `why`.
+/// yes, and `stalled` grows by `IDLE`; at `STALL_NOTICE` dlq says so, and once it reaches
+/// `STALL_LIMIT` that is an error, its text ended by `why`. Silent, a stall looked like a
+/// hang for 30 s (a read on a cluster node whose queue member lagged, in the cluster
+/// trials).
 pub(super) async fn still_ready(
     ch: &Channel,
     queue: &str,
@@ -722,12 +726,19 @@ pub(super) async fn still_ready(
         return Ok(false);
     }
     *stalled += IDLE;
+    let ready = depth.message_count();
     if *stalled >= STALL_LIMIT {
         bail!(
-            "RabbitMQ delivered nothing from {queue:?} for {} s although {} message(s) are ready{why}",
+            "RabbitMQ delivered nothing from {queue:?} for {} s although {ready} message(s) are ready{why}",
             STALL_LIMIT.as_secs(),
-            depth.message_count()
         );
+    }
+    if *stalled == STALL_NOTICE {
+        crate::output::notice(format!(
+            "RabbitMQ has delivered nothing from {queue:?} for {} s although {ready} message(s) are ready{why}; dlq waits up to {} s, holding what it took, then stops and gives it back",
+            STALL_NOTICE.as_secs(),
+            STALL_LIMIT.as_secs()
+        ));
     }
     Ok(true)
 }

@@ -1184,7 +1184,7 @@ async fn give_back_not_back(tag: &str, tail: u32, args: &[&str]) -> String {
 /// ndjson` of 3,000 quorum messages whose reader waited 35 s failed (exit 1, 63 lines), and
 /// 2,000 of the messages came back with `x-delivery-count` 1, nearer their delivery limit,
 /// from a command that only reads. Its records now go to stdout through a thread of their
-/// own. Here a 2-s heartbeat (lost after about 4 s) and a reader that waits 10 s: the read
+/// own. Here a 3-s heartbeat (lost after about 6 s) and a reader that waits 12 s: the read
 /// is whole, in order, exit 0, and the queue keeps every message, in order, none delivered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_that_stops_reading_costs_no_delivery() {
@@ -1300,7 +1300,79 @@ async fn an_archive_to_stdout_that_waits_half_a_consumer_timeout_gives_back_and_
     assert!(!out.contains("dlq_archive_end"), "{err}");
 }
 
-/// `dlq ARGS -Q pager.dlq` on a `paged_quorum_dlq` with a 2-s consumer timeout (and an empty
+/// A read that RabbitMQ delivers nothing to while messages are ready (here another consumer
+/// is the queue's single active one) waited 30 s in silence before it stopped, like a hang:
+/// seen in the cluster trials on a node whose quorum member lagged. dlq now says so after
+/// 5 s, while it waits on, and stops at 30 s with the reason, exit 1; nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_delivered_nothing_says_so_while_it_waits() {
+    use std::io::BufRead as _;
+    let b = Broker::new("stallnote").await;
+    let q = "stall.dlq";
+    b.queue(
+        q,
+        table(vec![("x-single-active-consumer", AMQPValue::Boolean(true))]),
+    )
+    .await;
+    let n = 50u32;
+    b.publish_many(q, (0..n).map(|i| json!({"n": i}).to_string().into_bytes()))
+        .await;
+    b.wait_depth(q, n).await;
+    // The active consumer, holding one message.
+    let ch = b.conn.create_channel().await.unwrap();
+    ch.basic_qos(1, Default::default()).await.unwrap();
+    let _active = ch
+        .basic_consume(
+            q.into(),
+            "active".into(),
+            Default::default(),
+            FieldTable::default(),
+        )
+        .await
+        .unwrap();
+    b.wait_depth(q, n - 1).await;
+    let mut child = piped_dlq(&b.amqp_url(), &["inspect", "-Q", q]);
+    // Read to the end (a closed stderr would kill dlq), each line handed over as it comes.
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let notice = format!(
+        "RabbitMQ has delivered nothing from \"{q}\" for 5 s although {} message(s) are ready",
+        n - 1
+    );
+    let mut seen = Vec::new();
+    while let Ok(line) = rx.recv_timeout(Duration::from_secs(60)) {
+        let said = line.contains(&notice);
+        seen.push(line);
+        if said {
+            break;
+        }
+    }
+    let seen = seen.join("\n");
+    assert!(seen.contains(&notice), "{seen}");
+    assert!(child.try_wait().unwrap().is_none(), "ended first: {seen}");
+    let status = tokio::task::spawn_blocking(move || child.wait().unwrap());
+    let status = status.await.unwrap();
+    let err: Vec<String> = rx.iter().collect();
+    let err = err.join("\n");
+    assert_eq!(status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("delivered nothing") && err.contains("for 30 s"),
+        "{err}"
+    );
+    ch.close(200, "done".into()).await.unwrap();
+    b.wait_depth(q, n).await;
+    let mut all = crate::quorum_limits::snap_ns(&b.snapshot(q).await);
+    all.sort_unstable();
+    assert_eq!(all, (0..i64::from(n)).collect::<Vec<_>>());
+    b.delete().await;
+}
+
+/// `dlq ARGS -Q pager.dlq` on a `paged_quorum_dlq` with an 8-s consumer timeout (and an empty
 /// `pager.work`), its stdout unread until the DLQ is whole again: exit 1, nothing moved, the
 /// DLQ unchanged and undelivered; then its stdout and stderr. `None` before 3.12, which has
 /// no per-queue timeout. RabbitMQ 4.3 may take the messages back before dlq gives them
@@ -1310,7 +1382,9 @@ async fn stopped_unread(tag: &str, args: &[&str]) -> Option<(String, String)> {
     if crate::target::rabbitmq_version().await < (3, 12) {
         return None;
     }
-    let timeout = vec![("x-consumer-timeout", AMQPValue::LongLongInt(2_000))];
+    // dlq gives back after 4 s; a 2-s timeout left too little room on a loaded CI (RabbitMQ
+    // 4.3 took back the first window first, and the order changed).
+    let timeout = vec![("x-consumer-timeout", AMQPValue::LongLongInt(8_000))];
     let (b, q, n) = paged_quorum_dlq_with(tag, timeout).await;
     b.queue("pager.work", FieldTable::default()).await;
     let args = [args, &["-Q", q][..]].concat();
@@ -1414,11 +1488,12 @@ fn piped_dlq(amqp_url: &str, args: &[&str]) -> std::process::Child {
         .unwrap()
 }
 
-/// Runs dlq with a 2-s heartbeat, its stdout unread for 10 s once it took messages; then its
-/// stdout and stderr, once it exited 0.
+/// Runs dlq with a 3-s heartbeat (lost after about 6 s; with 2 s a loaded CI lost one that
+/// dlq served), its stdout unread for 12 s once it took messages; then its stdout and
+/// stderr, once it exited 0.
 pub(crate) async fn read_late(b: &Broker, args: &[&str], n: u32) -> (String, String) {
     use std::io::Read as _;
-    let mut child = piped_dlq(&format!("{}?heartbeat=2", b.amqp_url()), args);
+    let mut child = piped_dlq(&format!("{}?heartbeat=3", b.amqp_url()), args);
     let deadline = Instant::now() + Duration::from_secs(30);
     while b.depth("pager.dlq").await == n {
         assert!(Instant::now() < deadline, "dlq took nothing");
@@ -1427,8 +1502,8 @@ pub(crate) async fn read_late(b: &Broker, args: &[&str], n: u32) -> (String, Str
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // Five heartbeats with nobody reading: far more output waits than a pipe holds.
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    // Four heartbeats with nobody reading: far more output waits than a pipe holds.
+    tokio::time::sleep(Duration::from_secs(12)).await;
     let mut stdout = child.stdout.take().unwrap();
     let out = tokio::task::spawn_blocking(move || {
         let mut s = String::new();
