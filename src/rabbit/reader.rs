@@ -198,7 +198,7 @@ impl ReadReport {
                 self.now_at_limit, q.name
             ));
         }
-        if self.ended_short && !self.receiver_gone && self.output_stalled.is_none() {
+        if self.ended_short && !self.receiver_gone {
             w.push(format!(
                 "{:?}: read {} message(s), fewer than the {} present at the start: another consumer took the rest, or they expired, meanwhile",
                 q.name, self.read, q.depth.ready
@@ -504,7 +504,7 @@ fn took_back(queue: &str, n: u64, timeout_ms: Option<u64>) -> String {
             "its consumer timeout, {}",
             super::topology::duration_text(ms)
         ),
-        None => "the consumer timeout (the broker's consumer_timeout, 30 min by default)".into(),
+        None => "a consumer timeout dlq did not know of (the broker's consumer_timeout, 30 min by default, or a policy's set since dlq started)".into(),
     };
     format!(
         "{queue:?}: RabbitMQ took back {n} message(s) dlq held while reading, once they were held longer than {timeout}; none is lost, they are back in the queue"
