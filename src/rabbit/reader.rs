@@ -136,11 +136,8 @@ impl ReadSpec {
     /// on 4.0.5 with a 2-s `x-consumer-timeout`, a renewing read of 5,000 whose output
     /// waited 75 s left 2,000 at delivery count 1 and 1,000 in the queue twice.
     pub(crate) fn hold_wait(&self) -> Duration {
-        self.timeout() / 2
-    }
-
-    fn timeout(&self) -> Duration {
-        Duration::from_millis(self.consumer_timeout.unwrap_or(DEFAULT_CONSUMER_TIMEOUT_MS))
+        let ms = self.consumer_timeout.unwrap_or(DEFAULT_CONSUMER_TIMEOUT_MS);
+        Duration::from_millis(ms / 2)
     }
 }
 
@@ -163,8 +160,8 @@ pub(crate) struct ReadReport {
     pub(crate) renewal_notes: Vec<String>,
     /// When the read's first message was delivered (see `ReadSpec::hold_wait`).
     started: Option<std::time::Instant>,
-    /// The receiver took no record within `hold_wait`: how many it had been sent, and the
-    /// consumer timeout that wait was half of.
+    /// The receiver took no record within `hold_wait`: how many it had been sent, and that
+    /// wait.
     output_stalled: Option<(u64, Duration)>,
 }
 
@@ -216,19 +213,30 @@ impl ReadReport {
     /// `ReadSpec::hold_wait` (its output unread): it read on to the end unseen, and gave
     /// everything back, rather than hold the queue past its consumer timeout.
     pub(crate) fn stall_error(&self, q: &str) -> Option<anyhow::Error> {
-        let (sent, timeout) = self.output_stalled?;
+        let (sent, hold) = self.output_stalled?;
         let what = format!("{q:?} after {sent} message(s)");
-        Some(output_stalled(&what, timeout))
+        Some(output_stalled(&what, hold))
     }
 }
 
 /// The error of a command that stopped writing `what` because nobody read its output while
-/// it held a DLQ's messages for half of their consumer `timeout` (`ReadSpec::hold_wait`).
-pub(crate) fn output_stalled(what: &str, timeout: Duration) -> anyhow::Error {
+/// it held a DLQ's messages for `hold`, half of their consumer timeout (`ReadSpec::hold_wait`).
+pub(crate) fn output_stalled(what: &str, hold: Duration) -> anyhow::Error {
     anyhow!(
         "dlq stopped showing {what}: its output was not read while dlq held the queue's messages for {} s, half of their consumer timeout, past which RabbitMQ takes back what a consumer holds (RabbitMQ 4.0-4.2 by closing its channel, which counts a delivery toward the delivery limit and leaves messages dlq had renewed in the queue twice). dlq gave every message back, having read on to the end unseen where the queue's order needed it; write a large output to a file first (-o ndjson > file) rather than into a pager",
-        timeout.as_secs_f64() / 2.0
+        hold.as_secs_f64()
     )
+}
+
+/// `wait`, given until `hold` has passed since `started` (`ReadSpec::hold_wait`); `None`
+/// once it has.
+pub(crate) async fn within_hold<F: std::future::Future>(
+    started: std::time::Instant,
+    hold: Duration,
+    wait: F,
+) -> Option<F::Output> {
+    let left = hold.saturating_sub(started.elapsed());
+    tokio::time::timeout(left, wait).await.ok()
 }
 
 /// Turns one delivered message (queue, exchange, routing key, properties, body) into what
@@ -1068,12 +1076,11 @@ async fn send_within_hold<T: Send>(
         Err(mpsc::error::TrySendError::Closed(_)) => return false,
         Err(mpsc::error::TrySendError::Full(rec)) => rec,
     };
-    let held = report.started.map_or(Duration::ZERO, |t| t.elapsed());
-    let left = spec.hold_wait().saturating_sub(held);
-    match tokio::time::timeout(left, tx.send(rec)).await {
-        Ok(sent) => sent.is_ok(),
-        Err(_) => {
-            report.output_stalled = Some((report.read - 1, spec.timeout()));
+    let started = *report.started.get_or_insert_with(std::time::Instant::now);
+    match within_hold(started, spec.hold_wait(), tx.send(rec)).await {
+        Some(sent) => sent.is_ok(),
+        None => {
+            report.output_stalled = Some((report.read - 1, spec.hold_wait()));
             false
         }
     }

@@ -79,28 +79,28 @@ pub(crate) fn track(handle: tokio::task::JoinHandle<()>) {
 
 /// Errors of background reads that came after the command stopped taking records (an
 /// `inspect` past its `--limit`): `dispatch` still fails with them.
-fn late_errors() -> &'static std::sync::Mutex<Vec<anyhow::Error>> {
-    static E: std::sync::OnceLock<std::sync::Mutex<Vec<anyhow::Error>>> =
+fn late_errors() -> &'static std::sync::Mutex<Option<anyhow::Error>> {
+    static E: std::sync::OnceLock<std::sync::Mutex<Option<anyhow::Error>>> =
         std::sync::OnceLock::new();
     E.get_or_init(Default::default)
 }
 
 /// Hands a background read's error to the command, or, once it stopped taking records,
-/// keeps it for `late_error`: a read that fails after the last record shown must not end
-/// in exit 0.
+/// keeps the first such for `late_error`: a read that fails after the last record shown
+/// must not end in exit 0.
 pub(crate) async fn fail<T>(tx: &mpsc::Sender<Result<T>>, e: anyhow::Error) {
     if let Err(mpsc::error::SendError(Err(e))) = tx.send(Err(e)).await {
-        late_errors()
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(e);
+        let mut kept = late_errors().lock().unwrap_or_else(|p| p.into_inner());
+        kept.get_or_insert(e);
     }
 }
 
 /// The first error `fail` kept, once every tracked task has ended (see `settle`).
 pub(crate) fn late_error() -> Option<anyhow::Error> {
-    let mut kept = late_errors().lock().unwrap_or_else(|p| p.into_inner());
-    (!kept.is_empty()).then(|| kept.remove(0))
+    late_errors()
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
 }
 
 /// Waits for every tracked task: called once the command is done with its records.

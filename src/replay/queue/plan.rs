@@ -11,7 +11,7 @@ use crate::fingerprint;
 use crate::model::{DeadLetter, RecordId};
 use crate::output::{RowWriter, ellipsize};
 use crate::rabbit::Checked;
-use crate::rabbit::reader::ReadSpec;
+use crate::rabbit::reader::{ReadSpec, within_hold};
 use crate::rabbit::take::Taker;
 use crate::replay::requeue;
 use crate::replay::workers::TaskGate;
@@ -186,10 +186,9 @@ impl DryRows {
         if let Some(ready) = futures_util::FutureExt::now_or_never(self.out.ready()) {
             return Ok(ready?);
         }
-        let left = self.hold.saturating_sub(self.started.elapsed());
-        match tokio::time::timeout(left, self.out.ready()).await {
-            Ok(ready) => Ok(ready?),
-            Err(_) => {
+        match within_hold(self.started, self.hold, self.out.ready()).await {
+            Some(ready) => Ok(ready?),
+            None => {
                 self.stalled = true;
                 Ok(())
             }
@@ -203,7 +202,7 @@ impl DryRows {
         let n = self.out.finish_piped().await?;
         if stalled {
             let what = format!("the dry run's rows after {n}");
-            return Err(crate::rabbit::reader::output_stalled(&what, hold * 2));
+            return Err(crate::rabbit::reader::output_stalled(&what, hold));
         }
         Ok(())
     }
