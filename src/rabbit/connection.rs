@@ -17,18 +17,33 @@ use std::time::Duration;
 pub(crate) struct Connection {
     lapin: lapin::Connection,
     liveness: Liveness,
+    /// What the broker reports of its queues' consumer timeouts (`reported`).
+    timeouts: super::reported::ReportedTimeouts,
 }
 
 impl Connection {
     /// Wraps a connection just opened and watches its events (flow control, its loss).
-    pub(super) fn watched(lapin: lapin::Connection) -> Connection {
+    pub(super) fn watched(
+        lapin: lapin::Connection,
+        timeouts: super::reported::ReportedTimeouts,
+    ) -> Connection {
         let liveness = Liveness {
             status: lapin.status().clone(),
             lost: Arc::default(),
         };
         let events = lapin.events_listener();
         tokio::spawn(watch_flow(events, liveness.lost.clone()));
-        Connection { lapin, liveness }
+        Connection {
+            lapin,
+            liveness,
+            timeouts,
+        }
+    }
+
+    /// What the broker reports of its queues' consumer timeouts, asked for while dlq waits
+    /// with messages held (`ReadSpec::hold_wait`).
+    pub(crate) fn reported_timeouts(&self) -> super::reported::ReportedTimeouts {
+        self.timeouts.clone()
     }
 
     /// What every user of this connection knows of its loss, to keep beside a channel.

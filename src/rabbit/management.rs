@@ -352,6 +352,31 @@ impl Management {
         }
     }
 
+    /// How many consumers the queue has that the API shows, and the consumer timeouts it
+    /// shows for them (RabbitMQ 4.0 and later; 3.10 shows none). A queue that is gone has
+    /// none.
+    pub(crate) async fn consumer_timeouts(
+        &self,
+        vhost: &str,
+        name: &str,
+    ) -> Result<(usize, Vec<u64>), ApiError> {
+        let columns = [("columns", "consumer_details.consumer_timeout")];
+        let q: serde_json::Value = match self.get(&["queues", vhost, name], &columns).await {
+            Ok(q) => q,
+            Err(ApiError::NotFound { .. }) => return Ok((0, Vec::new())),
+            Err(e) => return Err(e),
+        };
+        let consumers = q["consumer_details"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let timeouts = consumers
+            .iter()
+            .filter_map(|c| c["consumer_timeout"].as_u64())
+            .collect();
+        Ok((consumers.len(), timeouts))
+    }
+
     pub(crate) async fn bindings(&self, vhost: &str) -> Result<Vec<ApiBinding>, ApiError> {
         self.get(&["bindings", vhost], &[]).await
     }

@@ -17,6 +17,7 @@ pub(crate) mod private;
 pub(crate) mod publish;
 pub(crate) mod reader;
 mod renew;
+pub(crate) mod reported;
 mod settle;
 pub(crate) mod take;
 pub(crate) mod topology;
@@ -213,7 +214,10 @@ pub(crate) async fn connect(t: &Target) -> Result<Connection> {
             t.shown,
             CONNECT_TIMEOUT.as_secs()
         )),
-        Ok(Ok(c)) => Ok(Connection::watched(c)),
+        Ok(Ok(c)) => {
+            let api = t.management().ok().map(|m| (m, t.vhost.clone()));
+            Ok(Connection::watched(c, reported::ReportedTimeouts::new(api)))
+        }
         Ok(Err(e)) => Err(connect_error(&e, t)),
     }
 }

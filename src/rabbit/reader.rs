@@ -27,6 +27,7 @@ use super::Checked;
 use super::Connection;
 use super::codec::{delivery_count, stream_offset};
 use super::renew::Renewal;
+use super::reported::ReportedTimeouts;
 use super::topology::{
     GiveBack, QueueKind, ReadVerdict, give_back_counts, read_verdict, timeout_cancels,
 };
@@ -89,6 +90,8 @@ pub(crate) struct ReadSpec {
     pub(crate) timeout_cancels: bool,
     /// The queue's own consumer timeout in milliseconds (`topology::consumer_timeout`).
     pub(crate) consumer_timeout: Option<u64>,
+    /// What the broker reports of it, the broker's own included (`with_reported`).
+    pub(crate) reported: ReportedTimeouts,
 }
 
 impl ReadSpec {
@@ -109,6 +112,16 @@ impl ReadSpec {
             give_back,
             timeout_cancels: timeout_cancels(&c.facts),
             consumer_timeout: c.facts.consumer_timeout,
+            reported: ReportedTimeouts::default(),
+        }
+    }
+
+    /// This spec, learning the consumer timeout the broker reports (`hold_wait`) through
+    /// `conn`'s management API.
+    pub(crate) fn with_reported(self, conn: &Connection) -> ReadSpec {
+        ReadSpec {
+            reported: conn.reported_timeouts(),
+            ..self
         }
     }
 }
@@ -130,14 +143,23 @@ impl ReadSpec {
     }
 
     /// How long a read may hold what it took while its receiver does not take records:
-    /// half the consumer timeout (the queue's own, else RabbitMQ's default), counted from
-    /// the read's first delivery. Past the timeout RabbitMQ takes back what dlq holds, and
-    /// RabbitMQ 4.0-4.2 do so by closing dlq's channel, which counts a delivery: measured
-    /// on 4.0.5 with a 2-s `x-consumer-timeout`, a renewing read of 5,000 whose output
-    /// waited 75 s left 2,000 at delivery count 1 and 1,000 in the queue twice.
+    /// half the consumer timeout (the queue's own, or what the broker reports for its
+    /// consumers, which includes the broker's own `consumer_timeout`; else RabbitMQ's
+    /// default), counted from the read's first delivery. Past the timeout RabbitMQ takes
+    /// back what dlq holds, and RabbitMQ 4.0-4.2 do so by closing dlq's channel, which
+    /// counts a delivery: measured on 4.0.5 with a 2-s `x-consumer-timeout`, a renewing read
+    /// of 5,000 whose output waited 75 s left 2,000 at delivery count 1 and 1,000 in the
+    /// queue twice. Asks the broker (in the background) while it has not reported.
     pub(crate) fn hold_wait(&self) -> Duration {
-        let ms = self.consumer_timeout.unwrap_or(DEFAULT_CONSUMER_TIMEOUT_MS);
+        let reported = self.reported.of(&self.queue);
+        let ms = super::topology::smaller(self.consumer_timeout, reported)
+            .unwrap_or(DEFAULT_CONSUMER_TIMEOUT_MS);
         Duration::from_millis(ms / 2)
+    }
+
+    /// The consumer timeout dlq knows for this queue, without asking (for messages).
+    fn known_timeout(&self) -> Option<u64> {
+        super::topology::smaller(self.consumer_timeout, self.reported.known(&self.queue))
     }
 }
 
@@ -228,15 +250,25 @@ pub(crate) fn output_stalled(what: &str, hold: Duration) -> anyhow::Error {
     )
 }
 
-/// `wait`, given until `hold` has passed since `started` (`ReadSpec::hold_wait`); `None`
-/// once it has.
+/// `wait`, given until `hold()` has passed since `started` (`ReadSpec::hold_wait`); `None`
+/// once it has. `hold` is asked again every second: it shortens once the broker reports a
+/// consumer timeout shorter than RabbitMQ's default.
 pub(crate) async fn within_hold<F: std::future::Future>(
     started: std::time::Instant,
-    hold: Duration,
+    hold: impl Fn() -> Duration,
     wait: F,
 ) -> Option<F::Output> {
-    let left = hold.saturating_sub(started.elapsed());
-    tokio::time::timeout(left, wait).await.ok()
+    const RECHECK: Duration = Duration::from_secs(1);
+    tokio::pin!(wait);
+    loop {
+        let left = hold().saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return None;
+        }
+        if let Ok(done) = tokio::time::timeout(left.min(RECHECK), &mut wait).await {
+            return Some(done);
+        }
+    }
 }
 
 /// Turns one delivered message (queue, exchange, routing key, properties, body) into what
@@ -409,6 +441,7 @@ async fn read_fifo<T: Send>(
     make: &Make<T>,
     tx: &mpsc::Sender<Result<T>>,
 ) -> Result<ReadReport> {
+    let spec = &spec.clone().with_reported(conn);
     let mut report = ReadReport::default();
     let want = spec.want();
     let ch = match channel {
@@ -474,7 +507,7 @@ async fn read_fifo<T: Send>(
     let back = back.saturating_sub(report.pushed_over);
     let counted = (ready_before, acked);
     if taken_back > 0 {
-        let note = took_back_note(&spec.queue, taken_back, spec.consumer_timeout);
+        let note = took_back_note(&spec.queue, taken_back, spec.known_timeout());
         report.renewal_notes.push(note);
     }
     let more = give_back_counted(conn, &ch, &spec.queue, back, counted).await;
@@ -536,7 +569,7 @@ fn stop_if_taken_back(
     if taken == 0 {
         return Ok(());
     }
-    let why = took_back(&spec.queue, taken, spec.consumer_timeout);
+    let why = took_back(&spec.queue, taken, spec.known_timeout());
     bail!(
         "{why}: the read stopped after {read} of {want}, before showing any of them twice; {HOLD_ADVICE}"
     )
@@ -1077,7 +1110,7 @@ async fn send_within_hold<T: Send>(
         Err(mpsc::error::TrySendError::Full(rec)) => rec,
     };
     let started = *report.started.get_or_insert_with(std::time::Instant::now);
-    match within_hold(started, spec.hold_wait(), tx.send(rec)).await {
+    match within_hold(started, || spec.hold_wait(), tx.send(rec)).await {
         Some(sent) => sent.is_ok(),
         None => {
             report.output_stalled = Some((report.read - 1, spec.hold_wait()));

@@ -384,7 +384,7 @@ pub(crate) fn consumer_timeout(
 
 /// The smaller of a queue's argument and its policy's value where both are set, else
 /// whichever is. (`Option::min` would take an unset one, `None`, as the smaller.)
-fn smaller<T: Ord>(arg: Option<T>, policy: Option<T>) -> Option<T> {
+pub(crate) fn smaller<T: Ord>(arg: Option<T>, policy: Option<T>) -> Option<T> {
     match (arg, policy) {
         (Some(a), Some(p)) => Some(a.min(p)),
         (a, p) => a.or(p),

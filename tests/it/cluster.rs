@@ -1,7 +1,8 @@
 //! A node of a 3-node cluster lost under dlq (kill -9), on a quorum DLQ whose leader is on
 //! another node: nothing lost, nothing stranded out of sight, the order kept; and messages a
 //! dead connection still holds are reported when dlq starts. The cluster is the test's own
-//! (`support::cluster`), of the generation the suite runs against.
+//! (`support::cluster`), of the generation the suite runs against. Also what a setting of the
+//! whole broker changes, on a node of the test's own (`Cluster::start_one`).
 
 use crate::common::dlq_command;
 use crate::support::cluster::Cluster;
@@ -44,6 +45,12 @@ fn quorum_args(no_limit: bool) -> FieldTable {
 /// Both queues declared through node A (so led by A), and `n` dead letters `m-0` ... in
 /// the DLQ, as the broker leaves them; `no_limit`: see `quorum_args`.
 async fn fill(conn: &Connection, n: usize, no_limit: bool) {
+    fill_padded(conn, n, no_limit, 0).await
+}
+
+/// `fill` with bodies of `pad` bytes more, `{"n": i, "pad": "xx..."}`.
+async fn fill_padded(conn: &Connection, n: usize, no_limit: bool, pad: usize) {
+    let pad = "x".repeat(pad);
     let ch = conn.create_channel().await.unwrap();
     ch.confirm_select(ConfirmSelectOptions::default())
         .await
@@ -68,7 +75,7 @@ async fn fill(conn: &Connection, n: usize, no_limit: bool) {
             .with_message_id(format!("m-{i}").as_str().into())
             .with_delivery_mode(2)
             .with_headers(headers);
-        let body = format!(r#"{{"n": {i}}}"#);
+        let body = serde_json::json!({"n": i, "pad": pad}).to_string();
         let publish = BasicPublishOptions::default();
         let confirm = ch
             .basic_publish("".into(), DLQ.into(), publish, body.as_bytes(), props)
@@ -1095,4 +1102,76 @@ async fn archived_unnoticed(
         0,
         "the queue after the archive: {q}"
     );
+}
+
+/// A broker whose own `consumer_timeout` (rabbitmq.conf: 20 s) is shorter than RabbitMQ's
+/// default, and which neither AMQP nor the queue's arguments or policy show: a read, and a
+/// dry run, whose output is left unread learn it from what the broker reports of their
+/// consumers (4.0 and later), and stop waiting at half of it, every message given back,
+/// each once and in order, and say so. They used to wait as for RabbitMQ's default of 30 min
+/// while RabbitMQ took the messages back at 20 s (4.0 by closing dlq's channel, which counts
+/// a delivery and leaves what dlq had renewed in the queue twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_whose_output_waits_fits_the_brokers_own_consumer_timeout() {
+    const N: u64 = 3_000;
+    if crate::target::rabbitmq_version().await < (4, 0) {
+        // 3.x's statistics show no consumer timeout.
+        return;
+    }
+    let conf = "consumer_timeout = 20000\n";
+    let node = tokio::task::spawn_blocking(move || Cluster::start_one("ctimeout", conf))
+        .await
+        .unwrap();
+    let conn = connect(&node.amqp_url(A)).await;
+    // The default delivery limit (4.x: 20), so the read renews: the case RabbitMQ 4.0 damages.
+    fill_padded(&conn, N as usize, false, 2_000).await;
+    for args in [
+        &["filter", "-o", "ndjson"][..],
+        &["replay", "--dry-run", "-o", "ndjson"],
+    ] {
+        eprintln!("== dlq {args:?}, its output unread");
+        let child = dlq(&node, A, A, &[args, &["-Q", DLQ]].concat());
+        let out = whole_again_while_unread(&node, &conn, child, N).await;
+        let said = text(&out);
+        assert_eq!(out.status.code(), Some(1), "{said}");
+        assert!(
+            said.contains("dlq stopped showing")
+                && said.contains("for 10 s, half of their consumer timeout"),
+            "{said}"
+        );
+        assert_eq!(ids(&conn, DLQ).await, (0..N).collect::<Vec<_>>());
+        assert_eq!(ready(&conn, MAIN).await, 0);
+    }
+}
+
+/// Leaves `dlq`'s stdout unread until `DLQ` holds all `n` ready again with no consumer and
+/// nothing unacknowledged, within 40 s (dlq still running); then what it printed when it
+/// ended.
+async fn whole_again_while_unread(
+    node: &Cluster,
+    conn: &Connection,
+    mut dlq: Child,
+    n: u64,
+) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let mut took = false;
+    loop {
+        let q = node.api_get(A, "queues/%2f/q.dlq");
+        let ready = ready(conn, DLQ).await;
+        took |= ready < n;
+        if took && ready == n && q["messages_unacknowledged"] == 0 && q["consumers"] == 0 {
+            break;
+        }
+        if let Some(status) = dlq.try_wait().unwrap() {
+            panic!("dlq ended ({status}) with its output unread");
+        }
+        if Instant::now() > deadline {
+            let _ = dlq.kill();
+            panic!(
+                "the DLQ not whole again 40 s into an unread output: {ready} ready, the queue: {q}"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    ended(dlq, Duration::from_secs(30)).await
 }

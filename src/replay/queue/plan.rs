@@ -170,9 +170,10 @@ pub(crate) struct Taken {
 /// RabbitMQ takes back).
 pub(crate) struct DryRows {
     out: RowWriter<MovePreview>,
-    /// The plan's first take, and how long from then it may wait for the output.
+    /// The plan's first take, and the DLQs it holds, whose consumer timeouts say how long
+    /// from then it may wait for the output (`hold`).
     started: std::time::Instant,
-    hold: std::time::Duration,
+    specs: Vec<ReadSpec>,
     stalled: bool,
 }
 
@@ -186,7 +187,8 @@ impl DryRows {
         if let Some(ready) = futures_util::FutureExt::now_or_never(self.out.ready()) {
             return Ok(ready?);
         }
-        match within_hold(self.started, self.hold, self.out.ready()).await {
+        let hold = || hold_of(&self.specs);
+        match within_hold(self.started, hold, self.out.ready()).await {
             Some(ready) => Ok(ready?),
             None => {
                 self.stalled = true;
@@ -198,7 +200,7 @@ impl DryRows {
     /// Writes what waits, once the plan gave back what it held: the error of rows that
     /// stopped.
     pub(crate) async fn finish(self) -> Result<()> {
-        let (stalled, hold) = (self.stalled, self.hold);
+        let (stalled, hold) = (self.stalled, hold_of(&self.specs));
         let n = self.out.finish_piped().await?;
         if stalled {
             let what = format!("the dry run's rows after {n}");
@@ -267,20 +269,29 @@ pub(crate) async fn take_plan(session: &Session<'_>) -> Result<Taken> {
 }
 
 /// A dry run's rows, which may wait for their reader half the shortest consumer timeout
-/// of the DLQs the plan holds.
+/// of the DLQs the plan holds (`hold_of`).
 fn dry_rows(session: &Session<'_>) -> Result<DryRows> {
-    let hold = session
+    let specs = session
         .checked
         .iter()
-        .map(|q| ReadSpec::for_checked(q, None).hold_wait())
-        .min()
-        .unwrap_or_default();
+        .map(|q| ReadSpec::for_checked(q, None).with_reported(&session.conn))
+        .collect();
     Ok(DryRows {
         out: session.printer.stream_piped::<MovePreview>()?,
         started: std::time::Instant::now(),
-        hold,
+        specs,
         stalled: false,
     })
+}
+
+/// How long a plan holding `specs`' DLQs may wait for its rows: the shortest
+/// `ReadSpec::hold_wait`.
+fn hold_of(specs: &[ReadSpec]) -> std::time::Duration {
+    specs
+        .iter()
+        .map(ReadSpec::hold_wait)
+        .min()
+        .unwrap_or_default()
 }
 
 impl Planner<'_> {

@@ -32,6 +32,8 @@ pub struct Node {
 
 pub struct Cluster {
     pub nodes: Vec<Node>,
+    /// Lines each node's rabbitmq.conf has beyond its listeners (`start_one`).
+    conf: String,
     /// Gen 4: the nodes run inside the Debian 13 root.
     root: Option<PathBuf>,
     /// The cluster's directory on the host.
@@ -48,6 +50,30 @@ impl Cluster {
     /// cluster boots at a time on the machine (`BOOT_LOCK`), whichever test process asks:
     /// two booting at once on two cores missed the 120 s start limit.
     pub fn start(tag: &str) -> Cluster {
+        let (cluster, _booting) = Cluster::boot(tag, &["a", "b", "c"], "");
+        let first = cluster.nodes[0].name.clone();
+        for n in &cluster.nodes[1..] {
+            cluster.ctl(n, &["stop_app"]);
+            cluster.ctl(n, &["join_cluster", &first]);
+            cluster.ctl(n, &["start_app"]);
+        }
+        for n in &cluster.nodes {
+            wait_for_api(n.api_port);
+        }
+        cluster
+    }
+
+    /// One node of the test's own, of the suite's generation, whose rabbitmq.conf also has
+    /// `conf`: for a setting of the whole broker, which the shared brokers must not change.
+    pub fn start_one(tag: &str, conf: &str) -> Cluster {
+        let (node, _booting) = Cluster::boot(tag, &["a"], conf);
+        wait_for_api(node.nodes[0].api_port);
+        node
+    }
+
+    /// Starts the nodes `names` at once (their rabbitmq.conf with `conf`), one boot at a time
+    /// on the machine (`BOOT_LOCK`, returned held: the caller's start goes on under it).
+    fn boot(tag: &str, names: &[&str], conf: &str) -> (Cluster, std::fs::File) {
         let lock = std::fs::File::create(std::env::temp_dir().join(BOOT_LOCK)).unwrap();
         lock.lock().unwrap();
         super::node::reap_orphans();
@@ -58,7 +84,7 @@ impl Cluster {
             None => PathBuf::from(&inner),
         };
         let _ = std::fs::remove_dir_all(&base);
-        let nodes: Vec<Node> = ["a", "b", "c"]
+        let nodes: Vec<Node> = names
             .iter()
             .map(|n| Node {
                 name: format!("dlq-{tag}-{n}-{}@localhost", std::process::id()),
@@ -68,7 +94,12 @@ impl Cluster {
                 dir: format!("{inner}/{n}"),
             })
             .collect();
-        let cluster = Cluster { nodes, root, base };
+        let cluster = Cluster {
+            nodes,
+            conf: conf.to_owned(),
+            root,
+            base,
+        };
         for n in &cluster.nodes {
             cluster.write_config(n);
         }
@@ -93,16 +124,7 @@ impl Cluster {
         for n in &cluster.nodes {
             cluster.await_startup(n);
         }
-        let first = cluster.nodes[0].name.clone();
-        for n in &cluster.nodes[1..] {
-            cluster.ctl(n, &["stop_app"]);
-            cluster.ctl(n, &["join_cluster", &first]);
-            cluster.ctl(n, &["start_app"]);
-        }
-        for n in &cluster.nodes {
-            wait_for_api(n.api_port);
-        }
-        cluster
+        (cluster, lock)
     }
 
     fn host_dir(&self, n: &Node) -> PathBuf {
@@ -120,8 +142,8 @@ impl Cluster {
             dir.join("rabbitmq.conf"),
             format!(
                 "listeners.tcp.local = 127.0.0.1:{}\nmanagement.tcp.port = {}\n\
-                 management.tcp.ip = 127.0.0.1\ncollect_statistics_interval = 500\n",
-                n.amqp_port, n.api_port
+                 management.tcp.ip = 127.0.0.1\ncollect_statistics_interval = 500\n{}",
+                n.amqp_port, n.api_port, self.conf
             ),
         )
         .unwrap();
