@@ -6,7 +6,7 @@
 
 use super::plan::{Plan, Taken};
 use super::route::describe_target;
-use super::{Session, release_all};
+use super::{Session, release_unmoved};
 use crate::error::{Exit, usage};
 use crate::rabbit;
 use crate::replay::{Target, print_plan_groups};
@@ -48,7 +48,7 @@ async fn require_destinations(session: &Session<'_>, taken: &mut Taken) -> Resul
         return Ok(());
     }
     let takers = std::mem::take(&mut taken.takers);
-    release_all(&session.conn, session.printer, takers, &[]).await;
+    release_unmoved(&session.conn, session.printer, takers).await;
     Err(usage(format!(
         "destination queue(s) {} do not exist: nothing was moved (declare them or pass --to-queue)",
         missing.join(", ")

@@ -82,7 +82,7 @@ pub(crate) async fn run(
     if !matches!(gated, Ok(None)) {
         // Stopped at the gate (or the audit log refused the run): give everything back,
         // and only then wait for a dry run's rows to be read.
-        release_all(&session.conn, printer, taken.takers, &[]).await;
+        release_unmoved(&session.conn, printer, taken.takers).await;
         let rows = match dry {
             Some(rows) => rows.finish().await,
             None => Ok(()),
@@ -409,6 +409,20 @@ async fn release_all(
 ) {
     for (i, t) in takers.into_iter().enumerate() {
         let held = t.taken.saturating_sub(acked.get(i).copied().unwrap_or(0));
+        for note in t.release(conn, held).await {
+            printer.warn(note);
+        }
+    }
+}
+
+/// Gives back everything the takers hold, none of it moved: what a renewing plan meant to
+/// move is renewed with what it kept (`Taker::nothing_moved`).
+async fn release_unmoved(conn: &crate::rabbit::Connection, printer: &Printer, takers: Vec<Taker>) {
+    for mut t in takers {
+        if let Some(note) = t.nothing_moved() {
+            printer.warn(note);
+        }
+        let held = t.taken;
         for note in t.release(conn, held).await {
             printer.warn(note);
         }

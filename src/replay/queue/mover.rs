@@ -7,7 +7,7 @@ use super::gate;
 use super::plan::{Holding, PublishIds, Taken, edit_of, edited, key};
 use super::route::{Route, destination};
 use super::window::Window;
-use super::{Dlq, Options, Session, release_all};
+use super::{Dlq, Options, Session, release_unmoved};
 use crate::error::Exit;
 use crate::model::{DeadLetter, RecordId};
 use crate::rabbit::publish::{Outcome, Outgoing, Pipeline};
@@ -53,6 +53,7 @@ pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<E
         // Held messages are acknowledged on the take channels that delivered them; the
         // consumers the plan left live (`Taker::open_holding`) stay live meanwhile.
         for t in takers.iter_mut() {
+            t.moving();
             t.watch_consumers().await;
             mover.taken_back.push((t.taken_back_flag(), true));
         }
@@ -63,13 +64,7 @@ pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<E
         }
     } else {
         // The plan did not fit in memory: give everything back, then read again.
-        release_all(
-            &session.conn,
-            session.printer,
-            std::mem::take(&mut takers),
-            &[],
-        )
-        .await;
+        release_unmoved(&session.conn, session.printer, std::mem::take(&mut takers)).await;
     }
     if let Some(canary) = session.opts.canary
         && mover.report.stopped.is_none()

@@ -348,7 +348,10 @@ impl Planner<'_> {
         // A dry run moves nothing: nothing to hold, and every message stays.
         if opts.common.safety.dry_run {
             taker.keep(conn, &d).await?;
-        } else if self.holding.single_pass {
+            return Ok(());
+        }
+        taker.plan_move(&d);
+        if self.holding.single_pass {
             let props = requeue::prepare(&stored, stamp, &self.publish_ids.next())
                 .ok()
                 .map(edited);
