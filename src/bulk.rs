@@ -23,6 +23,18 @@ pub(crate) struct Gate<'a> {
     pub(crate) prompt: String,
     /// The run's audit trail (`None`: the run changes nothing, e.g. archive without --delete).
     pub(crate) audit: Option<&'a mut Audit>,
+    /// The plan holds messages while it asks (`None`: it holds nothing).
+    pub(crate) hold: Option<PromptHold<'a>>,
+}
+
+/// A confirmation asked while the plan holds messages (a queue replay's): the broker takes
+/// them back past their consumer timeout, and a plain Ctrl-C would end dlq with them held
+/// (both count a delivery on RabbitMQ 4.0-4.2). So the question waits at most `wait()` from
+/// `started` (`rabbit::reader::within_hold`), and a signal answers it; either fails the gate
+/// and the caller gives everything back.
+pub(crate) struct PromptHold<'a> {
+    pub(crate) started: std::time::Instant,
+    pub(crate) wait: &'a (dyn Fn() -> std::time::Duration + Sync),
 }
 
 /// `Some(exit)`: stop here with that exit code; `None`: go ahead and run (the audit's start
@@ -45,7 +57,7 @@ pub(crate) async fn gate(printer: &Printer, mut g: Gate<'_>) -> Result<Option<Ex
     }
     // Nothing but refusals: the run reports them without asking.
     if g.planned > 0 {
-        match printer.confirm(&g.prompt, g.safety.yes).await {
+        match confirm(printer, &g.prompt, g.safety.yes, g.hold.as_ref()).await {
             Ok(true) => {}
             Ok(false) => {
                 printer.info("nothing done");
@@ -66,6 +78,56 @@ pub(crate) async fn gate(printer: &Printer, mut g: Gate<'_>) -> Result<Option<Ex
         a.start(Some(g.planned))?;
     }
     Ok(None)
+}
+
+/// The answer to the gate's question; within `hold`'s wait, and a signal's stop, when the
+/// plan holds messages.
+async fn confirm(
+    printer: &Printer,
+    prompt: &str,
+    yes: bool,
+    hold: Option<&PromptHold<'_>>,
+) -> Result<bool> {
+    let Some(h) = hold.filter(|_| !yes) else {
+        return printer.confirm(prompt, yes).await;
+    };
+    let asked = crate::rabbit::reader::within_hold(h.started, h.wait, printer.confirm(prompt, yes));
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        answer = asked => answer.unwrap_or_else(|| {
+            // Below the question, which is still waiting for its line.
+            eprintln!();
+            Err(anyhow::anyhow!(
+                "no answer while dlq held the plan's messages for {} s, half of their consumer timeout, past which RabbitMQ takes back what a consumer holds (RabbitMQ 4.0-4.2 by closing its channel, which counts a delivery toward the delivery limit): nothing was moved, every message was given back; run dlq again to see the plan anew",
+                (h.wait)().as_secs()
+            ))
+        }),
+        _ = tokio::signal::ctrl_c() => Err(interrupted()),
+        _ = term.recv() => Err(interrupted()),
+    }
+}
+
+/// A signal at the confirmation: the caller gives back what the plan holds, and a second
+/// signal meanwhile exits at once (the first one's handler replaced the default, which
+/// would have ended dlq with the messages held).
+fn interrupted() -> anyhow::Error {
+    eprintln!();
+    tokio::spawn(async {
+        let _ = tokio::signal::ctrl_c().await;
+        exit_now("interrupted twice: exited at once");
+    });
+    anyhow::Error::new(crate::error::Interrupted(
+        "interrupted at the confirmation: nothing was moved, every message was given back".into(),
+    ))
+}
+
+/// Exits with 130 now, saying what that leaves and closing the audit trail's open runs.
+pub(crate) fn exit_now(why: &str) -> ! {
+    eprintln!(
+        "{why}. Nothing unconfirmed was acknowledged or marked: it stays in its DLQ or table; what was in flight (at most --window) may also reach its destination, and a new run finishes the job"
+    );
+    crate::audit::abandon(why, 130);
+    std::process::exit(130);
 }
 
 /// `--dry-run` and `--yes`, shared by every mutating command.

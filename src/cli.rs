@@ -9,7 +9,9 @@ Exit codes:
   0  success (also when nothing matched)
   1  runtime failure (connection, permission, broker or database error)
   2  bad usage or bad input (nothing was changed)
-  3  partial: some selected items could not be processed while the rest were";
+  3  partial: some selected items could not be processed while the rest were
+  130  interrupted by Ctrl-C or SIGTERM at a confirmation (what the plan held was given
+       back), or by a second signal mid-run (one stops after the items in flight: exit 1)";
 
 /// `dlq --help` after the options: the exit codes, then the environment variables, from the
 /// settings reference (`reference::SETTINGS`).

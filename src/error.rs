@@ -13,6 +13,8 @@ pub enum Exit {
     Usage = 2,
     /// Some selected items could not be processed while the rest were.
     Partial = 3,
+    /// Stopped by Ctrl-C or SIGTERM (the shell's 128 + SIGINT).
+    Interrupted = 130,
 }
 
 impl From<Exit> for ExitCode {
@@ -27,6 +29,11 @@ impl From<Exit> for ExitCode {
 #[error("{0}")]
 pub struct UsageError(pub String);
 
+/// A run the user stopped with a signal before it began (at its confirmation).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Interrupted(pub String);
+
 /// Shorthand to build a usage error inside `anyhow` chains.
 pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(msg.into()))
@@ -36,6 +43,8 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
 pub fn exit_for(err: &anyhow::Error) -> Exit {
     if err.chain().any(|e| e.is::<UsageError>()) {
         Exit::Usage
+    } else if err.chain().any(|e| e.is::<Interrupted>()) {
+        Exit::Interrupted
     } else {
         Exit::Failure
     }

@@ -165,8 +165,12 @@ impl Printer {
             ));
         }
         let q = question.to_string();
-        let answer = tokio::task::spawn_blocking(move || ask(&q)).await??;
-        Ok(answer)
+        // A thread of its own, not tokio's blocking pool: a question abandoned unanswered (a
+        // signal, or a plan that may hold its messages no longer: `bulk::confirm`) must not
+        // keep dlq from exiting, as the runtime waits for its blocking tasks at shutdown.
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        std::thread::spawn(move || tx.send(ask(&q)));
+        Ok(rx.await??)
     }
 
     /// A small table on stderr (plans), so stdout stays data only.

@@ -538,6 +538,7 @@ pub(crate) async fn confirm(
         dry_run: "dry run: nothing was written or deleted",
         prompt: format!("Archive and delete {} {}?", i.count, i.what),
         audit,
+        hold: None,
     };
     crate::bulk::gate(printer, gate).await
 }

@@ -99,14 +99,14 @@ pub(crate) fn stop_on_signal(
         let stopped_at = std::time::Instant::now();
         loop {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => exit_now("interrupted twice: exited at once"),
-                _ = term.recv() => exit_now("interrupted twice: exited at once"),
+                _ = tokio::signal::ctrl_c() => crate::bulk::exit_now("interrupted twice: exited at once"),
+                _ = term.recv() => crate::bulk::exit_now("interrupted twice: exited at once"),
                 _ = tokio::time::sleep(std::time::Duration::from_millis(250)) => {}
             }
             if let Some((since, reason)) = crate::rabbit::blocked() {
                 let waited = stopped_at.max(since).elapsed();
                 if waited >= crate::rabbit::BLOCKED_STOP_GRACE {
-                    exit_now(&format!(
+                    crate::bulk::exit_now(&format!(
                         "stopped, and the broker still blocks publishing ({reason}) {} s later: exited without waiting for the confirms in flight",
                         waited.as_secs()
                     ));
@@ -114,15 +114,6 @@ pub(crate) fn stop_on_signal(
             }
         }
     })
-}
-
-/// Exits with 130 now, saying what that leaves and closing the audit trail's open runs.
-fn exit_now(why: &str) -> ! {
-    eprintln!(
-        "{why}. Nothing unconfirmed was acknowledged or marked: it stays in its DLQ or table; what was in flight (at most --window) may also reach its destination, and a new run finishes the job"
-    );
-    crate::audit::abandon(why, 130);
-    std::process::exit(130);
 }
 
 /// `--canary N --canary-wait D`: replay N first, wait, and stop if they failed again.

@@ -519,6 +519,7 @@ async fn gate(
         dry_run: "dry run: nothing was published",
         prompt: format!("Replay {} archived record(s)?", plan.planned),
         audit: Some(audit),
+        hold: None,
     };
     crate::bulk::gate(printer, gate).await
 }

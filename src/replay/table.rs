@@ -185,6 +185,7 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
         dry_run: "dry run: nothing was published or marked",
         prompt: format!("Replay {} row(s)?", plan.ids.len()),
         audit: Some(&mut audit),
+        hold: None,
     };
     if let Some(exit) = crate::bulk::gate(printer, gate).await? {
         return Ok(exit);

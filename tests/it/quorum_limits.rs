@@ -1512,25 +1512,80 @@ async fn a_declined_plan_counts_no_delivery_and_keeps_the_order() {
         ("qdeclinedsel", &["replay", "-Q", "q.dlq", "--limit", "50"]),
     ] {
         let b = quorum_dlq(tag, limit(20), 100).await;
-        let url = b.amqp_url();
-        let env = [("DLQ_AMQP_URL", url.as_str()), ("NO_COLOR", "1")];
-        let t = crate::tmux::Term::start(120, &env, args);
-        t.wait_for(std::time::Duration::from_secs(60), |s| s.contains("[y/N]"));
+        let t = plan_asked(&b, args);
         t.type_text("n");
         t.keys(&["Enter"]);
         let screen = t.wait_exit();
         assert!(
             screen.contains("nothing done") && screen.contains("[dlq exited 0]"),
-            "{screen}"
+            "{args:?}: {screen}"
         );
-        let snaps = b.snapshot("q.dlq").await;
-        assert_eq!(snap_ns(&snaps), (0..100).collect::<Vec<_>>(), "{args:?}");
-        assert!(
-            snaps.iter().all(|m| m.delivery_count.unwrap_or(0) == 0),
-            "{args:?}: {:?}",
-            snaps.iter().map(|m| m.delivery_count).collect::<Vec<_>>()
-        );
-        assert_eq!(b.depth("q.src").await, 0);
-        b.delete().await;
+        given_back_uncounted(b).await;
     }
+}
+
+/// A replay's plan left unanswered no longer holds its DLQ into the consumer timeout: dlq
+/// waits for the answer half of it (here 4 s of an 8-s `x-consumer-timeout`), then gives
+/// every message back (renewed, where a return would count), says so and exits 1. Before, the
+/// question waited for ever: on RabbitMQ 4.0.5 a plan of 100 left unanswered 75 s under a
+/// 2-s timeout had the broker close its channel (the answer `y` then moved nothing, exit 1)
+/// and left every one at delivery count 1; 4.3 takes them back uncounted.
+#[tokio::test]
+async fn a_plan_left_unanswered_gives_back_at_half_its_consumer_timeout() {
+    if crate::target::rabbitmq_version().await < (3, 12) {
+        // 3.10 has no per-queue consumer timeout.
+        return;
+    }
+    let mut args = limit(20);
+    args.push(("x-consumer-timeout", AMQPValue::LongLongInt(8_000)));
+    let b = quorum_dlq("qunanswered", args, 100).await;
+    let t = plan_asked(&b, &["replay", "-Q", "q.dlq"]);
+    let screen = t.wait_exit();
+    assert!(screen.contains("[dlq exited 1]"), "{screen}");
+    assert!(
+        screen.contains("no answer while dlq held the plan's messages for 4 s"),
+        "{screen}"
+    );
+    given_back_uncounted(b).await;
+}
+
+/// Ctrl-C at a replay plan's `[y/N]` gives back what the plan holds before dlq exits (130):
+/// renewed where a return would count, in order. Before, the signal ended dlq at once with
+/// every message held, and the broker gave them back counted: on 4.0.5 (and 3.10.8 with a
+/// limit) all 100 at delivery count 1.
+#[tokio::test]
+async fn ctrl_c_at_a_plans_question_gives_back_uncounted() {
+    let b = quorum_dlq("qplanctrlc", limit(20), 100).await;
+    let t = plan_asked(&b, &["replay", "-Q", "q.dlq"]);
+    t.keys(&["C-c"]);
+    let screen = t.wait_exit();
+    assert!(screen.contains("[dlq exited 130]"), "{screen}");
+    assert!(
+        screen.contains("interrupted at the confirmation: nothing was moved"),
+        "{screen}"
+    );
+    given_back_uncounted(b).await;
+}
+
+/// All 100 dead letters of `quorum_dlq` in `q.dlq` once, in order, at delivery count 0, none
+/// moved; the broker deleted.
+async fn given_back_uncounted(b: Broker) {
+    let snaps = b.snapshot("q.dlq").await;
+    assert_eq!(snap_ns(&snaps), (0..100).collect::<Vec<_>>());
+    assert!(
+        snaps.iter().all(|m| m.delivery_count.unwrap_or(0) == 0),
+        "{:?}",
+        snaps.iter().map(|m| m.delivery_count).collect::<Vec<_>>()
+    );
+    assert_eq!(b.depth("q.src").await, 0);
+    b.delete().await;
+}
+
+/// dlq with `args` (a replay) on a terminal, once its plan asks `[y/N]`.
+fn plan_asked(b: &Broker, args: &[&str]) -> crate::tmux::Term {
+    let url = b.amqp_url();
+    let env = [("DLQ_AMQP_URL", url.as_str()), ("NO_COLOR", "1")];
+    let t = crate::tmux::Term::start(120, &env, args);
+    t.wait_for(std::time::Duration::from_secs(60), |s| s.contains("[y/N]"));
+    t
 }

@@ -23,6 +23,8 @@ pub(crate) async fn plan_gate(
     warn_length_limits(session, &taken.plan).await;
     warn_planned_timeouts(session, &taken.plan);
     let plan = &taken.plan;
+    let specs = &taken.specs;
+    let wait = move || super::plan::hold_of(specs);
     let gate = crate::bulk::Gate {
         safety: session.opts.common.safety,
         planned: plan.count,
@@ -31,6 +33,10 @@ pub(crate) async fn plan_gate(
         dry_run: "dry run: nothing was moved",
         prompt: format!("Move {} message(s)?", plan.count),
         audit: Some(&mut session.audit),
+        hold: Some(crate::bulk::PromptHold {
+            started: taken.started,
+            wait: &wait,
+        }),
     };
     crate::bulk::gate(session.printer, gate).await
 }
@@ -147,7 +153,7 @@ fn warn_planned_timeouts(session: &Session<'_>, plan: &Plan) {
             _ => String::new(),
         };
         session.printer.warn(format!(
-            "{:?} gives back what a consumer holds after {} (its consumer timeout): the plan holds these messages from now until each moves, so answer, and let the move finish, within that{moving}; if it strikes, dlq stops there, says so and exits 1",
+            "{:?} gives back what a consumer holds after {} (its consumer timeout): the plan holds these messages from now until each moves, so answer within half of that (dlq waits no longer, then gives them back and exits 1), and let the move finish within it{moving}; if it strikes, dlq stops there, says so and exits 1",
             q.name,
             crate::rabbit::topology::duration_text(ms)
         ));

@@ -162,6 +162,10 @@ pub(crate) struct Taken {
     pub(crate) publish_ids: PublishIds,
     /// `--dry-run`'s rows, finished once everything is given back (`DryRows::finish`).
     pub(crate) dry: Option<DryRows>,
+    /// When the plan began to take, and the DLQs it holds: how long it may wait for an
+    /// answer (`hold_of`).
+    pub(crate) started: std::time::Instant,
+    pub(crate) specs: Vec<ReadSpec>,
 }
 
 /// A dry run's rows, written while the plan takes: the writer, and whether they stopped
@@ -225,6 +229,7 @@ struct Planner<'s> {
 /// 1. Plan: every message present now is taken and held; the selected ones are planned.
 pub(crate) async fn take_plan(session: &Session<'_>) -> Result<Taken> {
     let (printer, opts) = (session.printer, session.opts);
+    let started = std::time::Instant::now();
     let mut planner = Planner {
         session,
         plan: Plan::default(),
@@ -265,28 +270,32 @@ pub(crate) async fn take_plan(session: &Session<'_>) -> Result<Taken> {
         holding,
         publish_ids,
         dry,
+        started,
+        specs: held_specs(session),
     })
 }
 
 /// A dry run's rows, which may wait for their reader half the shortest consumer timeout
 /// of the DLQs the plan holds (`hold_of`).
 fn dry_rows(session: &Session<'_>) -> Result<DryRows> {
-    let specs = session
-        .checked
-        .iter()
-        .map(|q| ReadSpec::for_checked(q, None).with_reported(&session.conn))
-        .collect();
     Ok(DryRows {
         out: session.printer.stream_piped::<MovePreview>()?,
         started: std::time::Instant::now(),
-        specs,
+        specs: held_specs(session),
         stalled: false,
     })
 }
 
-/// How long a plan holding `specs`' DLQs may wait for its rows: the shortest
+/// The DLQs a plan holds, learning their consumer timeouts through the session's connection.
+fn held_specs(session: &Session<'_>) -> Vec<ReadSpec> {
+    let conn = &session.conn;
+    let spec = |q| ReadSpec::for_checked(q, None).with_reported(conn);
+    session.checked.iter().map(spec).collect()
+}
+
+/// How long a plan holding `specs`' DLQs may wait for its rows or its answer: the shortest
 /// `ReadSpec::hold_wait`.
-fn hold_of(specs: &[ReadSpec]) -> std::time::Duration {
+pub(crate) fn hold_of(specs: &[ReadSpec]) -> std::time::Duration {
     specs
         .iter()
         .map(ReadSpec::hold_wait)
