@@ -239,9 +239,11 @@ pub(crate) struct Taker {
     /// A holding take's kept messages, not copied yet (`keep`), and their bodies' bytes.
     deferred: Vec<Kept>,
     deferred_bytes: u64,
-    /// What a renewing plan means to move (`plan_move`), to renew if it moves none of it;
-    /// their bytes count toward `DEFER_BYTES` too. `None` once one did not fit.
+    /// What a renewing plan means to move (`plan_move`), to renew if it moves none of it,
+    /// and their bodies' bytes (a budget of their own, `DEFER_BYTES`, so that the kept
+    /// messages' deferral is as it was). `None` once one did not fit.
     planned: Option<Vec<Kept>>,
+    planned_bytes: u64,
     /// Acknowledgements sent lately, for the wait before the release closes the channels.
     ack_marks: AckMarks,
     /// Each channel's acknowledgement budget (see `budget`), as `channels`.
@@ -394,24 +396,25 @@ impl Taker {
             deferred: Vec::new(),
             deferred_bytes: 0,
             planned: Some(Vec::new()),
+            planned_bytes: 0,
             ack_marks: AckMarks::new(),
             budgets: Vec::new(),
         })
     }
 
     /// The caller means to move `d` (just returned by `next`): a renewing holding take keeps
-    /// what it needs to renew it (within `DEFER_BYTES`, beside what `keep` deferred) in case
-    /// nothing moves (`nothing_moved`).
+    /// what it needs to renew it (up to `DEFER_BYTES` of such messages, beside what `keep`
+    /// deferred) in case nothing moves (`nothing_moved`).
     pub(crate) fn plan_move(&mut self, d: &Delivery) {
         if !(self.renews && self.holding) {
             return;
         }
         let size = d.data.len() as u64 + 512;
         let chan = self.channel_index();
-        if self.renewal.is_some() || self.deferred_bytes + size > DEFER_BYTES {
+        if self.renewal.is_some() || self.planned_bytes + size > DEFER_BYTES {
             self.planned = None;
         } else if let Some(planned) = self.planned.as_mut() {
-            self.deferred_bytes += size;
+            self.planned_bytes += size;
             planned.push(Kept::of(chan, d));
         }
     }
@@ -442,12 +445,8 @@ impl Taker {
 
     /// The plan is answered and the move begins: what `plan_move` kept is not needed.
     pub(crate) fn moving(&mut self) {
-        if let Some(planned) = self.planned.as_mut() {
-            let bytes: u64 = planned.iter().map(|k| k.body.len() as u64 + 512).sum();
-            self.deferred_bytes = self.deferred_bytes.saturating_sub(bytes);
-            planned.clear();
-        }
         self.planned = None;
+        self.planned_bytes = 0;
     }
 
     /// The caller leaves `d` (just returned by `next`) in the queue. Where giving it back would
