@@ -842,22 +842,34 @@ async fn consume_fifo<T: Send>(
             pause,
             watch: live,
         };
-        if !read_window(
+        let before = report.read;
+        let more = read_window(
             ch, spec, &read, &consumer, make, tx, report, &mut None, &mut bytes,
         )
-        .await?
-        {
-            if !spec.read_all_to_keep_order() {
+        .await;
+        // A read that ends in this window keeps its consumer live too, for the give-back to
+        // cancel before its nack: one left out (lapin cancels a dropped one later) would be
+        // handed what the nack puts back, and the close would return that counted.
+        let keep_order = spec.read_all_to_keep_order();
+        match more {
+            Ok(true) => {}
+            Ok(false) if !keep_order => {
                 report.unread = cancel_unread(ch, &consumer).await;
+                return Ok(());
             }
-            return Ok(());
+            ended => {
+                if keep_order {
+                    live.push((consumer, report.read - before));
+                }
+                return ended.map(|_| ());
+            }
         }
         // No credit left on this consumer: cancel it so the next one continues in order.
         // Its messages stay unacknowledged on the channel until the final close (which
         // also ends the last consumer: no cancel needed then). Not on a quorum queue:
         // nothing is acknowledged there, so the consumer gets no more credit, and RabbitMQ
         // gives back what a lost node's consumers held only for live ones (see `take`).
-        if spec.read_all_to_keep_order() {
+        if keep_order {
             live.push((consumer, batch));
         } else if report.read < want {
             ch.basic_cancel(consumer.tag(), BasicCancelOptions::default())
