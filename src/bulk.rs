@@ -107,18 +107,29 @@ async fn confirm(
     }
 }
 
-/// A signal at the confirmation: the caller gives back what the plan holds, and a second
-/// signal meanwhile exits at once (the first one's handler replaced the default, which
-/// would have ended dlq with the messages held).
+/// A signal at the confirmation: the caller gives back what the plan holds
+/// (`exit_on_signal`).
 fn interrupted() -> anyhow::Error {
     eprintln!();
-    tokio::spawn(async {
-        let _ = tokio::signal::ctrl_c().await;
-        exit_now("interrupted twice: exited at once");
-    });
     anyhow::Error::new(crate::error::Interrupted(
         "interrupted at the confirmation: nothing was moved, every message was given back".into(),
     ))
+}
+
+/// `work` (giving back what a plan stopped at its gate holds), unless a signal comes first:
+/// then dlq exits at once. Once a signal has answered the confirmation, its handler has
+/// replaced the default, which would have ended dlq; scoped to `work`, so that a later run
+/// (the browser's next job) keeps its own first-signal stop.
+pub(crate) async fn exit_on_signal<F: std::future::Future>(work: F) -> F::Output {
+    let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+    else {
+        return work.await;
+    };
+    tokio::select! {
+        out = work => out,
+        _ = tokio::signal::ctrl_c() => exit_now("interrupted again: exited at once"),
+        _ = term.recv() => exit_now("interrupted again: exited at once"),
+    }
 }
 
 /// Exits with 130 now, saying what that leaves and closing the audit trail's open runs.

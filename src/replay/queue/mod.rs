@@ -82,7 +82,13 @@ pub(crate) async fn run(
     if !matches!(gated, Ok(None)) {
         // Stopped at the gate (or the audit log refused the run): give everything back,
         // and only then wait for a dry run's rows to be read.
-        release_unmoved(&session.conn, printer, taken.takers).await;
+        let release = release_unmoved(&session.conn, printer, taken.takers);
+        match &gated {
+            Err(e) if crate::error::exit_for(e) == Exit::Interrupted => {
+                crate::bulk::exit_on_signal(release).await
+            }
+            _ => release.await,
+        }
         let rows = match dry {
             Some(rows) => rows.finish().await,
             None => Ok(()),
