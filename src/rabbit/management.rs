@@ -368,8 +368,7 @@ impl Management {
         };
         let consumers = q["consumer_details"]
             .as_array()
-            .cloned()
-            .unwrap_or_default();
+            .map_or(&[][..], Vec::as_slice);
         let timeouts = consumers
             .iter()
             .filter_map(|c| c["consumer_timeout"].as_u64())

@@ -23,8 +23,8 @@ pub(crate) async fn plan_gate(
     warn_length_limits(session, &taken.plan).await;
     warn_planned_timeouts(session, &taken.plan);
     let plan = &taken.plan;
-    let specs = &taken.specs;
-    let wait = move || super::plan::hold_of(specs);
+    let hold = &taken.hold;
+    let wait = || hold.wait();
     let gate = crate::bulk::Gate {
         safety: session.opts.common.safety,
         planned: plan.count,
@@ -34,7 +34,7 @@ pub(crate) async fn plan_gate(
         prompt: format!("Move {} message(s)?", plan.count),
         audit: Some(&mut session.audit),
         hold: Some(crate::bulk::PromptHold {
-            started: taken.started,
+            started: hold.started,
             wait: &wait,
         }),
     };

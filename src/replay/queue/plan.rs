@@ -162,10 +162,35 @@ pub(crate) struct Taken {
     pub(crate) publish_ids: PublishIds,
     /// `--dry-run`'s rows, finished once everything is given back (`DryRows::finish`).
     pub(crate) dry: Option<DryRows>,
-    /// When the plan began to take, and the DLQs it holds: how long it may wait for an
-    /// answer (`hold_of`).
+    /// How long the plan may wait for its answer.
+    pub(crate) hold: PlanHold,
+}
+
+/// How long a plan may hold its DLQs while it waits on its user (a dry run's reader, the
+/// answer to its question): from its first take, half the shortest consumer timeout of the
+/// DLQs it holds (`ReadSpec::hold_wait`, which learns the broker's own through the session's
+/// connection).
+#[derive(Clone)]
+pub(crate) struct PlanHold {
     pub(crate) started: std::time::Instant,
-    pub(crate) specs: Vec<ReadSpec>,
+    specs: Vec<ReadSpec>,
+}
+
+impl PlanHold {
+    fn new(session: &Session<'_>) -> PlanHold {
+        let conn = &session.conn;
+        let spec = |q| ReadSpec::for_checked(q, None).with_reported(conn);
+        PlanHold {
+            started: std::time::Instant::now(),
+            specs: session.checked.iter().map(spec).collect(),
+        }
+    }
+
+    /// The shortest `ReadSpec::hold_wait` of the DLQs held.
+    pub(crate) fn wait(&self) -> std::time::Duration {
+        let waits = self.specs.iter().map(ReadSpec::hold_wait);
+        waits.min().unwrap_or_default()
+    }
 }
 
 /// A dry run's rows, written while the plan takes: the writer, and whether they stopped
@@ -174,10 +199,7 @@ pub(crate) struct Taken {
 /// RabbitMQ takes back).
 pub(crate) struct DryRows {
     out: RowWriter<MovePreview>,
-    /// The plan's first take, and the DLQs it holds, whose consumer timeouts say how long
-    /// from then it may wait for the output (`hold`).
-    started: std::time::Instant,
-    specs: Vec<ReadSpec>,
+    hold: PlanHold,
     stalled: bool,
 }
 
@@ -191,8 +213,8 @@ impl DryRows {
         if let Some(ready) = futures_util::FutureExt::now_or_never(self.out.ready()) {
             return Ok(ready?);
         }
-        let hold = || hold_of(&self.specs);
-        match within_hold(self.started, hold, self.out.ready()).await {
+        let hold = || self.hold.wait();
+        match within_hold(self.hold.started, hold, self.out.ready()).await {
             Some(ready) => Ok(ready?),
             None => {
                 self.stalled = true;
@@ -204,7 +226,7 @@ impl DryRows {
     /// Writes what waits, once the plan gave back what it held: the error of rows that
     /// stopped.
     pub(crate) async fn finish(self) -> Result<()> {
-        let (stalled, hold) = (self.stalled, hold_of(&self.specs));
+        let (stalled, hold) = (self.stalled, self.hold.wait());
         let n = self.out.finish_piped().await?;
         if stalled {
             let what = format!("the dry run's rows after {n}");
@@ -229,7 +251,7 @@ struct Planner<'s> {
 /// 1. Plan: every message present now is taken and held; the selected ones are planned.
 pub(crate) async fn take_plan(session: &Session<'_>) -> Result<Taken> {
     let (printer, opts) = (session.printer, session.opts);
-    let started = std::time::Instant::now();
+    let hold = PlanHold::new(session);
     let mut planner = Planner {
         session,
         plan: Plan::default(),
@@ -237,7 +259,7 @@ pub(crate) async fn take_plan(session: &Session<'_>) -> Result<Taken> {
             .common
             .safety
             .dry_run
-            .then(|| dry_rows(session))
+            .then(|| dry_rows(session, hold.clone()))
             .transpose()?,
         selector: Selector::new(&opts.common.selection),
         holding: Holding::new(hold_budget()),
@@ -270,37 +292,17 @@ pub(crate) async fn take_plan(session: &Session<'_>) -> Result<Taken> {
         holding,
         publish_ids,
         dry,
-        started,
-        specs: held_specs(session),
+        hold,
     })
 }
 
-/// A dry run's rows, which may wait for their reader half the shortest consumer timeout
-/// of the DLQs the plan holds (`hold_of`).
-fn dry_rows(session: &Session<'_>) -> Result<DryRows> {
+/// A dry run's rows, which may wait for their reader as long as the plan's `hold` allows.
+fn dry_rows(session: &Session<'_>, hold: PlanHold) -> Result<DryRows> {
     Ok(DryRows {
         out: session.printer.stream_piped::<MovePreview>()?,
-        started: std::time::Instant::now(),
-        specs: held_specs(session),
+        hold,
         stalled: false,
     })
-}
-
-/// The DLQs a plan holds, learning their consumer timeouts through the session's connection.
-fn held_specs(session: &Session<'_>) -> Vec<ReadSpec> {
-    let conn = &session.conn;
-    let spec = |q| ReadSpec::for_checked(q, None).with_reported(conn);
-    session.checked.iter().map(spec).collect()
-}
-
-/// How long a plan holding `specs`' DLQs may wait for its rows or its answer: the shortest
-/// `ReadSpec::hold_wait`.
-pub(crate) fn hold_of(specs: &[ReadSpec]) -> std::time::Duration {
-    specs
-        .iter()
-        .map(ReadSpec::hold_wait)
-        .min()
-        .unwrap_or_default()
 }
 
 impl Planner<'_> {
