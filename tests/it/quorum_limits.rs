@@ -1372,7 +1372,9 @@ async fn a_consumer_timeout_never_cuts_a_selective_replay_short_unsaid() {
             let mut all = [left.clone(), moved.clone()].concat();
             all.sort_unstable();
             all.dedup();
-            assert_eq!(all, (0..300).collect::<Vec<_>>(), "lost");
+            // dlq's own account too: CI on 30cc3be once missed 250-299 here (4.3.6), not
+            // seen again in 12 runs, and the assertion did not say what dlq reported.
+            assert_eq!(all, (0..300).collect::<Vec<_>>(), "lost: {err}");
         }
         code => panic!("exit {code}: {err}"),
     }
