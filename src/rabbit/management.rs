@@ -158,6 +158,16 @@ impl Listeners {
     }
 }
 
+/// What the API shows of a queue's consumers' timeouts (`Management::consumer_timeouts`).
+#[derive(Debug, Default)]
+pub(crate) struct ConsumerTimeouts {
+    pub(crate) consumers: usize,
+    /// The timeouts shown for them (RabbitMQ 4.0 and later; 3.10 shows none).
+    pub(crate) timeouts: Vec<u64>,
+    /// A policy gives the queue a consumer timeout of its own.
+    pub(crate) policy_sets_one: bool,
+}
+
 impl Management {
     /// `explicit` is `--management-url`; without it, the AMQP host on port 15672 (15671 and
     /// https for amqps://) with the AMQP credentials.
@@ -352,18 +362,20 @@ impl Management {
         }
     }
 
-    /// How many consumers the queue has that the API shows, and the consumer timeouts it
-    /// shows for them (RabbitMQ 4.0 and later; 3.10 shows none). A queue that is gone has
-    /// none.
+    /// How many consumers the queue has that the API shows, the consumer timeouts it
+    /// shows for them, and whether a policy sets one. A queue that is gone has none.
     pub(crate) async fn consumer_timeouts(
         &self,
         vhost: &str,
         name: &str,
-    ) -> Result<(usize, Vec<u64>), ApiError> {
-        let columns = [("columns", "consumer_details.consumer_timeout")];
+    ) -> Result<ConsumerTimeouts, ApiError> {
+        let columns = [(
+            "columns",
+            "consumer_details.consumer_timeout,effective_policy_definition",
+        )];
         let q: serde_json::Value = match self.get(&["queues", vhost, name], &columns).await {
             Ok(q) => q,
-            Err(ApiError::NotFound { .. }) => return Ok((0, Vec::new())),
+            Err(ApiError::NotFound { .. }) => return Ok(ConsumerTimeouts::default()),
             Err(e) => return Err(e),
         };
         let consumers = q["consumer_details"]
@@ -373,7 +385,11 @@ impl Management {
             .iter()
             .filter_map(|c| c["consumer_timeout"].as_u64())
             .collect();
-        Ok((consumers.len(), timeouts))
+        Ok(ConsumerTimeouts {
+            consumers: consumers.len(),
+            timeouts,
+            policy_sets_one: !q["effective_policy_definition"]["consumer-timeout"].is_null(),
+        })
     }
 
     pub(crate) async fn bindings(&self, vhost: &str) -> Result<Vec<ApiBinding>, ApiError> {

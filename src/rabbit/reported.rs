@@ -7,7 +7,11 @@
 //! messages held (`reader::within_hold`), where that timeout decides how long it may wait, so
 //! a read that keeps up costs no request.
 
+use super::Connection;
 use super::management::Management;
+use super::topology::Version;
+use lapin::options::{BasicConsumeOptions, QueueDeclareOptions};
+use lapin::types::FieldTable;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -15,6 +19,9 @@ use std::time::{Duration, Instant};
 /// The broker updates consumer statistics every 5 s by default: asking more often learns
 /// nothing new.
 const ASK_EVERY: Duration = Duration::from_secs(5);
+/// How long `broker_timeout` waits for the statistics to show its consumer: one default
+/// statistics interval, and time for the request.
+const PROBE_WAIT: Duration = Duration::from_secs(7);
 
 /// What a connection's broker reported of its queues' consumer timeouts, shared by every
 /// read on that connection.
@@ -73,6 +80,54 @@ impl ReportedTimeouts {
     }
 }
 
+/// The broker's own `consumer_timeout` (rabbitmq.conf), where RabbitMQ reports it (4.0 and
+/// later): what the statistics show for a consumer of a queue with no timeout of its own, an
+/// exclusive server-named queue dlq declares and consumes from until they show it (at most
+/// `PROBE_WAIT`). A policy that gives that queue a timeout would be seen, not the broker's,
+/// so then there is no answer; none either without an API, or where dlq may not declare a
+/// queue. Costs the statistics' delay (up to 5 s by default): asked only where a message may
+/// wait long in dlq's hands (a paced replay).
+pub(crate) async fn broker_timeout(conn: &Connection) -> Option<u64> {
+    let api = conn.reported_timeouts().api?;
+    let (mgmt, vhost) = &*api;
+    if mgmt.version().await.ok()?? < Version(4, 0, 0) {
+        return None; // 3.x's statistics show no consumer timeout
+    }
+    let ch = conn.create_channel().await.ok()?;
+    let probe = async {
+        let opts = QueueDeclareOptions {
+            exclusive: true,
+            auto_delete: true,
+            ..QueueDeclareOptions::default()
+        };
+        let q = ch
+            .queue_declare("".into(), opts, FieldTable::default())
+            .await?;
+        let tag = "dlq-consumer-timeout-probe".into();
+        let consume = BasicConsumeOptions::default();
+        let _consumer = ch
+            .basic_consume(q.name().clone(), tag, consume, FieldTable::default())
+            .await?;
+        let deadline = Instant::now() + PROBE_WAIT;
+        while Instant::now() < deadline {
+            match mgmt.consumer_timeouts(vhost, q.name().as_str()).await {
+                Ok(r) if r.consumers > 0 => {
+                    return Ok((!r.policy_sets_one)
+                        .then(|| r.timeouts.into_iter().min())
+                        .flatten());
+                }
+                Ok(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+                Err(_) => break,
+            }
+        }
+        anyhow::Ok(None)
+    };
+    let found = probe.await.ok().flatten();
+    // Closing the channel cancels the consumer, which deletes the queue (auto-delete).
+    let _ = ch.close(200, "dlq: consumer timeout asked".into()).await;
+    found
+}
+
 /// One request for `queue`'s consumers' timeouts; what it learned goes into `known`. An API
 /// that does not answer only leaves the timeout unknown: dlq then assumes RabbitMQ's default.
 async fn ask(
@@ -86,8 +141,8 @@ async fn ask(
     let asked = known.entry(queue).or_default();
     asked.asking = false;
     asked.last = Some(Instant::now());
-    if let Ok((consumers, timeouts)) = answer {
-        asked.timeout = timeouts.into_iter().min();
-        asked.unreported = consumers > 0 && asked.timeout.is_none();
+    if let Ok(r) = answer {
+        asked.timeout = r.timeouts.into_iter().min();
+        asked.unreported = r.consumers > 0 && asked.timeout.is_none();
     }
 }

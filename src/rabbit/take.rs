@@ -1010,7 +1010,7 @@ pub(crate) fn taken_back_note(moved: bool, planned: bool) -> String {
             "run dlq again, and answer sooner; a plan holds every message until it moves it, so a long one also needs a higher --rate or a smaller --limit"
         }
         false => {
-            "run dlq again: under --rate a message is held for up to (2 x window + 64) / rate seconds (dlq fits that to a DLQ's own consumer timeout, not to the broker's, which it cannot see), so use a smaller --window or a higher --rate; a selective replay also holds what it leaves in the DLQ until its take ends, so a higher --rate or a --limit fits"
+            "run dlq again: under --rate a message is held for up to (2 x window + 64) / rate seconds (dlq fits that to the consumer timeout: a DLQ's own, else the broker's where RabbitMQ 4 reports it), so use a smaller --window or a higher --rate; a selective replay also holds what it leaves in the DLQ until its take ends, so a higher --rate or a --limit fits"
         }
     };
     format!(

@@ -1144,6 +1144,45 @@ async fn a_read_whose_output_waits_fits_the_brokers_own_consumer_timeout() {
     }
 }
 
+/// A paced replay's take holds messages ahead of the pace, each waiting up to what it holds
+/// / --rate: fitted to the broker's own consumer_timeout, which only RabbitMQ 4's statistics
+/// tell (at 10/s, a take of 128 ahead would hold the last for 12.8 s, past a 10-s timeout).
+#[tokio::test]
+async fn a_paced_replay_fits_the_brokers_own_consumer_timeout() {
+    const N: u64 = 300;
+    if crate::target::rabbitmq_version().await < (4, 0) {
+        // 3.x's statistics show no consumer timeout.
+        return;
+    }
+    let conf = "consumer_timeout = 10000\n";
+    let node = tokio::task::spawn_blocking(move || Cluster::start_one("paced", conf))
+        .await
+        .unwrap();
+    // 4.0 checks a channel's consumers on its tick, every 60 s by default (RabbitMQ's own
+    // consumer timeout tests shorten it the same way); 4.3 checks on the queue's own tick.
+    let tick = "application:set_env(rabbit, channel_tick_interval, 1000).";
+    node.ctl(&node.nodes[A], &["eval", tick]);
+    let conn = connect(&node.amqp_url(A)).await;
+    fill_padded(&conn, N as usize, false, 100).await;
+    // A plan whose move at --rate outlasts that timeout names it.
+    let args = ["replay", "-Q", DLQ, "--rate", "1", "--dry-run"];
+    let out = dlq(&node, A, A, &args).wait_with_output().unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    let named = "after 10 s (the broker's consumer_timeout)";
+    assert!(said.contains(named) && said.contains("alone takes 300 s"), "{said}");
+    let args = ["replay", "-Q", DLQ, "--rate", "10", "--yes", "-v"];
+    let out = dlq(&node, A, A, &args).wait_with_output().unwrap();
+    let said = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{said}");
+    assert!(
+        said.contains("the broker's own consumer timeout: 10 s"),
+        "{said}"
+    );
+    assert_eq!(ready(&conn, DLQ).await, 0, "{said}");
+    assert_eq!(ids(&conn, MAIN).await, (0..N).collect::<Vec<_>>(), "{said}");
+}
+
 /// Leaves `dlq`'s stdout unread until `DLQ` holds all `n` ready again with no consumer and
 /// nothing unacknowledged, within 40 s (dlq still running); then what it printed when it
 /// ended.

@@ -135,13 +135,14 @@ pub(crate) async fn announce_stream(session: &mut Session<'_>) -> Result<()> {
     session.audit.start(None)
 }
 
-/// Where a DLQ sets its own consumer timeout: the plan holds each message from the moment it
-/// was taken until it moves, so the answer and the move must come within it (RabbitMQ gives
-/// the messages back, and dlq stops: `take::taken_back_note`).
+/// Where a DLQ sets its own consumer timeout, or the move at `--rate` outlasts the broker's:
+/// the plan holds each message from the moment it was taken until it moves, so the answer
+/// and the move must come within it (RabbitMQ gives the messages back, and dlq stops:
+/// `take::taken_back_note`).
 fn warn_planned_timeouts(session: &Session<'_>, plan: &Plan) {
     let rate = session.opts.common.rate;
     for q in &session.checked {
-        let Some(ms) = q.facts.consumer_timeout else {
+        let Some((ms, whose)) = session.consumer_timeout(q) else {
             continue;
         };
         let moving = match rate {
@@ -150,10 +151,11 @@ fn warn_planned_timeouts(session: &Session<'_>, plan: &Plan) {
                 plan.count,
                 plan.count as f64 / r
             ),
+            _ if q.facts.consumer_timeout.is_none() => continue, // the broker's: 30 min by default
             _ => String::new(),
         };
         session.printer.warn(format!(
-            "{:?} gives back what a consumer holds after {} (its consumer timeout): the plan holds these messages from now until each moves, so answer within half of that (dlq waits no longer, then gives them back and exits 1), and let the move finish within it{moving}; if it strikes, dlq stops there, says so and exits 1",
+            "{:?} gives back what a consumer holds after {} ({whose}): the plan holds these messages from now until each moves, so answer within half of that (dlq waits no longer, then gives them back and exits 1), and let the move finish within it{moving}; if it strikes, dlq stops there, says so and exits 1",
             q.name,
             crate::rabbit::topology::duration_text(ms)
         ));
@@ -170,7 +172,7 @@ fn warn_streamed_timeouts(session: &Session<'_>) {
     };
     let window = session.window().bound() as u64;
     for q in &session.checked {
-        let Some(ms) = q.facts.consumer_timeout else {
+        let Some((ms, whose)) = session.consumer_timeout(q) else {
             continue;
         };
         let spec = crate::rabbit::reader::ReadSpec::for_checked(q, None);
@@ -185,7 +187,7 @@ fn warn_streamed_timeouts(session: &Session<'_>) {
             false => "a higher --rate",
         };
         session.printer.warn(format!(
-            "{:?} gives back what a consumer holds after {} (its consumer timeout), and at --rate {rate} a message may wait {wait:.0} s between dlq taking it and moving it ({held} taken ahead): the timeout will stop the replay part-way; {fits} fits within it",
+            "{:?} gives back what a consumer holds after {} ({whose}), and at --rate {rate} a message may wait {wait:.0} s between dlq taking it and moving it ({held} taken ahead): the timeout will stop the replay part-way; {fits} fits within it",
             q.name,
             crate::rabbit::topology::duration_text(ms)
         ));

@@ -142,6 +142,8 @@ pub(crate) struct Session<'a> {
     pub(crate) audit: Audit,
     /// `--follow`.
     pub(crate) watch: Option<Following>,
+    /// The broker's own consumer timeout, asked for under `--rate` (`rabbit::broker_timeout`).
+    pub(crate) broker_timeout: Option<u64>,
 }
 
 impl<'a> Session<'a> {
@@ -180,6 +182,10 @@ impl<'a> Session<'a> {
             Some(f) => Some(Following::start(endpoints, printer, f, opts).await?),
             None => None,
         };
+        let broker_timeout = match opts.common.rate {
+            Some(_) => asked_broker_timeout(&conn, printer).await,
+            None => None,
+        };
         Ok(Session {
             endpoints,
             printer,
@@ -189,6 +195,7 @@ impl<'a> Session<'a> {
             replay_id,
             audit,
             watch,
+            broker_timeout,
         })
     }
 
@@ -274,10 +281,40 @@ impl<'a> Session<'a> {
     }
 }
 
+/// Under `--rate` a message may wait in dlq's hands for as long as the pace takes to reach
+/// it, so the pace is fitted to the consumer timeout: the broker's own too, where it says.
+async fn asked_broker_timeout(conn: &rabbit::Connection, printer: &Printer) -> Option<u64> {
+    printer.debug(
+        1,
+        "replay: asking the broker for its own consumer timeout (--rate)",
+    );
+    let ms = rabbit::reported::broker_timeout(conn).await;
+    let said = ms.map_or(
+        "not reported (RabbitMQ 3.x, or no management API)".into(),
+        crate::rabbit::topology::duration_text,
+    );
+    printer.debug(
+        1,
+        format!("replay: the broker's own consumer timeout: {said}"),
+    );
+    ms
+}
+
 impl Session<'_> {
+    /// The consumer timeout that applies to `q`'s consumers, and whose it is: the DLQ's own,
+    /// else the broker's where it was asked for (`broker_timeout`).
+    pub(crate) fn consumer_timeout(&self, q: &Checked) -> Option<(u64, &'static str)> {
+        match (q.facts.consumer_timeout, self.broker_timeout) {
+            (Some(ms), _) => Some((ms, "its consumer timeout")),
+            (None, Some(ms)) => Some((ms, "the broker's consumer_timeout")),
+            (None, None) => None,
+        }
+    }
+
     /// What a paced take of `q` may hold ahead of its moves (`window::paced_ahead`).
     pub(crate) fn paced_ahead_of(&self, q: &Checked) -> Option<u64> {
-        window::paced_ahead(self.opts.common.rate, q.facts.consumer_timeout)
+        let ms = self.consumer_timeout(q).map(|(ms, _)| ms);
+        window::paced_ahead(self.opts.common.rate, ms)
     }
 
     /// The run's window: `--window N` and `--rate` fix it (fitted to the least its DLQs'
