@@ -1170,7 +1170,10 @@ async fn a_paced_replay_fits_the_brokers_own_consumer_timeout() {
     let said = text(&out);
     assert_eq!(out.status.code(), Some(0), "{said}");
     let named = "after 10 s (the broker's consumer_timeout)";
-    assert!(said.contains(named) && said.contains("alone takes 300 s"), "{said}");
+    assert!(
+        said.contains(named) && said.contains("alone takes 300 s"),
+        "{said}"
+    );
     let args = ["replay", "-Q", DLQ, "--rate", "10", "--yes", "-v"];
     let out = dlq(&node, A, A, &args).wait_with_output().unwrap();
     let said = text(&out);
