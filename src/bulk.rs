@@ -92,7 +92,7 @@ async fn confirm(
         return printer.confirm(prompt, yes).await;
     };
     let asked = crate::rabbit::reader::within_hold(h.started, h.wait, printer.confirm(prompt, yes));
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut signals = crate::signals::listen();
     tokio::select! {
         answer = asked => answer.unwrap_or_else(|| {
             // Below the question, which is still waiting for its line.
@@ -102,8 +102,7 @@ async fn confirm(
                 (h.wait)().as_secs()
             ))
         }),
-        _ = tokio::signal::ctrl_c() => Err(interrupted()),
-        _ = term.recv() => Err(interrupted()),
+        _ = signals.next() => Err(interrupted()),
     }
 }
 
@@ -116,19 +115,14 @@ fn interrupted() -> anyhow::Error {
     ))
 }
 
-/// `work` (giving back what a plan stopped at its gate holds), unless a signal comes first:
-/// then dlq exits at once. Once a signal has answered the confirmation, its handler has
-/// replaced the default, which would have ended dlq; scoped to `work`, so that a later run
-/// (the browser's next job) keeps its own first-signal stop.
+/// `work` (giving back what dlq holds after a first signal), unless another signal comes
+/// first: then dlq exits at once. Scoped to `work`, so that a later run (the browser's next
+/// job) keeps its own first-signal stop.
 pub(crate) async fn exit_on_signal<F: std::future::Future>(work: F) -> F::Output {
-    let Ok(mut term) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-    else {
-        return work.await;
-    };
+    let mut signals = crate::signals::listen();
     tokio::select! {
         out = work => out,
-        _ = tokio::signal::ctrl_c() => exit_now("interrupted again: exited at once"),
-        _ = term.recv() => exit_now("interrupted again: exited at once"),
+        _ = signals.next() => exit_now("interrupted again: exited at once"),
     }
 }
 

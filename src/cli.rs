@@ -10,8 +10,9 @@ Exit codes:
   1  runtime failure (connection, permission, broker or database error)
   2  bad usage or bad input (nothing was changed)
   3  partial: some selected items could not be processed while the rest were
-  130  interrupted by Ctrl-C or SIGTERM at a confirmation (what the plan held was given
-       back), or by a second signal mid-run (one stops after the items in flight: exit 1)";
+  130  interrupted by Ctrl-C or SIGTERM: a read, a plan being taken or an archive stops,
+       gives back what it held and exits 130, as does a confirmation; a replay moving
+       messages stops after the items in flight (exit 1); a second signal exits at once";
 
 /// `dlq --help` after the options: the exit codes, then the environment variables, from the
 /// settings reference (`reference::SETTINGS`).

@@ -43,11 +43,20 @@ pub fn usage(msg: impl Into<String>) -> anyhow::Error {
 pub fn exit_for(err: &anyhow::Error) -> Exit {
     if err.chain().any(|e| e.is::<UsageError>()) {
         Exit::Usage
-    } else if err.chain().any(|e| e.is::<Interrupted>()) {
+    } else if err.chain().any(is_interrupted) {
         Exit::Interrupted
     } else {
         Exit::Failure
     }
+}
+
+/// A signal stopped dlq: said directly, or inside an I/O error (the output given up, see
+/// `output::pipe`), whose own source is not its payload.
+fn is_interrupted(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.is::<Interrupted>()
+        || e.downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+            .is_some_and(|inner| inner.is::<Interrupted>())
 }
 
 /// The error and its causes, `: ` apart, each said once: lapin's and std's I/O errors repeat

@@ -39,6 +39,7 @@ pub(crate) mod replay;
 pub(crate) mod report;
 pub(crate) mod select;
 pub(crate) mod settings;
+pub(crate) mod signals;
 pub(crate) mod source;
 #[doc(hidden)]
 pub mod testing;

@@ -140,6 +140,8 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
     } else {
         archive_only(printer, &opts, &session, writer).await
     };
+    // A read that stopped early (an error, a signal) gives back on this connection.
+    crate::source::settle().await;
     rabbit::close(&session.conn, "dlq archive done").await;
     exit
 }
@@ -315,11 +317,24 @@ async fn finish_or_give_back(
         Ok(t) => return Ok(t),
         Err(e) => e,
     };
-    for (taker, _) in std::mem::take(taken) {
-        let held = taker.taken;
-        for note in taker.release(conn, held).await {
-            printer.warn(note);
+    let interrupted = crate::error::exit_for(&e) == Exit::Interrupted;
+    let release = async {
+        for (mut taker, _) in std::mem::take(taken) {
+            if interrupted && let Err(e) = taker.take_rest(conn).await {
+                printer.warn(format!("taking the rest to give it back in order: {e:#}"));
+            }
+            if let Some(note) = taker.nothing_moved() {
+                printer.warn(note);
+            }
+            let held = taker.taken;
+            for note in taker.release(conn, held).await {
+                printer.warn(note);
+            }
         }
+    };
+    match interrupted {
+        true => crate::bulk::exit_on_signal(release).await,
+        false => release.await,
     }
     Err(e.context("nothing was deleted from the queues"))
 }
@@ -344,6 +359,9 @@ async fn ack_written(
     let mut ack_error = None;
     let mut to_verify = Vec::new();
     for (mut taker, written) in taken {
+        // The file is whole: the copies kept in case nothing was deleted are not needed,
+        // and the acknowledgements are not stopped by a signal.
+        taker.moving();
         // Consumers left live by `Taker::open_holding` stay so while they acknowledge.
         taker.watch_consumers().await;
         match ack_each_channel(&taker, &written).await {
@@ -416,6 +434,8 @@ async fn take_and_write(
 ) -> Result<()> {
     for q in &session.checked {
         let mut taker = Taker::open_holding(&ReadSpec::for_checked(q, None)).await?;
+        // A signal fails the take: everything goes back in place, nothing is deleted.
+        taker.stop_on_signal();
         let mut tags = Vec::new();
         let outcome: Result<()> = async {
             while let Some(d) = taker.next(conn).await? {
@@ -429,6 +449,8 @@ async fn take_and_write(
                 };
                 writer.write(&rec)?;
                 writer.ready().await?;
+                // Renewed rather than given back counted if the archive deletes nothing.
+                taker.plan_move(&d);
                 tags.push(Written {
                     channel: taker.channel_index(),
                     tag: d.delivery_tag,

@@ -77,9 +77,15 @@ async fn event_loop(app: &mut App<'_>, screen: &mut term::Screen) -> Result<()> 
     let mut input = term::Input::start();
     let mut load = app.start(load::Kind::Sources);
     let mut tick = tokio::time::interval(Duration::from_millis(500));
+    // Raw mode turns Ctrl-C into a key; a signal from elsewhere (SIGTERM) ends the browser as
+    // `q` does, its loads giving back what they hold.
+    let mut signals = crate::signals::listen();
     loop {
         screen.draw(|f| view::draw(f, app))?;
         let step = tokio::select! {
+            _ = signals.next() => return Err(anyhow::Error::new(crate::error::Interrupted(
+                "interrupted: the browser ended on a signal".into(),
+            ))),
             ev = input.next() => match ev {
                 Some(Ok(ev)) => app.on_event(ev, load.is_some()),
                 Some(Err(e)) => return Err(e.into()),
@@ -110,6 +116,8 @@ async fn event_loop(app: &mut App<'_>, screen: &mut term::Screen) -> Result<()> 
                 crate::source::settle().await;
                 screen.resume()?;
                 input.resume();
+                // A signal during the action was the action's (it stops on one).
+                signals = crate::signals::listen();
                 load = app.after_action();
             }
         }

@@ -15,6 +15,7 @@ pub(super) struct Screen {
 impl Screen {
     pub(super) fn enter() -> Result<Screen> {
         install_panic_restore();
+        crate::signals::on_unheard(restore);
         take()?;
         let terminal = Terminal::new(CrosstermBackend::new(std::io::stdout()))?;
         Ok(Screen { terminal })

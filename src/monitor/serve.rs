@@ -105,15 +105,12 @@ where
         interval,
         last: Mutex::new(None),
     };
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-    let ctrl_c = tokio::signal::ctrl_c();
-    tokio::pin!(ctrl_c);
+    let mut signals = crate::signals::listen();
     // Connections are answered concurrently in this task, so they may borrow the cache.
     let mut answering = FuturesUnordered::new();
     loop {
         tokio::select! {
-            _ = &mut ctrl_c => break,
-            _ = term.recv() => break,
+            _ = signals.next() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => answering.push(answer(stream, &cache, printer)),
                 Err(e) => printer.warn(format!("accepting a connection failed: {e}")),

@@ -33,6 +33,8 @@ struct Shared {
     work: Condvar,
     /// Wakes `Waiter::ready` and `drain`: bytes written, or a write failed.
     written: tokio::sync::Notify,
+    /// The signals seen when the pipe started: one since then ends a wait (`abandon`).
+    signals_at: u64,
 }
 
 #[derive(Default)]
@@ -43,13 +45,19 @@ struct State {
     /// The first write error (a closed pipe): every later call returns it.
     failed: Option<(io::ErrorKind, String)>,
     dropped: bool,
+    /// A signal came while dlq waited for the reader: the output is given up (`abandon`).
+    abandoned: bool,
 }
 
 impl State {
     fn error(&self) -> Option<io::Error> {
+        // Not `ErrorKind::Interrupted` when abandoned: std's writers retry that kind.
         self.failed
             .as_ref()
-            .map(|(kind, msg)| io::Error::new(*kind, msg.clone()))
+            .map(|(kind, msg)| match self.abandoned {
+                true => io::Error::other(crate::error::Interrupted(msg.clone())),
+                false => io::Error::new(*kind, msg.clone()),
+            })
     }
 }
 
@@ -64,6 +72,7 @@ impl Pipe {
             state: Mutex::default(),
             work: Condvar::new(),
             written: tokio::sync::Notify::new(),
+            signals_at: crate::signals::count(),
         });
         let theirs = shared.clone();
         let thread = std::thread::Builder::new()
@@ -106,6 +115,7 @@ impl Shared {
     }
 
     async fn wait_until(&self, below: usize) -> io::Result<()> {
+        let mut signals = crate::signals::listen_since(self.signals_at);
         loop {
             // Registered before the check, so a write finishing in between still wakes it.
             let written = self.written.notified();
@@ -120,8 +130,23 @@ impl Shared {
                     return Ok(());
                 }
             }
-            written.await;
+            tokio::select! {
+                _ = written => {}
+                _ = signals.next() => return Err(self.abandon()),
+            }
         }
+    }
+
+    /// A signal while dlq waits for its output's reader: what waits is dropped, the pipe no
+    /// longer waits for its thread when dropped (blocked in a write nobody reads), and every
+    /// later write fails: dlq is stopping, and must not wait for a reader who may never come.
+    fn abandon(&self) -> io::Error {
+        let mut st = self.state();
+        st.queued.clear();
+        st.abandoned = true;
+        let why = "interrupted: dlq stopped writing its output";
+        st.failed = Some((io::ErrorKind::Other, why.into()));
+        st.error().expect("set above")
     }
 }
 
@@ -148,8 +173,17 @@ impl Write for Pipe {
 
 impl Drop for Pipe {
     fn drop(&mut self) {
-        self.state().dropped = true;
+        let abandoned = {
+            let mut st = self.state();
+            st.dropped = true;
+            st.abandoned
+        };
         self.shared.work.notify_one();
+        // Stopping on a signal: the thread may be blocked for good on a reader who stopped
+        // reading; the process ends it.
+        if abandoned || crate::signals::came_since(self.shared.signals_at) {
+            return;
+        }
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
@@ -173,7 +207,8 @@ fn write_out(shared: &Shared, out: &mut impl Write) {
         let done = out.write_all(&chunk).and_then(|()| out.flush());
         let failed = done.is_err();
         let mut st = shared.state();
-        st.bytes -= chunk.len();
+        // `abandon` may have dropped what was queued meanwhile.
+        st.bytes = st.bytes.saturating_sub(chunk.len());
         if let Err(e) = done {
             st.failed = Some((e.kind(), e.to_string()));
             st.queued.clear();

@@ -185,6 +185,11 @@ pub(crate) struct ReadReport {
     /// The receiver took no record within `hold_wait`: how many it had been sent, and that
     /// wait.
     output_stalled: Option<(u64, Duration)>,
+    /// The signals seen when the read started (`signals::listen_since`), and whether one
+    /// came since: the read then stops showing and gives back as when its receiver is gone.
+    signals_at: u64,
+    /// How many records it had sent on when the signal came.
+    interrupted: Option<u64>,
 }
 
 impl ReadReport {
@@ -226,9 +231,11 @@ impl ReadReport {
         w
     }
 
-    /// How many records the read sent on (fewer than it read once its output stalled).
+    /// How many records the read sent on (fewer than it read once its output stalled, or a
+    /// signal stopped it).
     fn shown(&self) -> u64 {
-        self.output_stalled.map_or(self.read, |(sent, _)| sent)
+        let stalled = self.output_stalled.map(|(sent, _)| sent);
+        stalled.or(self.interrupted).unwrap_or(self.read)
     }
 
     /// The error of a read that stopped sending records because its receiver took none for
@@ -442,7 +449,12 @@ async fn read_fifo<T: Send>(
     tx: &mpsc::Sender<Result<T>>,
 ) -> Result<ReadReport> {
     let spec = &spec.clone().with_reported(conn);
-    let mut report = ReadReport::default();
+    // Listening for the whole read: a signal stops it, and it gives back what it holds.
+    let listening = crate::signals::listen();
+    let mut report = ReadReport {
+        signals_at: listening.seen(),
+        ..ReadReport::default()
+    };
     let want = spec.want();
     let ch = match channel {
         Some(ch) => ch,
@@ -512,7 +524,24 @@ async fn read_fifo<T: Send>(
     }
     let more = give_back_counted(conn, &ch, &spec.queue, back, counted).await;
     report.renewal_notes.extend(more);
-    result.map(|()| report)
+    drop(listening);
+    result?;
+    if report.interrupted.is_some() {
+        return Err(interrupted_read(&spec.queue, &report));
+    }
+    Ok(report)
+}
+
+/// The error of a read a signal stopped, once it gave back what it held: what the give-back
+/// did is said first (the caller gets no report to warn from).
+fn interrupted_read(queue: &str, report: &ReadReport) -> anyhow::Error {
+    for note in &report.renewal_notes {
+        crate::output::notice(note.clone());
+    }
+    anyhow::Error::new(crate::error::Interrupted(format!(
+        "interrupted: dlq stopped showing {queue:?} after {} message(s) and gave back what it held, as a finished read does",
+        report.shown()
+    )))
 }
 
 /// How many messages RabbitMQ took back from a quorum read on its own: the windows of the
@@ -991,7 +1020,12 @@ async fn read_window<T: Send>(
     tokio::pin!(idle);
     let closed = tx.closed();
     tokio::pin!(closed);
+    let mut signals = crate::signals::listen_since(report.signals_at);
     while got < u64::from(w.size) {
+        if report.interrupted.is_none() && signals.came() && interrupt(spec, report, signals.seen())
+        {
+            return Ok(false);
+        }
         // What lapin already holds is taken without a wake-up (see `poll_pause`).
         let ready = pause.and_then(|_| futures_util::FutureExt::now_or_never(stream.next()));
         let next = if let Some(d) = ready {
@@ -1005,6 +1039,18 @@ async fn read_window<T: Send>(
                         continue;
                     }
                     return Ok(false);
+                }
+                _ = signals.next() => {
+                    if signals.seen() <= report.signals_at {
+                        continue; // the one a send already stopped on
+                    }
+                    if report.interrupted.is_some() {
+                        crate::signals::exit_at_once(INTERRUPTED_TWICE);
+                    }
+                    if interrupt(spec, report, signals.seen()) {
+                        return Ok(false);
+                    }
+                    continue;
                 }
                 d = stream.next(), if pause.is_none() => d,
                 _ = pause_reactor(pause.unwrap_or_default()), if pause.is_some() => continue,
@@ -1043,6 +1089,20 @@ async fn read_window<T: Send>(
         }
     }
     Ok(true)
+}
+
+/// What a second signal says while a read gives back after the first.
+const INTERRUPTED_TWICE: &str = "interrupted twice: exited at once; what dlq held goes back to its queue as the connection closes (on a quorum queue that counts a delivery toward its delivery limit)";
+
+/// A signal came (`seen` signals so far, which later waits count from): the read stops
+/// showing records, and gives back as when its receiver is gone. `true`: stop reading now;
+/// else it reads on unseen, to keep a quorum queue's order.
+fn interrupt(spec: &ReadSpec, report: &mut ReadReport, seen: u64) -> bool {
+    crate::signals::announce(seen);
+    report.signals_at = seen;
+    report.interrupted.get_or_insert(report.read);
+    report.receiver_gone = true;
+    !spec.read_all_to_keep_order()
 }
 
 /// The record of a delivery, decoded from its parts.
@@ -1122,7 +1182,17 @@ async fn send_within_hold<T: Send>(
         Err(mpsc::error::TrySendError::Full(rec)) => rec,
     };
     let started = *report.started.get_or_insert_with(std::time::Instant::now);
-    match within_hold(started, || spec.hold_wait(), tx.send(rec)).await {
+    let mut signals = crate::signals::listen_since(report.signals_at);
+    let sent = tokio::select! {
+        sent = within_hold(started, || spec.hold_wait(), tx.send(rec)) => sent,
+        _ = signals.next() => {
+            crate::signals::announce(signals.seen());
+            report.signals_at = signals.seen();
+            report.interrupted = Some(report.read - 1);
+            return false;
+        }
+    };
+    match sent {
         Some(sent) => sent.is_ok(),
         None => {
             report.output_stalled = Some((report.read - 1, spec.hold_wait()));

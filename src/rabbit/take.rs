@@ -248,6 +248,8 @@ pub(crate) struct Taker {
     ack_marks: AckMarks,
     /// Each channel's acknowledgement budget (see `budget`), as `channels`.
     budgets: Vec<AckBudget>,
+    /// A signal stops the take (`stop_on_signal`).
+    signals: Option<crate::signals::Listener>,
 }
 
 impl Taker {
@@ -399,12 +401,13 @@ impl Taker {
             planned_bytes: 0,
             ack_marks: AckMarks::new(),
             budgets: Vec::new(),
+            signals: None,
         })
     }
 
-    /// The caller means to move `d` (just returned by `next`): a renewing holding take keeps
-    /// what it needs to renew it (up to `DEFER_BYTES` of such messages, beside what `keep`
-    /// deferred) in case nothing moves (`nothing_moved`).
+    /// The caller means to move or delete `d` (just returned by `next`): a renewing holding
+    /// take keeps what it needs to renew it (up to `DEFER_BYTES` of such messages, beside
+    /// what `keep` deferred) in case nothing moves (`nothing_moved`).
     pub(crate) fn plan_move(&mut self, d: &Delivery) {
         if !(self.renews && self.holding) {
             return;
@@ -419,11 +422,12 @@ impl Taker {
         }
     }
 
-    /// The caller moved nothing of what it planned (declined at the gate): on release, what
-    /// it planned is renewed with what it kept, in take order, rather than given back, which
-    /// would count a delivery for each (RabbitMQ 4.0-4.2 with a delivery limit: measured on
-    /// 4.0.5, a declined plan of 100 left all of them at delivery count 1). `None`: all of it
-    /// is renewed; else a note on what was given back as before (a plan past `DEFER_BYTES`).
+    /// The caller moved or deleted nothing of what it planned (a plan declined at the gate,
+    /// an archive stopped before it deleted): on release, what it planned is renewed with
+    /// what it kept, in take order, rather than given back, which would count a delivery for
+    /// each (RabbitMQ 4.0-4.2 with a delivery limit: measured on 4.0.5, a declined plan of
+    /// 100 left all of them at delivery count 1). `None`: all of it is renewed; else a note
+    /// on what was given back as before (past `DEFER_BYTES`).
     pub(crate) fn nothing_moved(&mut self) -> Option<String> {
         if !(self.renews && self.holding) {
             return None;
@@ -436,17 +440,56 @@ impl Taker {
                 None
             }
             _ => Some(format!(
-                "{:?}: the plan was too large to keep in memory (past {} MiB), so the messages it meant to move were given back rather than renewed: each counts one more delivery toward the delivery limit (a dlq read renews them to 0 again)",
+                "{:?}: what dlq meant to move or delete was too large to keep in memory (past {} MiB), so it was given back rather than renewed: each message counts one more delivery toward the delivery limit (a dlq read renews them to 0 again)",
                 self.queue,
                 DEFER_BYTES >> 20
             )),
         }
     }
 
-    /// The plan is answered and the move begins: what `plan_move` kept is not needed.
+    /// The plan is answered and the move begins: what `plan_move` kept is not needed, and
+    /// the move stops on a signal its own way (`replay::stop_on_signal`).
     pub(crate) fn moving(&mut self) {
         self.planned = None;
         self.planned_bytes = 0;
+        self.signals = None;
+    }
+
+    /// From now on a signal makes `next` fail with `error::Interrupted`: for a caller that
+    /// gives back what its take holds on an error (an archive, a replay's plan). Without
+    /// one listening, a signal ends dlq as its default would, and the broker takes back what
+    /// the closed connection held: counted toward a quorum queue's delivery limit, and on
+    /// RabbitMQ 4.0 a renewing take's copies left beside their originals.
+    pub(crate) fn stop_on_signal(&mut self) {
+        self.signals = Some(crate::signals::listen());
+    }
+
+    /// After a signal stopped the take (`stop_on_signal`): a quorum queue's take goes on to
+    /// the end unseen, keeping everything, so that the release gives back the whole queue in
+    /// its order, as an interrupted read does (`ReadSpec::read_all_to_keep_order`; renewed
+    /// messages go to the tail, and a partial give-back lands before what was never taken).
+    pub(crate) async fn take_rest(&mut self, conn: &Connection) -> Result<()> {
+        self.signals = None;
+        if !self.quorum || !conn.alive() {
+            return Ok(());
+        }
+        while let Some(d) = self.next(conn).await? {
+            self.keep(conn, &d).await?;
+        }
+        Ok(())
+    }
+
+    /// Whether a signal came that stops this take (`stop_on_signal`).
+    fn interrupted(signals: &mut Option<crate::signals::Listener>, queue: &str) -> Result<()> {
+        if let Some(s) = signals.as_mut()
+            && s.came()
+        {
+            crate::signals::announce(s.seen());
+            return Err(anyhow::Error::new(crate::error::Interrupted(format!(
+                "interrupted while taking from {queue:?}"
+            ))));
+        }
+        Ok(())
     }
 
     /// The caller leaves `d` (just returned by `next`) in the queue. Where giving it back would
@@ -734,6 +777,7 @@ impl Taker {
     async fn take_next(&mut self, conn: &Connection) -> Result<Option<Delivery>> {
         let q = self.queue.clone();
         loop {
+            Taker::interrupted(&mut self.signals, &q)?;
             // A continuous take ends with its consumer live (`stop_consuming`).
             if self.taken >= self.want && (self.continuous || self.current.is_none()) {
                 return Ok(None);
@@ -839,6 +883,7 @@ impl Taker {
                     }
                 }
                 Err(_) => {
+                    Taker::interrupted(&mut self.signals, &self.queue)?;
                     let why = stall_cause(self.quorum);
                     if !still_ready(ch, &self.queue, &mut stalled, why).await? {
                         self.ended_short = true;

@@ -84,23 +84,16 @@ pub(crate) fn stop_on_signal(
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> tokio::task::JoinHandle<()> {
     use std::sync::atomic::Ordering;
+    // Listening from now, not from the task's first poll.
+    let mut signals = crate::signals::listen();
     tokio::spawn(async move {
-        let Ok(mut term) =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        else {
-            return;
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
+        signals.next().await;
         eprintln!("stopping after the items in flight (signal again to exit at once)");
         stop.store(true, Ordering::SeqCst);
         let stopped_at = std::time::Instant::now();
         loop {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => crate::bulk::exit_now("interrupted twice: exited at once"),
-                _ = term.recv() => crate::bulk::exit_now("interrupted twice: exited at once"),
+                _ = signals.next() => crate::bulk::exit_now("interrupted twice: exited at once"),
                 _ = tokio::time::sleep(std::time::Duration::from_millis(250)) => {}
             }
             if let Some((since, reason)) = crate::rabbit::blocked() {

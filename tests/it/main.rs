@@ -21,6 +21,7 @@ mod quorum_limits;
 mod recorder;
 mod redis;
 mod secrets;
+mod signals;
 mod table_archive;
 mod table_errors;
 mod table_faults;

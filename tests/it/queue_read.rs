@@ -1478,7 +1478,7 @@ async fn paged_quorum_dlq_with(
 }
 
 /// dlq on `amqp_url` with `args`, its stdout and stderr piped.
-fn piped_dlq(amqp_url: &str, args: &[&str]) -> std::process::Child {
+pub(crate) fn piped_dlq(amqp_url: &str, args: &[&str]) -> std::process::Child {
     crate::common::dlq_command()
         .env("DLQ_AMQP_URL", amqp_url)
         .args(args)

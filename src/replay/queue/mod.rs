@@ -460,7 +460,11 @@ async fn release_all(
 
 /// Gives back everything the takers hold, none of it moved: what a renewing plan meant to
 /// move is renewed with what it kept (`Taker::nothing_moved`).
-async fn release_unmoved(conn: &crate::rabbit::Connection, printer: &Printer, takers: Vec<Taker>) {
+pub(super) async fn release_unmoved(
+    conn: &crate::rabbit::Connection,
+    printer: &Printer,
+    takers: Vec<Taker>,
+) {
     for mut t in takers {
         if let Some(note) = t.nothing_moved() {
             printer.warn(note);

@@ -18,7 +18,7 @@ use crate::replay::workers::TaskGate;
 use crate::select::Selector;
 use crate::source::queue as record;
 use crate::transform::Edit;
-use anyhow::Result;
+use anyhow::{Error, Result};
 use lapin::message::Delivery;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::hash::{Hash, Hasher};
@@ -201,6 +201,8 @@ pub(crate) struct DryRows {
     out: RowWriter<MovePreview>,
     hold: PlanHold,
     stalled: bool,
+    /// A signal while the rows wait for their reader stops the plan (it gives back).
+    signals: crate::signals::Listener,
 }
 
 impl DryRows {
@@ -214,7 +216,16 @@ impl DryRows {
             return Ok(ready?);
         }
         let hold = || self.hold.wait();
-        match within_hold(self.hold.started, hold, self.out.ready()).await {
+        let waited = tokio::select! {
+            w = within_hold(self.hold.started, hold, self.out.ready()) => w,
+            _ = self.signals.next() => {
+                crate::signals::announce(self.signals.seen());
+                return Err(anyhow::Error::new(crate::error::Interrupted(
+                    "interrupted while the dry run's rows waited for their reader".into(),
+                )));
+            }
+        };
+        match waited {
             Some(ready) => Ok(ready?),
             None => {
                 self.stalled = true;
@@ -271,8 +282,13 @@ pub(crate) async fn take_plan(session: &Session<'_>) -> Result<Taken> {
     for (qi, q) in session.checked.iter().enumerate() {
         // Held live while the plan waits for its answer (see `Taker::open_holding`).
         let mut taker = Taker::open_holding(&ReadSpec::for_checked(q, None)).await?;
-        planner.take_queue(qi, q, &mut taker, &bar).await?;
+        taker.stop_on_signal();
+        let took = planner.take_queue(qi, q, &mut taker, &bar).await;
         takers.push(taker);
+        if let Err(e) = took {
+            bar.finish_and_clear();
+            return Err(given_back(session, takers, e).await);
+        }
     }
     bar.finish_and_clear();
     let Planner {
@@ -296,12 +312,35 @@ pub(crate) async fn take_plan(session: &Session<'_>) -> Result<Taken> {
     })
 }
 
+/// A plan that failed while it took (a signal, a stall): what it took goes back as a
+/// declined plan's does (renewed where a return counts), not with the process; after a
+/// signal, a quorum DLQ's take goes on to its end first, to give it back in order.
+async fn given_back(session: &Session<'_>, mut takers: Vec<Taker>, e: Error) -> Error {
+    let conn = &session.conn;
+    let interrupted = crate::error::exit_for(&e) == crate::error::Exit::Interrupted;
+    let release = async {
+        for t in takers.iter_mut().filter(|_| interrupted) {
+            if let Err(e) = t.take_rest(conn).await {
+                let why = format!("taking the rest to give it back in order: {e:#}");
+                session.printer.warn(why);
+            }
+        }
+        super::release_unmoved(conn, session.printer, takers).await;
+    };
+    match interrupted {
+        true => crate::bulk::exit_on_signal(release).await,
+        false => release.await,
+    }
+    e
+}
+
 /// A dry run's rows, which may wait for their reader as long as the plan's `hold` allows.
 fn dry_rows(session: &Session<'_>, hold: PlanHold) -> Result<DryRows> {
     Ok(DryRows {
         out: session.printer.stream_piped::<MovePreview>()?,
         hold,
         stalled: false,
+        signals: crate::signals::listen(),
     })
 }
 

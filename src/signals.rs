@@ -1,0 +1,141 @@
+//! SIGINT and SIGTERM, watched once for the whole process (from the first `listen`) and
+//! handed to every part of dlq listening at that moment. A part that holds messages stops on
+//! one and gives them back properly (renewed, or nacked, where a close would count a
+//! delivery toward the delivery limit) before dlq exits 130.
+//!
+//! A signal no part listens for ends dlq at once (exit 130, or 143 for SIGTERM), as the
+//! signal's default would have, after the terminal is given back (`on_unheard`) and the
+//! audit trail's open runs closed. tokio never gives a signal back to its default once it
+//! has watched it: before this hub, a job of `dlq browse` after a replay (an archive)
+//! ignored Ctrl-C and SIGTERM.
+
+use std::sync::OnceLock;
+use tokio::sync::watch;
+
+/// How many signals came so far, for every listener.
+static COUNT: OnceLock<watch::Sender<u64>> = OnceLock::new();
+/// What must happen before dlq ends on a signal nobody listens for.
+static ON_UNHEARD: OnceLock<fn()> = OnceLock::new();
+
+/// A part of dlq that stops on the next signal: it sees those that come after `listen`.
+pub(crate) struct Listener {
+    seen: u64,
+    rx: Option<watch::Receiver<u64>>,
+}
+
+/// Listens from now on; the first call starts the process's watch (on dlq's runtime).
+pub(crate) fn listen() -> Listener {
+    let tx = COUNT.get_or_init(start);
+    let rx = tx.subscribe();
+    let seen = *rx.borrow();
+    Listener { seen, rx: Some(rx) }
+}
+
+/// Listens for the signals after the first `seen` (another listener's `seen`): a part of a
+/// run that listens only while it waits still hears what came since the run started.
+pub(crate) fn listen_since(seen: u64) -> Listener {
+    Listener { seen, ..listen() }
+}
+
+/// Says once per signal that dlq stops on it (`seen`: the listener's count once it came):
+/// giving back can take a while, and a second signal should be a choice.
+pub(crate) fn announce(seen: u64) {
+    static SAID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    if SAID.fetch_max(seen, std::sync::atomic::Ordering::SeqCst) < seen {
+        crate::output::notice(
+            "interrupted: dlq gives back what it holds, then exits (signal again to exit at once)",
+        );
+    }
+}
+
+/// Ends dlq now with 130, saying `why`: a second signal while dlq gives back after the first.
+pub(crate) fn exit_at_once(why: &str) -> ! {
+    eprintln!("{why}");
+    crate::audit::abandon(why, 130);
+    std::process::exit(130)
+}
+
+/// The signals so far (0 before the watch starts; it needs no runtime).
+pub(crate) fn count() -> u64 {
+    COUNT.get().map_or(0, |tx| *tx.borrow())
+}
+
+/// Whether a signal came after the first `seen` (a `Listener::seen` taken earlier).
+pub(crate) fn came_since(seen: u64) -> bool {
+    COUNT.get().is_some_and(|tx| *tx.borrow() > seen)
+}
+
+/// Registers what a signal nobody listens for does before dlq ends (the browser gives the
+/// terminal back). The first registration stands.
+pub(crate) fn on_unheard(f: fn()) {
+    let _ = ON_UNHEARD.set(f);
+}
+
+impl Listener {
+    /// The signals this listener has seen (`listen_since`).
+    pub(crate) fn seen(&self) -> u64 {
+        self.seen
+    }
+
+    /// Waits for the next signal after those this listener has seen.
+    pub(crate) async fn next(&mut self) {
+        let Some(rx) = self.rx.as_mut() else {
+            return std::future::pending().await;
+        };
+        let seen = self.seen;
+        // The borrow ends here: it must not live across the await below.
+        let got = rx.wait_for(|n| *n > seen).await.map(|n| *n);
+        match got {
+            Ok(n) => self.seen = n,
+            // The watch could not start: no signal will come through it.
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// Whether a signal came that this listener has not seen (and marks it seen).
+    pub(crate) fn came(&mut self) -> bool {
+        let Some(rx) = self.rx.as_ref() else {
+            return false;
+        };
+        let n = *rx.borrow();
+        let came = n > self.seen;
+        self.seen = n;
+        came
+    }
+}
+
+/// The watch: a task that counts signals, or ends dlq on one nobody listens for.
+fn start() -> watch::Sender<u64> {
+    let (tx, _) = watch::channel(0u64);
+    let counter = tx.clone();
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut int), Ok(mut term)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            return;
+        };
+        loop {
+            let code = tokio::select! {
+                _ = int.recv() => 130,
+                _ = term.recv() => 143,
+            };
+            // Only this task's sender counts no listener.
+            if counter.receiver_count() == 0 {
+                unheard(code);
+            }
+            counter.send_modify(|n| *n += 1);
+        }
+    });
+    tx
+}
+
+/// A signal with no part of dlq listening: what its default would have done.
+fn unheard(code: u8) -> ! {
+    if let Some(f) = ON_UNHEARD.get() {
+        f();
+    }
+    crate::audit::abandon("interrupted by a signal", code);
+    std::process::exit(i32::from(code))
+}

@@ -1,0 +1,122 @@
+//! What a signal (Ctrl-C, SIGTERM) does to a command that holds a DLQ's messages: it stops,
+//! gives them back as a finished read does (renewed or nacked where a close would count a
+//! delivery toward the delivery limit), and exits 130. Before, dlq died on it as on any
+//! signal: the broker took back what the closed connection held, counted (RabbitMQ 4.0.5,
+//! `filter` of 20,000 quorum dead letters at the default limit: 17,000 counted once, 2,000
+//! twice, 152 renewed copies left beside their originals, the order changed).
+
+use crate::broker::Broker;
+use crate::queue_read::{paged_quorum_dlq, unchanged_and_undelivered};
+use lapin::BasicProperties;
+use lapin::types::{AMQPValue, FieldTable};
+use serde_json::json;
+use std::process::{Child, Output};
+use std::time::{Duration, Instant};
+
+/// dlq on `b` with `args`, its stdout and stderr piped (stdout left unread: it holds).
+fn dlq(b: &Broker, args: &[&str]) -> Child {
+    crate::queue_read::piped_dlq(&b.amqp_url(), args)
+}
+
+/// Once `q` holds fewer than `n` ready (dlq holds some), SIGINT to dlq; what it printed
+/// when it ended (within 60 s).
+async fn interrupted_once_holding(b: &Broker, q: &str, n: u32, mut child: Child) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while b.depth(q).await >= n {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("dlq ended ({status}) before it held anything");
+        }
+        assert!(Instant::now() < deadline, "dlq held nothing within 30 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let pid = child.id().to_string();
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &pid])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = tokio::task::spawn_blocking(move || {
+        let pid = child.id();
+        let ended = Instant::now() + Duration::from_secs(60);
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() > ended {
+                let _ = std::process::Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .status();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        child.wait_with_output().unwrap()
+    });
+    out.await.unwrap()
+}
+
+/// A read, a replay's dry run and an archive to stdout, their output unread (so each holds
+/// the DLQ's messages) when Ctrl-C comes: exit 130, said, and the quorum DLQ (3,000 dead
+/// letters with a delivery limit) unchanged, in order, none counted; nothing moved.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_mid_read_gives_back_uncounted_and_exits_130() {
+    let cases: [(&str, &[&str]); 3] = [
+        ("sigread", &["filter", "-o", "ndjson"]),
+        (
+            "sigdry",
+            &[
+                "replay",
+                "--to-queue",
+                "pager.work",
+                "--dry-run",
+                "-o",
+                "ndjson",
+            ],
+        ),
+        ("sigarch", &["archive", "--to", "-"]),
+    ];
+    for (tag, args) in cases {
+        let (b, q, n) = paged_quorum_dlq(tag).await;
+        b.queue("pager.work", FieldTable::default()).await;
+        let child = dlq(&b, &[args, &["-Q", q][..]].concat());
+        let out = interrupted_once_holding(&b, q, n, child).await;
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        eprintln!("== dlq {args:?}, interrupted, said:\n{err}");
+        assert_eq!(out.status.code(), Some(130), "dlq {args:?}: {err}");
+        assert!(err.contains("interrupted"), "dlq {args:?}: {err}");
+        assert_eq!(b.depth("pager.work").await, 0);
+        unchanged_and_undelivered(b, q, n).await;
+    }
+}
+
+/// `archive --delete --yes` of 40,000 quorum dead letters with a delivery limit, Ctrl-C while
+/// it takes them: exit 130, "nothing was deleted", no archive file, and the DLQ whole, in
+/// order, none counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_mid_archive_deletes_nothing_and_gives_back_uncounted() {
+    const N: u32 = 40_000;
+    let b = Broker::new("sigdelete").await;
+    let q = "pager.dlq";
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-queue-type".into(),
+        AMQPValue::LongString("quorum".into()),
+    );
+    args.insert("x-delivery-limit".into(), AMQPValue::LongInt(50));
+    b.queue(q, args).await;
+    let pad = "x".repeat(500);
+    let bodies = (0..N).map(|i| json!({"n": i, "pad": pad}).to_string().into_bytes());
+    b.publish_many_as(q, bodies, BasicProperties::default())
+        .await;
+    b.wait_depth(q, N).await;
+    let dir = tempfile::tempdir().unwrap();
+    let to = dir.path().join("a.ndjson");
+    let to = to.to_str().unwrap();
+    let child = dlq(&b, &["archive", "-Q", q, "--delete", "--yes", "--to", to]);
+    let out = interrupted_once_holding(&b, q, N, child).await;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("nothing was deleted"), "{err}");
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "{err}"
+    );
+    unchanged_and_undelivered(b, q, N).await;
+}
