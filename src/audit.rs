@@ -68,6 +68,8 @@ pub(crate) struct Audit {
     planned: Option<u64>,
     started: bool,
     ended: bool,
+    /// The signals seen when the run started: its end record says whether one stopped it.
+    signals_at: u64,
 }
 
 impl Audit {
@@ -81,6 +83,7 @@ impl Audit {
             planned: None,
             started: false,
             ended: false,
+            signals_at: 0,
         }
     }
 
@@ -101,6 +104,7 @@ impl Audit {
         self.write(&r)
             .context("cannot write the audit log: nothing was changed (pass --audit-log /dev/null to run without one)")?;
         self.started = true;
+        self.signals_at = crate::signals::count();
         let mut end = self.record("end");
         end.planned = planned;
         open_runs().push((self.subject.run_id.clone(), self.path.clone(), end));
@@ -211,8 +215,19 @@ impl Drop for Audit {
         if self.started && !self.ended {
             let mut r = self.record("end");
             r.planned = self.planned;
-            r.exit = Some(Exit::Failure as u8);
-            r.reason = Some("the run ended with an error (see its stderr)".into());
+            // The exit the process ends with: a signal's error exits 130.
+            let (exit, why) = match crate::signals::came_since(self.signals_at) {
+                true => (
+                    Exit::Interrupted,
+                    "interrupted by a signal (see its stderr)",
+                ),
+                false => (
+                    Exit::Failure,
+                    "the run ended with an error (see its stderr)",
+                ),
+            };
+            r.exit = Some(exit as u8);
+            r.reason = Some(why.into());
             self.write_or_warn(&r);
         }
     }
@@ -289,6 +304,7 @@ pub(crate) fn renewal(queue: &str, run_id: String) -> Audit {
         planned: None,
         started: false,
         ended: false,
+        signals_at: 0,
     }
 }
 

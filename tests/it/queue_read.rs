@@ -1479,8 +1479,18 @@ async fn paged_quorum_dlq_with(
 
 /// dlq on `amqp_url` with `args`, its stdout and stderr piped.
 pub(crate) fn piped_dlq(amqp_url: &str, args: &[&str]) -> std::process::Child {
+    piped_dlq_with(amqp_url, args, &[])
+}
+
+/// `piped_dlq` with more environment.
+pub(crate) fn piped_dlq_with(
+    amqp_url: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> std::process::Child {
     crate::common::dlq_command()
         .env("DLQ_AMQP_URL", amqp_url)
+        .envs(env.iter().copied())
         .args(args)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

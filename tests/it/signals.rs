@@ -109,7 +109,11 @@ async fn ctrl_c_mid_archive_deletes_nothing_and_gives_back_uncounted() {
     let dir = tempfile::tempdir().unwrap();
     let to = dir.path().join("a.ndjson");
     let to = to.to_str().unwrap();
-    let child = dlq(&b, &["archive", "-Q", q, "--delete", "--yes", "--to", to]);
+    let trail = tempfile::tempdir().unwrap();
+    let trail = trail.path().join("audit.ndjson");
+    let args = ["archive", "-Q", q, "--delete", "--yes", "--to", to];
+    let env = [("DLQ_AUDIT_LOG", trail.to_str().unwrap())];
+    let child = crate::queue_read::piped_dlq_with(&b.amqp_url(), &args, &env);
     let out = interrupted_once_holding(&b, q, N, child).await;
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(130), "{err}");
@@ -118,5 +122,13 @@ async fn ctrl_c_mid_archive_deletes_nothing_and_gives_back_uncounted() {
         std::fs::read_dir(dir.path()).unwrap().next().is_none(),
         "{err}"
     );
+    // The audit trail's end record says what the process did.
+    let trail = std::fs::read_to_string(&trail).unwrap();
+    let end = trail
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .rfind(|r| r["action"] == "archive" && r["event"] == "end")
+        .unwrap_or_else(|| panic!("no end record: {trail}"));
+    assert_eq!(end["exit"], 130, "{trail}");
     unchanged_and_undelivered(b, q, N).await;
 }
