@@ -409,6 +409,51 @@ async fn ctrl_c_mid_replay_loses_nothing_and_gives_the_terminal_back() {
     b.delete().await;
 }
 
+/// SIGTERM ends the browser as `q` does, the terminal given back, exit 130: also after a
+/// replay's question, which listens for signals. Before, once that question had listened
+/// (tokio keeps a signal's handler for the life of the process), the browser, and any later
+/// job without a signal stop of its own, ignored SIGTERM and Ctrl-C.
+#[tokio::test]
+async fn sigterm_after_a_replays_question_ends_the_browser_and_gives_the_terminal_back() {
+    let (b, _state, env) = expired_into_dlq("browse_term", 100).await;
+    let t = start(120, 40, &env, &["browse", "-Q", "b.dlq"]);
+    t.wait_visible(WAIT, |s| s.contains(" sources · read"));
+    t.keys(&["Enter"]);
+    t.wait_visible(WAIT, |s| s.contains("all reasons"));
+    t.keys(&["R"]);
+    t.wait_for(WAIT, |s| s.contains("[y/N]"));
+    t.keys(&["n", "Enter"]);
+    let s = t.wait_for(WAIT, |s| s.contains("Press Enter to go back"));
+    t.keys(&["Enter"]);
+    t.wait_visible(WAIT, |s| s.contains("all reasons"));
+    let pid = browser_pid(&b.amqp_url()).unwrap_or_else(|| panic!("no browser process: {s}"));
+    let sent = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let s = t.wait_exit();
+    assert!(s.contains("[dlq exited 130]"), "{s}");
+    // The ordinary screen is back: the shell's line is what shows.
+    assert!(t.visible().contains("[dlq exited 130]"));
+    assert_eq!(b.depth("b.dlq").await, 100);
+    b.delete().await;
+}
+
+/// The pid of the `dlq browse` whose environment has `DLQ_AMQP_URL` = `url` (a vhost of the
+/// test's own).
+fn browser_pid(url: &str) -> Option<u32> {
+    let want = format!("DLQ_AMQP_URL={url}");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+        let env = std::fs::read(e.path().join("environ")).ok()?;
+        let is_browser = cmd.split(|b| *b == 0).any(|a| a == b"browse");
+        let has = env.split(|b| *b == 0).any(|v| v == want.as_bytes());
+        (is_browser && has).then_some(pid)
+    })
+}
+
 /// The screen at 80×24 and 200×50, resized, with and without colour: NO_COLOR leaves no
 /// colour escape on the screen (the cursor row is still shown, in reverse video).
 #[tokio::test]
