@@ -110,9 +110,9 @@ async fn confirm(
 /// (`exit_on_signal`).
 fn interrupted() -> anyhow::Error {
     eprintln!();
-    anyhow::Error::new(crate::error::Interrupted(
-        "interrupted at the confirmation: nothing was moved, every message was given back".into(),
-    ))
+    crate::error::interrupted(
+        "interrupted at the confirmation: nothing was moved, every message was given back",
+    )
 }
 
 /// `work` (giving back what dlq holds after a first signal), unless another signal comes
@@ -126,13 +126,24 @@ pub(crate) async fn exit_on_signal<F: std::future::Future>(work: F) -> F::Output
     }
 }
 
+/// `work`, giving back after a run stopped by `stopped` (an error): under `exit_on_signal`
+/// when a signal stopped it, so that a second one exits at once.
+pub(crate) async fn give_back_after<F: std::future::Future>(
+    stopped: Option<&anyhow::Error>,
+    work: F,
+) -> F::Output {
+    match stopped.is_some_and(|e| crate::error::exit_for(e) == Exit::Interrupted) {
+        true => exit_on_signal(work).await,
+        false => work.await,
+    }
+}
+
 /// Exits with 130 now, saying what that leaves and closing the audit trail's open runs.
 pub(crate) fn exit_now(why: &str) -> ! {
     eprintln!(
         "{why}. Nothing unconfirmed was acknowledged or marked: it stays in its DLQ or table; what was in flight (at most --window) may also reach its destination, and a new run finishes the job"
     );
-    crate::audit::abandon(why, 130);
-    std::process::exit(130);
+    crate::signals::exit(130, why)
 }
 
 /// `--dry-run` and `--yes`, shared by every mutating command.

@@ -29,7 +29,7 @@ impl From<Exit> for ExitCode {
 #[error("{0}")]
 pub struct UsageError(pub String);
 
-/// A run the user stopped with a signal before it began (at its confirmation).
+/// A run the user stopped with a signal (Ctrl-C, SIGTERM): it gave back what it held.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
 pub struct Interrupted(pub String);
@@ -37,6 +37,11 @@ pub struct Interrupted(pub String);
 /// Shorthand to build a usage error inside `anyhow` chains.
 pub fn usage(msg: impl Into<String>) -> anyhow::Error {
     anyhow::Error::new(UsageError(msg.into()))
+}
+
+/// Shorthand to build the error of a run a signal stopped (exit 130).
+pub fn interrupted(msg: impl Into<String>) -> anyhow::Error {
+    anyhow::Error::new(Interrupted(msg.into()))
 }
 
 /// Maps an error chain to its exit code: usage errors anywhere in the chain win.

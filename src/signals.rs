@@ -20,7 +20,7 @@ static ON_UNHEARD: OnceLock<fn()> = OnceLock::new();
 /// A part of dlq that stops on the next signal: it sees those that come after `listen`.
 pub(crate) struct Listener {
     seen: u64,
-    rx: Option<watch::Receiver<u64>>,
+    rx: watch::Receiver<u64>,
 }
 
 /// Listens from now on; the first call starts the process's watch (on dlq's runtime).
@@ -28,7 +28,7 @@ pub(crate) fn listen() -> Listener {
     let tx = COUNT.get_or_init(start);
     let rx = tx.subscribe();
     let seen = *rx.borrow();
-    Listener { seen, rx: Some(rx) }
+    Listener { seen, rx }
 }
 
 /// Listens for the signals after the first `seen` (another listener's `seen`): a part of a
@@ -51,8 +51,13 @@ pub(crate) fn announce(seen: u64) {
 /// Ends dlq now with 130, saying `why`: a second signal while dlq gives back after the first.
 pub(crate) fn exit_at_once(why: &str) -> ! {
     eprintln!("{why}");
-    crate::audit::abandon(why, 130);
-    std::process::exit(130)
+    exit(130, why)
+}
+
+/// Ends dlq now with `code`, the audit trail's open runs closed with `why`.
+pub(crate) fn exit(code: u8, why: &str) -> ! {
+    crate::audit::abandon(why, code);
+    std::process::exit(i32::from(code))
 }
 
 /// The signals so far (0 before the watch starts; it needs no runtime).
@@ -79,25 +84,19 @@ impl Listener {
 
     /// Waits for the next signal after those this listener has seen.
     pub(crate) async fn next(&mut self) {
-        let Some(rx) = self.rx.as_mut() else {
-            return std::future::pending().await;
-        };
         let seen = self.seen;
         // The borrow ends here: it must not live across the await below.
-        let got = rx.wait_for(|n| *n > seen).await.map(|n| *n);
+        let got = self.rx.wait_for(|n| *n > seen).await.map(|n| *n);
         match got {
             Ok(n) => self.seen = n,
-            // The watch could not start: no signal will come through it.
+            // The watch is gone (it never is: `COUNT` keeps it): no signal will come.
             Err(_) => std::future::pending().await,
         }
     }
 
     /// Whether a signal came that this listener has not seen (and marks it seen).
     pub(crate) fn came(&mut self) -> bool {
-        let Some(rx) = self.rx.as_ref() else {
-            return false;
-        };
-        let n = *rx.borrow();
+        let n = *self.rx.borrow();
         let came = n > self.seen;
         self.seen = n;
         came
@@ -121,7 +120,7 @@ fn start() -> watch::Sender<u64> {
                 _ = int.recv() => 130,
                 _ = term.recv() => 143,
             };
-            // Only this task's sender counts no listener.
+            // No receiver: no part of dlq listens.
             if counter.receiver_count() == 0 {
                 unheard(code);
             }
@@ -136,6 +135,5 @@ fn unheard(code: u8) -> ! {
     if let Some(f) = ON_UNHEARD.get() {
         f();
     }
-    crate::audit::abandon("interrupted by a signal", code);
-    std::process::exit(i32::from(code))
+    exit(code, "interrupted by a signal")
 }

@@ -317,25 +317,15 @@ async fn finish_or_give_back(
         Ok(t) => return Ok(t),
         Err(e) => e,
     };
-    let interrupted = crate::error::exit_for(&e) == Exit::Interrupted;
+    let after_signal = crate::error::exit_for(&e) == Exit::Interrupted;
     let release = async {
-        for (mut taker, _) in std::mem::take(taken) {
-            if interrupted && let Err(e) = taker.take_rest(conn).await {
-                printer.warn(format!("taking the rest to give it back in order: {e:#}"));
-            }
-            if let Some(note) = taker.nothing_moved() {
-                printer.warn(note);
-            }
-            let held = taker.taken;
-            for note in taker.release(conn, held).await {
+        for (taker, _) in std::mem::take(taken) {
+            for note in taker.release_unmoved(conn, after_signal).await {
                 printer.warn(note);
             }
         }
     };
-    match interrupted {
-        true => crate::bulk::exit_on_signal(release).await,
-        false => release.await,
-    }
+    crate::bulk::give_back_after(Some(&e), release).await;
     Err(e.context("nothing was deleted from the queues"))
 }
 

@@ -83,9 +83,9 @@ async fn event_loop(app: &mut App<'_>, screen: &mut term::Screen) -> Result<()> 
     loop {
         screen.draw(|f| view::draw(f, app))?;
         let step = tokio::select! {
-            _ = signals.next() => return Err(anyhow::Error::new(crate::error::Interrupted(
-                "interrupted: the browser ended on a signal".into(),
-            ))),
+            _ = signals.next() => {
+                return Err(crate::error::interrupted("interrupted: the browser ended on a signal"));
+            }
             ev = input.next() => match ev {
                 Some(Ok(ev)) => app.on_event(ev, load.is_some()),
                 Some(Err(e)) => return Err(e.into()),

@@ -23,13 +23,8 @@ use anyhow::Result;
 /// work (a queue reader giving messages back) before the process may exit.
 pub(crate) async fn dispatch(cli: Cli) -> Result<Exit> {
     let result = run_command(cli).await;
-    match &result {
-        // A second signal while the reads give back ends dlq at once.
-        Err(e) if crate::error::exit_for(e) == Exit::Interrupted => {
-            crate::bulk::exit_on_signal(crate::source::settle()).await
-        }
-        _ => crate::source::settle().await,
-    }
+    // A second signal while the reads give back ends dlq at once.
+    crate::bulk::give_back_after(result.as_ref().err(), crate::source::settle()).await;
     match crate::source::late_error() {
         Some(e) if result.is_ok() => Err(e),
         _ => result,

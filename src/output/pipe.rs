@@ -173,15 +173,11 @@ impl Write for Pipe {
 
 impl Drop for Pipe {
     fn drop(&mut self) {
-        let abandoned = {
-            let mut st = self.state();
-            st.dropped = true;
-            st.abandoned
-        };
+        self.state().dropped = true;
         self.shared.work.notify_one();
-        // Stopping on a signal: the thread may be blocked for good on a reader who stopped
-        // reading; the process ends it.
-        if abandoned || crate::signals::came_since(self.shared.signals_at) {
+        // Stopping on a signal (an abandoned pipe is one): the thread may be blocked for good
+        // on a reader who stopped reading; the process ends it.
+        if crate::signals::came_since(self.shared.signals_at) {
             return;
         }
         if let Some(thread) = self.thread.take() {

@@ -538,10 +538,10 @@ fn interrupted_read(queue: &str, report: &ReadReport) -> anyhow::Error {
     for note in &report.renewal_notes {
         crate::output::notice(note.clone());
     }
-    anyhow::Error::new(crate::error::Interrupted(format!(
+    crate::error::interrupted(format!(
         "interrupted: dlq stopped showing {queue:?} after {} message(s) and gave back what it held, as a finished read does",
         report.shown()
-    )))
+    ))
 }
 
 /// How many messages RabbitMQ took back from a quorum read on its own: the windows of the
@@ -1186,9 +1186,9 @@ async fn send_within_hold<T: Send>(
     let sent = tokio::select! {
         sent = within_hold(started, || spec.hold_wait(), tx.send(rec)) => sent,
         _ = signals.next() => {
-            crate::signals::announce(signals.seen());
-            report.signals_at = signals.seen();
+            // The record at hand was not sent.
             report.interrupted = Some(report.read - 1);
+            interrupt(spec, report, signals.seen());
             return false;
         }
     };

@@ -479,15 +479,34 @@ impl Taker {
         Ok(())
     }
 
+    /// Gives back what this take holds when its caller moved or deleted none of it: what
+    /// it meant to is renewed with what it kept (`nothing_moved`); after a signal
+    /// (`after_signal`) a quorum take first goes on to its end (`take_rest`). The notes for
+    /// the user, in order.
+    pub(crate) async fn release_unmoved(
+        mut self,
+        conn: &Connection,
+        after_signal: bool,
+    ) -> Vec<String> {
+        let mut notes = Vec::new();
+        if after_signal && let Err(e) = self.take_rest(conn).await {
+            notes.push(format!("taking the rest to give it back in order: {e:#}"));
+        }
+        notes.extend(self.nothing_moved());
+        let held = self.taken;
+        notes.extend(self.release(conn, held).await);
+        notes
+    }
+
     /// Whether a signal came that stops this take (`stop_on_signal`).
     fn interrupted(signals: &mut Option<crate::signals::Listener>, queue: &str) -> Result<()> {
         if let Some(s) = signals.as_mut()
             && s.came()
         {
             crate::signals::announce(s.seen());
-            return Err(anyhow::Error::new(crate::error::Interrupted(format!(
+            return Err(crate::error::interrupted(format!(
                 "interrupted while taking from {queue:?}"
-            ))));
+            )));
         }
         Ok(())
     }

@@ -54,7 +54,7 @@ async fn require_destinations(session: &Session<'_>, taken: &mut Taken) -> Resul
         return Ok(());
     }
     let takers = std::mem::take(&mut taken.takers);
-    release_unmoved(&session.conn, session.printer, takers).await;
+    release_unmoved(&session.conn, session.printer, takers, None).await;
     Err(usage(format!(
         "destination queue(s) {} do not exist: nothing was moved (declare them or pass --to-queue)",
         missing.join(", ")

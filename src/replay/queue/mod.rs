@@ -82,13 +82,8 @@ pub(crate) async fn run(
     if !matches!(gated, Ok(None)) {
         // Stopped at the gate (or the audit log refused the run): give everything back,
         // and only then wait for a dry run's rows to be read.
-        let release = release_unmoved(&session.conn, printer, taken.takers);
-        match &gated {
-            Err(e) if crate::error::exit_for(e) == Exit::Interrupted => {
-                crate::bulk::exit_on_signal(release).await
-            }
-            _ => release.await,
-        }
+        let stopped = gated.as_ref().err();
+        release_unmoved(&session.conn, printer, taken.takers, stopped).await;
         let rows = match dry {
             Some(rows) => rows.finish().await,
             None => Ok(()),
@@ -458,22 +453,23 @@ async fn release_all(
     }
 }
 
-/// Gives back everything the takers hold, none of it moved: what a renewing plan meant to
-/// move is renewed with what it kept (`Taker::nothing_moved`).
+/// Gives back everything the takers hold, none of it moved (`Taker::release_unmoved`);
+/// `stopped`: the error that stopped the run, when one did (`bulk::give_back_after`).
 pub(super) async fn release_unmoved(
     conn: &crate::rabbit::Connection,
     printer: &Printer,
     takers: Vec<Taker>,
+    stopped: Option<&anyhow::Error>,
 ) {
-    for mut t in takers {
-        if let Some(note) = t.nothing_moved() {
-            printer.warn(note);
+    let after_signal = stopped.is_some_and(|e| crate::error::exit_for(e) == Exit::Interrupted);
+    let release = async {
+        for t in takers {
+            for note in t.release_unmoved(conn, after_signal).await {
+                printer.warn(note);
+            }
         }
-        let held = t.taken;
-        for note in t.release(conn, held).await {
-            printer.warn(note);
-        }
-    }
+    };
+    crate::bulk::give_back_after(stopped, release).await
 }
 
 fn warn_unfinished(printer: &Printer, window: usize) {

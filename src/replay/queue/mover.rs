@@ -64,7 +64,8 @@ pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<E
         }
     } else {
         // The plan did not fit in memory: give everything back, then read again.
-        release_unmoved(&session.conn, session.printer, std::mem::take(&mut takers)).await;
+        let takers = std::mem::take(&mut takers);
+        release_unmoved(&session.conn, session.printer, takers, None).await;
     }
     if let Some(canary) = session.opts.canary
         && mover.report.stopped.is_none()

@@ -220,9 +220,9 @@ impl DryRows {
             w = within_hold(self.hold.started, hold, self.out.ready()) => w,
             _ = self.signals.next() => {
                 crate::signals::announce(self.signals.seen());
-                return Err(anyhow::Error::new(crate::error::Interrupted(
-                    "interrupted while the dry run's rows waited for their reader".into(),
-                )));
+                return Err(crate::error::interrupted(
+                    "interrupted while the dry run's rows waited for their reader",
+                ));
             }
         };
         match waited {
@@ -315,22 +315,8 @@ pub(crate) async fn take_plan(session: &Session<'_>) -> Result<Taken> {
 /// A plan that failed while it took (a signal, a stall): what it took goes back as a
 /// declined plan's does (renewed where a return counts), not with the process; after a
 /// signal, a quorum DLQ's take goes on to its end first, to give it back in order.
-async fn given_back(session: &Session<'_>, mut takers: Vec<Taker>, e: Error) -> Error {
-    let conn = &session.conn;
-    let interrupted = crate::error::exit_for(&e) == crate::error::Exit::Interrupted;
-    let release = async {
-        for t in takers.iter_mut().filter(|_| interrupted) {
-            if let Err(e) = t.take_rest(conn).await {
-                let why = format!("taking the rest to give it back in order: {e:#}");
-                session.printer.warn(why);
-            }
-        }
-        super::release_unmoved(conn, session.printer, takers).await;
-    };
-    match interrupted {
-        true => crate::bulk::exit_on_signal(release).await,
-        false => release.await,
-    }
+async fn given_back(session: &Session<'_>, takers: Vec<Taker>, e: Error) -> Error {
+    super::release_unmoved(&session.conn, session.printer, takers, Some(&e)).await;
     e
 }
 
