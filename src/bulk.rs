@@ -35,6 +35,9 @@ pub(crate) struct Gate<'a> {
 pub(crate) struct PromptHold<'a> {
     pub(crate) started: std::time::Instant,
     pub(crate) wait: &'a (dyn Fn() -> std::time::Duration + Sync),
+    /// The signals seen when the plan began: one that came since, where the plan listened
+    /// for none (after its take), fails the gate too, `--yes` or not.
+    pub(crate) signals_at: u64,
 }
 
 /// `Some(exit)`: stop here with that exit code; `None`: go ahead and run (the audit's start
@@ -88,11 +91,18 @@ async fn confirm(
     yes: bool,
     hold: Option<&PromptHold<'_>>,
 ) -> Result<bool> {
-    let Some(h) = hold.filter(|_| !yes) else {
+    let Some(h) = hold else {
         return printer.confirm(prompt, yes).await;
     };
+    let mut signals = crate::signals::listen_since(h.signals_at);
+    if signals.came() {
+        crate::signals::announce(signals.seen());
+        return Err(interrupted(false));
+    }
+    if yes {
+        return printer.confirm(prompt, yes).await;
+    }
     let asked = crate::rabbit::reader::within_hold(h.started, h.wait, printer.confirm(prompt, yes));
-    let mut signals = crate::signals::listen();
     tokio::select! {
         answer = asked => answer.unwrap_or_else(|| {
             // Below the question, which is still waiting for its line.
@@ -102,14 +112,19 @@ async fn confirm(
                 (h.wait)().as_secs()
             ))
         }),
-        _ = signals.next() => Err(interrupted()),
+        _ = signals.next() => {
+            crate::signals::announce(signals.seen());
+            Err(interrupted(true))
+        }
     }
 }
 
-/// A signal at the confirmation: the caller gives back what the plan holds
-/// (`exit_on_signal`).
-fn interrupted() -> anyhow::Error {
-    eprintln!();
+/// A signal at the confirmation (`asked`: while the question waited for its line): the
+/// caller gives back what the plan holds (`exit_on_signal`).
+fn interrupted(asked: bool) -> anyhow::Error {
+    if asked {
+        eprintln!();
+    }
     crate::error::interrupted(
         "interrupted at the confirmation: nothing was moved, every message was given back",
     )
@@ -151,4 +166,62 @@ pub(crate) fn exit_now(why: &str) -> ! {
 pub(crate) struct Safety {
     pub(crate) dry_run: bool,
     pub(crate) yes: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    /// A signal that came after the plan began, where nothing listened for one (after the
+    /// plan's take, before its question), fails the gate, `--yes` or not: the caller gives
+    /// back what the plan holds. Before, the question (or, under `--yes`, the move) began
+    /// as if none had come. nextest runs each test in a process of its own: the signal is
+    /// this one's.
+    #[tokio::test]
+    async fn a_signal_since_the_plan_began_fails_its_confirmation() {
+        let listening = crate::signals::listen();
+        let at = listening.seen();
+        let me = std::process::id().to_string();
+        let kill = std::process::Command::new("kill")
+            .args(["-INT", &me])
+            .status();
+        assert!(kill.unwrap().success());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !crate::signals::came_since(at) {
+            assert!(Instant::now() < deadline, "the signal was not counted");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let printer = Printer {
+            format: crate::output::OutputFormat::Table,
+            quiet: true,
+            verbose: 0,
+            color: false,
+            progress: false,
+            stdout_tty: false,
+            interactive: false,
+        };
+        let wait = || Duration::from_secs(60);
+        let hold = PromptHold {
+            started: Instant::now(),
+            wait: &wait,
+            signals_at: at,
+        };
+        for yes in [true, false] {
+            let e = confirm(&printer, "Move?", yes, Some(&hold))
+                .await
+                .unwrap_err();
+            assert_eq!(crate::error::exit_for(&e), Exit::Interrupted, "{e:#}");
+        }
+        // The plan's signals are those since it began: one before is not its own.
+        let later = PromptHold {
+            signals_at: crate::signals::count(),
+            ..hold
+        };
+        assert!(
+            confirm(&printer, "Move?", true, Some(&later))
+                .await
+                .unwrap()
+        );
+    }
 }

@@ -105,16 +105,18 @@ impl Listener {
 
 /// The watch: a task that counts signals, or ends dlq on one nobody listens for.
 fn start() -> watch::Sender<u64> {
+    use tokio::signal::unix::{SignalKind, signal};
     let (tx, _) = watch::channel(0u64);
     let counter = tx.clone();
+    // Installed before `listen` returns, not at the task's first poll: a signal in between
+    // would end dlq as its default does.
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return tx;
+    };
     tokio::spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut int), Ok(mut term)) = (
-            signal(SignalKind::interrupt()),
-            signal(SignalKind::terminate()),
-        ) else {
-            return;
-        };
         loop {
             let code = tokio::select! {
                 _ = int.recv() => 130,

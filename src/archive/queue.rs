@@ -349,8 +349,8 @@ async fn ack_written(
     let mut ack_error = None;
     let mut to_verify = Vec::new();
     for (mut taker, written) in taken {
-        // The file is whole: the copies kept in case nothing was deleted are not needed,
-        // and the acknowledgements are not stopped by a signal.
+        // The file is whole: the acknowledgements are not stopped by a signal (the copies
+        // kept in case nothing was deleted go with the release).
         taker.moving();
         // Consumers left live by `Taker::open_holding` stay so while they acknowledge.
         taker.watch_consumers().await;

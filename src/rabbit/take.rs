@@ -429,13 +429,21 @@ impl Taker {
     /// 100 left all of them at delivery count 1). `None`: all of it is renewed; else a note
     /// on what was given back as before (past `DEFER_BYTES`).
     pub(crate) fn nothing_moved(&mut self) -> Option<String> {
+        self.renew_planned(|_, _| true)
+    }
+
+    /// What the caller planned and did not move (`unmoved(channel, tag)`: a move that
+    /// stopped part-way) is renewed on release with what it kept, as `nothing_moved` does;
+    /// what moved is acknowledged already and never copied.
+    pub(crate) fn renew_planned(&mut self, unmoved: impl Fn(usize, u64) -> bool) -> Option<String> {
         if !(self.renews && self.holding) {
             return None;
         }
         match self.planned.take() {
             Some(planned) if planned.is_empty() => None,
-            Some(mut planned) if self.renewal.is_none() => {
-                self.deferred.append(&mut planned);
+            Some(planned) if self.renewal.is_none() => {
+                let left = planned.into_iter().filter(|k| unmoved(k.channel, k.tag));
+                self.deferred.extend(left);
                 self.deferred.sort_by_key(|k| (k.channel, k.tag));
                 None
             }
@@ -447,11 +455,10 @@ impl Taker {
         }
     }
 
-    /// The plan is answered and the move begins: what `plan_move` kept is not needed, and
-    /// the move stops on a signal its own way (`replay::stop_on_signal`).
+    /// The plan is answered and the move begins: the move stops on a signal its own way
+    /// (`replay::stop_on_signal`). What `plan_move` kept stays, for what does not move
+    /// (`renew_planned`).
     pub(crate) fn moving(&mut self) {
-        self.planned = None;
-        self.planned_bytes = 0;
         self.signals = None;
     }
 
@@ -1001,6 +1008,15 @@ impl Taker {
         if self.renewal.is_some() || !self.deferred.is_empty() {
             self.cancel_all().await;
         }
+        // A closed channel's messages are back in the queue already: a copy would be a
+        // second one, its original beyond acknowledging.
+        let open = |k: &Kept| {
+            self.channels
+                .get(k.channel)
+                .is_some_and(|c| c.status().connected())
+        };
+        let deferred = std::mem::take(&mut self.deferred);
+        self.deferred = deferred.into_iter().filter(open).collect();
         if !self.deferred.is_empty()
             && let Err(e) = self.open_renewal(conn).await
         {

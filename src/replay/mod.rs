@@ -83,9 +83,18 @@ pub(crate) fn print_report(
 pub(crate) fn stop_on_signal(
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> tokio::task::JoinHandle<()> {
+    stop_on_signal_since(stop, crate::signals::count())
+}
+
+/// `stop_on_signal`, for the signals after the first `seen` (`signals::listen_since`): one
+/// that came before, while the run listened for none, stops it at once.
+pub(crate) fn stop_on_signal_since(
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    seen: u64,
+) -> tokio::task::JoinHandle<()> {
     use std::sync::atomic::Ordering;
     // Listening from now, not from the task's first poll.
-    let mut signals = crate::signals::listen();
+    let mut signals = crate::signals::listen_since(seen);
     tokio::spawn(async move {
         signals.next().await;
         eprintln!("stopping after the items in flight (signal again to exit at once)");

@@ -36,6 +36,7 @@ pub(crate) async fn plan_gate(
         hold: Some(crate::bulk::PromptHold {
             started: hold.started,
             wait: &wait,
+            signals_at: session.signals_at,
         }),
     };
     crate::bulk::gate(session.printer, gate).await

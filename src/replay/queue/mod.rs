@@ -139,6 +139,10 @@ pub(crate) struct Session<'a> {
     pub(crate) watch: Option<Following>,
     /// The broker's own consumer timeout, asked for under `--rate` (`rabbit::broker_timeout`).
     pub(crate) broker_timeout: Option<u64>,
+    /// The signals so far once the session was open: a signal that comes where the run
+    /// listens for none (between one DLQ's take and the next, or after the plan's take
+    /// before its question) is still one that stops it (`signals::listen_since`).
+    pub(crate) signals_at: u64,
 }
 
 impl<'a> Session<'a> {
@@ -191,6 +195,7 @@ impl<'a> Session<'a> {
             audit,
             watch,
             broker_timeout,
+            signals_at: crate::signals::count(),
         })
     }
 

@@ -19,7 +19,7 @@ use crate::redact;
 use crate::replay::acks::{Acked, Acks};
 use crate::replay::requeue;
 use crate::replay::workers::TaskGate;
-use crate::replay::{Canary, stop_on_signal};
+use crate::replay::{Canary, stop_on_signal_since};
 use crate::report::Report;
 use crate::select::Selector;
 use crate::source::queue as record;
@@ -75,9 +75,35 @@ pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<E
     if !mover.canary_failed && mover.report.stopped.is_none() {
         mover.move_planned_part(&mut holding, None).await?;
     }
-    let ended = mover.end();
+    let mut ended = mover.end();
+    let left = holding.held.drain(..).map(|h| (h.queue, h.chan, h.tag));
+    ended.unmoved.extend(left);
     drop(holding);
+    renew_unmoved(session.printer, &mut takers, &ended.unmoved);
     session.finish(ended, Some(takers), Ok(())).await
+}
+
+/// A move that stopped part-way (a signal, a canary, a refusal): what the plan meant to
+/// move and did not is renewed on release with what it kept, in take order, where giving
+/// it back would count a delivery (`Taker::renew_planned`).
+fn renew_unmoved(
+    printer: &crate::output::Printer,
+    takers: &mut [Taker],
+    unmoved: &[(usize, usize, u64)],
+) {
+    for (qi, t) in takers.iter_mut().enumerate() {
+        let mine: std::collections::HashSet<(usize, u64)> = unmoved
+            .iter()
+            .filter(|(q, ..)| *q == qi)
+            .map(|&(_, chan, tag)| (chan, tag))
+            .collect();
+        if mine.is_empty() {
+            continue;
+        }
+        if let Some(note) = t.renew_planned(|chan, tag| mine.contains(&(chan, tag))) {
+            printer.warn(note);
+        }
+    }
 }
 
 /// Replay under `--yes`: every DLQ's messages present now are taken in order and the
@@ -144,6 +170,8 @@ struct Mover<'a> {
     /// Set when RabbitMQ took back what a take held (`Taker::taken_back`), each with
     /// whether the take held it for a plan.
     taken_back: Vec<(Arc<AtomicBool>, bool)>,
+    /// What was taken and did not move (see `Ended::unmoved`).
+    unmoved: Vec<(usize, usize, u64)>,
 }
 
 /// What the move phase leaves for `Session::finish`.
@@ -163,6 +191,8 @@ pub(crate) struct Ended {
     /// The last acknowledgements sent (DLQ index, id): after a lost connection, the ones
     /// that may have been lost with it.
     pub(crate) recent: std::collections::VecDeque<(usize, RecordId)>,
+    /// What was taken and did not move (DLQ index, take channel, delivery tag).
+    pub(crate) unmoved: Vec<(usize, usize, u64)>,
 }
 
 /// What a streamed run's selector says at the end.
@@ -201,7 +231,7 @@ impl<'a> Mover<'a> {
     ) -> Result<Mover<'a>> {
         let pipeline = Pipeline::open(&session.conn, session.opts.common.rate).await?;
         let stop = Arc::new(AtomicBool::new(false));
-        let signals = stop_on_signal(stop.clone());
+        let signals = stop_on_signal_since(stop.clone(), session.signals_at);
         let bar = session.printer.progress(Some(total), "replaying");
         Ok(Mover {
             session,
@@ -224,6 +254,7 @@ impl<'a> Mover<'a> {
             window: session.window(),
             recent: Default::default(),
             taken_back: Vec::new(),
+            unmoved: Vec::new(),
         })
     }
 
@@ -246,6 +277,7 @@ impl<'a> Mover<'a> {
             follow,
             window,
             recent,
+            unmoved,
             ..
         } = self;
         Ended {
@@ -258,6 +290,7 @@ impl<'a> Mover<'a> {
             followed: follow,
             window_bound: window.bound(),
             recent,
+            unmoved,
         }
     }
 
@@ -371,7 +404,7 @@ impl<'a> Mover<'a> {
             };
             let Some(props) = crate::rabbit::codec::decode_properties(&h.props) else {
                 // Encoded by this process a moment ago: cannot happen, but never guess.
-                self.acks.not_moved(h.queue, h.chan);
+                self.not_moved(h.queue, h.chan, h.tag);
                 self.report.fail(
                     h.id,
                     "internal: held properties unreadable; left in the DLQ",
@@ -380,7 +413,7 @@ impl<'a> Mover<'a> {
             };
             let route = holding.routes.get(h.route).clone();
             if let Err(why) = self.followable(props.headers().as_ref(), &route).await {
-                self.acks.not_moved(h.queue, h.chan);
+                self.not_moved(h.queue, h.chan, h.tag);
                 self.report.fail(h.id, why);
                 continue;
             }
@@ -473,7 +506,7 @@ impl<'a> Mover<'a> {
     async fn settle_publishes(&mut self) {
         if self.report.stopped.is_some() {
             for p in self.pipeline.unstage() {
-                self.acks.not_moved(p.queue, p.chan);
+                self.not_moved(p.queue, p.chan, p.tag);
             }
         }
         while let Some(done) = self.pipeline.next().await {
@@ -574,7 +607,7 @@ impl<'a> Mover<'a> {
         let moving = match self.prepare_move(from, &d).await {
             Some(Ok(moving)) => moving,
             stays => {
-                self.acks.not_moved(qi, chan);
+                self.not_moved(qi, chan, tag);
                 if let Some(Err((id, why))) = stays {
                     self.report.fail(id, why);
                 }
@@ -734,7 +767,7 @@ impl<'a> Mover<'a> {
             id,
         } = p;
         if !matches!(out, Ok(Outcome::Confirmed)) {
-            self.acks.not_moved(queue, chan);
+            self.not_moved(queue, chan, tag);
             if let Some(f) = self.follow.as_mut() {
                 f.settled(&id, false);
             }
@@ -765,6 +798,14 @@ impl<'a> Mover<'a> {
                     .get_or_insert_with(|| crate::rabbit::broker_failure(&e));
             }
         }
+    }
+
+    /// A taken message that does not move (never published, or not confirmed): no batch
+    /// acknowledgement may reach past it, and a plan's take renews it on release
+    /// (`Taker::renew_planned`).
+    fn not_moved(&mut self, queue: usize, chan: usize, tag: u64) {
+        self.acks.not_moved(queue, chan);
+        self.unmoved.push((queue, chan, tag));
     }
 
     /// Records sent acknowledgements: a message moved once its DLQ copy is acknowledged.
