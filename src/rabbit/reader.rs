@@ -145,11 +145,12 @@ impl ReadSpec {
     /// How long a read may hold what it took while its receiver does not take records:
     /// half the consumer timeout (the queue's own, or what the broker reports for its
     /// consumers, which includes the broker's own `consumer_timeout`; else RabbitMQ's
-    /// default), counted from the read's first delivery. Past the timeout RabbitMQ takes
-    /// back what dlq holds, and RabbitMQ 4.0-4.2 do so by closing dlq's channel, which
-    /// counts a delivery: measured on 4.0.5 with a 2-s `x-consumer-timeout`, a renewing read
-    /// of 5,000 whose output waited 75 s left 2,000 at delivery count 1 and 1,000 in the
-    /// queue twice. Asks the broker (in the background) while it has not reported.
+    /// default), counted from the delivery of the oldest message held (`send_within_hold`).
+    /// Past the timeout RabbitMQ takes back what dlq holds, and RabbitMQ 4.0-4.2 do so by
+    /// closing dlq's channel, which counts a delivery: measured on 4.0.5 with a 2-s
+    /// `x-consumer-timeout`, a renewing read of 5,000 whose output waited 75 s left 2,000 at
+    /// delivery count 1 and 1,000 in the queue twice. Asks the broker (in the background)
+    /// while it has not reported.
     pub(crate) fn hold_wait(&self) -> Duration {
         let reported = self.reported.of(&self.queue);
         let ms = super::topology::smaller(self.consumer_timeout, reported)
@@ -182,6 +183,9 @@ pub(crate) struct ReadReport {
     pub(crate) renewal_notes: Vec<String>,
     /// When the read's first message was delivered (see `ReadSpec::hold_wait`).
     started: Option<std::time::Instant>,
+    /// A renewing read's consumer's credit: it acknowledges as it goes, so its consumer
+    /// timeout counts from a later delivery (`Renewal::held_since`).
+    renew_credit: Option<u64>,
     /// The receiver took no record within `hold_wait`: how many it had been sent, and that
     /// wait.
     output_stalled: Option<(u64, Duration)>,
@@ -949,6 +953,7 @@ async fn consume_renewing<T: Send>(
     (renewal, open_consumer): Renewing<'_>,
 ) -> Result<()> {
     let credit = RENEW_CREDIT.min(want);
+    report.renew_credit = Some(credit);
     let consumer = open_window(ch, &spec.queue, credit as u16, 0).await?;
     *open_consumer = Some(consumer.tag());
     let pause = poll_pause(want);
@@ -1159,7 +1164,9 @@ async fn deliver<T: Send>(
     let rec = record_of(spec.queue.as_str(), make, &d);
     // Only the channel remembers the delivery now: the body is gone with `d`.
     drop(d);
-    if send_within_hold(spec, tx, report, rec).await {
+    let since = renewal.as_mut().zip(report.renew_credit);
+    let since = since.and_then(|(r, credit)| r.held_since(credit));
+    if send_within_hold(spec, tx, report, rec, since).await {
         return true;
     }
     report.receiver_gone = true;
@@ -1167,21 +1174,26 @@ async fn deliver<T: Send>(
 }
 
 /// Sends a record, waiting for room at most until the read has held its messages for
-/// `ReadSpec::hold_wait`; `false` when the receiver is gone or that wait ran out (noted in
-/// `output_stalled`). A timer only when the channel is full: one per delivery cost more
-/// than decoding it.
+/// `ReadSpec::hold_wait`, counted from the oldest one's delivery: the read's first, or
+/// `since` (a renewing read's, `Renewal::held_since`). Before, a renewing read counted
+/// from its first delivery too, and one longer than half the timeout stopped showing at
+/// its reader's first pause, though it held nothing that old. `false` when the receiver is
+/// gone or that wait ran out (noted in `output_stalled`). A timer only when the channel is
+/// full: one per delivery cost more than decoding it.
 async fn send_within_hold<T: Send>(
     spec: &ReadSpec,
     tx: &mpsc::Sender<Result<T>>,
     report: &mut ReadReport,
     rec: T,
+    since: Option<std::time::Instant>,
 ) -> bool {
     let rec = match tx.try_send(Ok(rec)) {
         Ok(()) => return true,
         Err(mpsc::error::TrySendError::Closed(_)) => return false,
         Err(mpsc::error::TrySendError::Full(rec)) => rec,
     };
-    let started = *report.started.get_or_insert_with(std::time::Instant::now);
+    let first = *report.started.get_or_insert_with(std::time::Instant::now);
+    let started = since.unwrap_or(first);
     let mut signals = crate::signals::listen_since(report.signals_at);
     let sent = tokio::select! {
         sent = within_hold(started, || spec.hold_wait(), tx.send(rec)) => sent,

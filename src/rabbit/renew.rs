@@ -76,8 +76,15 @@ pub(crate) struct Renewal {
     /// acknowledgements: originals are then acknowledged as their copies are confirmed
     /// (`ack_as_confirmed`).
     live: Option<(Channel, u64)>,
+    /// (originals acknowledged, when that count was reached), oldest first, at most one
+    /// mark per `MARK_EVERY`: for `held_since`.
+    acked_at: std::collections::VecDeque<(u64, std::time::Instant)>,
     audit: crate::audit::Audit,
 }
+
+/// The finest `Renewal::held_since` tells when a message was delivered, at a few hundred
+/// bytes a minute however long the read.
+const MARK_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Renewal {
     /// Opens the confirm channel and writes the audit start record: a renewal changes the
@@ -95,6 +102,7 @@ impl Renewal {
             acked: 0,
             failed: None,
             live: None,
+            acked_at: Default::default(),
             audit,
         })
     }
@@ -199,7 +207,27 @@ impl Renewal {
         super::ack(ch, upto, true).await?;
         self.to_ack.drain(..n);
         self.acked += n as u64;
+        let now = std::time::Instant::now();
+        let due = |&(_, at): &(u64, std::time::Instant)| now.duration_since(at) >= MARK_EVERY;
+        if self.acked_at.back().is_none_or(due) {
+            self.acked_at.push_back((self.acked, now));
+        }
         Ok(n as u64)
+    }
+
+    /// For a read whose one consumer holds at most `credit` unacknowledged
+    /// (`reader::consume_renewing`), acknowledging as it goes: the earliest RabbitMQ can have
+    /// delivered the oldest original not acknowledged yet, from which its consumer timeout
+    /// counts. It delivers the `i`th message (from 0) once `i + 1 - credit` are
+    /// acknowledged, so that is when dlq had acknowledged as many (a mark at or before it).
+    /// `None`: it may have come with the first credit, at the read's start.
+    pub(crate) fn held_since(&mut self, credit: u64) -> Option<std::time::Instant> {
+        let k = (self.acked + 1).checked_sub(credit).filter(|&k| k > 0)?;
+        while self.acked_at.get(1).is_some_and(|&(c, _)| c <= k) {
+            self.acked_at.pop_front();
+        }
+        let first = self.acked_at.front().filter(|&&(c, _)| c <= k);
+        first.map(|&(_, at)| at)
     }
 
     /// Acknowledges, one by one and oldest first, at most `max` originals held on the take

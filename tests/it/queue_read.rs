@@ -1258,6 +1258,74 @@ async fn a_read_whose_output_waits_half_a_consumer_timeout_gives_back_and_says_s
     );
 }
 
+/// A renewing read (a quorum DLQ with a delivery limit, before RabbitMQ 4.3) acknowledges
+/// its originals as their copies are confirmed, so RabbitMQ's consumer timeout counts from
+/// the oldest it has not renewed yet. dlq counted its half-timeout wait from the read's
+/// first delivery: a read of 12,000 by a steady reader that pauses 0.2 s every 256 KiB,
+/// longer than half a 10-s timeout, stopped showing at the first pause after 5 s (exit 1;
+/// 6,303 of 30,000 shown on 4.0.5).
+/// It now shows them all, in order, exit 0; the DLQ unchanged, none counted. 3.x before
+/// 3.12 has no per-queue timeout; 4.3 gives back with a nack and holds everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewing_read_longer_than_half_its_timeout_shows_all_to_a_steady_reader() {
+    let v = crate::target::rabbitmq_version().await;
+    if !((3, 12)..(4, 3)).contains(&v) {
+        return;
+    }
+    let b = Broker::new("renewsteady").await;
+    let q = "pager.dlq";
+    let args = vec![
+        ("x-queue-type", ls("quorum")),
+        ("x-delivery-limit", AMQPValue::LongInt(50)),
+        ("x-consumer-timeout", AMQPValue::LongLongInt(10_000)),
+    ];
+    b.queue(q, table(args)).await;
+    let n = 12_000u32;
+    let pad = "x".repeat(300);
+    let bodies = (0..n).map(|i| json!({"n": i, "pad": pad}).to_string().into_bytes());
+    b.publish_many_as(q, bodies, BasicProperties::default())
+        .await;
+    b.wait_depth(q, n).await;
+    let mut child = piped_dlq(&b.amqp_url(), &["filter", "-Q", q, "-o", "ndjson"]);
+    let stdout = child.stdout.take().unwrap();
+    let started = Instant::now();
+    let out = tokio::task::spawn_blocking(move || steady_reader(stdout, 256 << 10, 200));
+    let out = out.await.unwrap();
+    let took = started.elapsed();
+    let done = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap());
+    let done = done.await.unwrap();
+    let err = String::from_utf8_lossy(&done.stderr).into_owned();
+    eprintln!("== read in {took:?}; dlq said:\n{err}");
+    // Longer than half the timeout, or the test shows nothing.
+    assert!(took > Duration::from_secs(6), "read in {took:?}");
+    assert_eq!(done.status.code(), Some(0), "{err}");
+    assert_eq!(
+        ns_of(&out),
+        (0..i64::from(n)).collect::<Vec<_>>(),
+        "not all shown, in order: {err}"
+    );
+    unchanged_and_undelivered(b, q, n).await;
+}
+
+/// Reads `r` to its end, `chunk` bytes at a time with a pause of `pause_ms` after each.
+fn steady_reader(mut r: impl std::io::Read, chunk: usize, pause_ms: u64) -> String {
+    let mut all = Vec::new();
+    let mut buf = vec![0u8; chunk];
+    loop {
+        let mut got = 0;
+        while got < chunk {
+            match r.read(&mut buf[got..]).unwrap() {
+                0 => return String::from_utf8(all).unwrap(),
+                k => {
+                    all.extend_from_slice(&buf[got..got + k]);
+                    got += k;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(pause_ms));
+    }
+}
+
 /// The same for a queue replay's dry run, whose plan holds every message while it writes a
 /// row for each: on RabbitMQ 4.0.5 (3,000 messages, a 2-s timeout, its rows unread for
 /// 75 s) every message was left in the DLQ twice, 2,200 of them counted once or twice. It
