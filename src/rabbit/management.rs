@@ -329,8 +329,24 @@ impl Management {
         if let Ok(v) = std::env::var("DLQ_TEST_BROKER_VERSION") {
             return Ok(Version::parse(&v));
         }
+        // Asked once per broker and process: a paced replay's queue check and its
+        // consumer-timeout probe both need it.
+        static SEEN: std::sync::Mutex<Vec<(url::Url, Version)>> = std::sync::Mutex::new(Vec::new());
+        let seen = |m: &Management| {
+            let seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+            seen.iter().find(|(b, _)| *b == m.base).map(|(_, v)| *v)
+        };
+        if let Some(v) = seen(self) {
+            return Ok(Some(v));
+        }
         let o: Overview = self.get(&["overview"], &[]).await?;
-        Ok(o.rabbitmq_version.as_deref().and_then(Version::parse))
+        let v = o.rabbitmq_version.as_deref().and_then(Version::parse);
+        if let Some(v) = v {
+            SEEN.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((self.base.clone(), v));
+        }
+        Ok(v)
     }
 
     /// Every queue of the vhost. Without per-queue statistics (`disable_stats`), which cost
