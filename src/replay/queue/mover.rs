@@ -52,6 +52,7 @@ pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<E
     if holding.single_pass {
         // Held messages are acknowledged on the take channels that delivered them; the
         // consumers the plan left live (`Taker::open_holding`) stay live meanwhile.
+        mover.unmoved = Some(Vec::new());
         for t in takers.iter_mut() {
             t.moving();
             t.watch_consumers().await;
@@ -170,8 +171,9 @@ struct Mover<'a> {
     /// Set when RabbitMQ took back what a take held (`Taker::taken_back`), each with
     /// whether the take held it for a plan.
     taken_back: Vec<(Arc<AtomicBool>, bool)>,
-    /// What was taken and did not move (see `Ended::unmoved`).
-    unmoved: Vec<(usize, usize, u64)>,
+    /// What the plan's takes hold and did not move (see `Ended::unmoved`); `None` when no
+    /// plan's take holds what moves (a streamed run, or a plan too large to hold).
+    unmoved: Option<Vec<(usize, usize, u64)>>,
 }
 
 /// What the move phase leaves for `Session::finish`.
@@ -254,7 +256,7 @@ impl<'a> Mover<'a> {
             window: session.window(),
             recent: Default::default(),
             taken_back: Vec::new(),
-            unmoved: Vec::new(),
+            unmoved: None,
         })
     }
 
@@ -290,7 +292,7 @@ impl<'a> Mover<'a> {
             followed: follow,
             window_bound: window.bound(),
             recent,
-            unmoved,
+            unmoved: unmoved.unwrap_or_default(),
         }
     }
 
@@ -805,7 +807,9 @@ impl<'a> Mover<'a> {
     /// (`Taker::renew_planned`).
     fn not_moved(&mut self, queue: usize, chan: usize, tag: u64) {
         self.acks.not_moved(queue, chan);
-        self.unmoved.push((queue, chan, tag));
+        if let Some(unmoved) = self.unmoved.as_mut() {
+            unmoved.push((queue, chan, tag));
+        }
     }
 
     /// Records sent acknowledgements: a message moved once its DLQ copy is acknowledged.
