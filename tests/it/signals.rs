@@ -32,14 +32,19 @@ async fn interrupted_once_holding(b: &Broker, q: &str, n: u32, mut child: Child)
     interrupt(child).await
 }
 
-/// SIGINT to dlq; what it printed when it ended (within 60 s).
-async fn interrupt(mut child: Child) -> Output {
+/// SIGINT to dlq.
+fn sigint(child: &Child) {
     let pid = child.id().to_string();
     let sent = std::process::Command::new("kill")
         .args(["-INT", &pid])
         .status()
         .unwrap();
     assert!(sent.success());
+}
+
+/// SIGINT to dlq; what it printed when it ended (within 60 s).
+async fn interrupt(mut child: Child) -> Output {
+    sigint(&child);
     let out = tokio::task::spawn_blocking(move || {
         let pid = child.id();
         let ended = Instant::now() + Duration::from_secs(60);
@@ -186,4 +191,70 @@ async fn ctrl_c_mid_planned_move_leaves_the_rest_uncounted_in_order() {
     let counted = left.iter().filter(|m| m.delivery_count.unwrap_or(0) > 0);
     assert_eq!(counted.count(), 0, "what did not move was counted: {err}");
     b.delete().await;
+}
+
+/// `filter -o ndjson` of a `paged_quorum_dlq`, its give-back paused `pause_ms` after its
+/// count (`DLQ_TEST_GIVE_BACK_PAUSE_MS`), once it holds some of the DLQ.
+async fn filter_paused(tag: &str, pause_ms: &str) -> (Broker, &'static str, u32, Child) {
+    let (b, q, n) = paged_quorum_dlq(tag).await;
+    let env = [("DLQ_TEST_GIVE_BACK_PAUSE_MS", pause_ms)];
+    let args = ["filter", "-Q", q, "-o", "ndjson"];
+    let mut child = crate::queue_read::piped_dlq_with(&b.amqp_url(), &args, &env);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while b.depth(q).await >= n {
+        assert!(child.try_wait().unwrap().is_none(), "dlq ended early");
+        assert!(Instant::now() < deadline, "dlq held nothing within 30 s");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    (b, q, n, child)
+}
+
+/// A second Ctrl-C while a read gives back after the first, once it stopped reading, exits
+/// at once, as dlq's announcement says. Before, it was acted on only once the give-back was
+/// over, which can take up to 2 min; here the give-back is held 30 s by
+/// `DLQ_TEST_GIVE_BACK_PAUSE_MS` (a pause after its count). Nothing is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_ctrl_c_while_a_read_gives_back_exits_at_once() {
+    let (b, q, n, mut child) = filter_paused("sigtwice", "30000").await;
+    sigint(&child);
+    // It reads on unseen (3,000 messages: under a second), then gives back, held 30 s.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "dlq ended before its give-back's pause"
+    );
+    let out = interrupt(child).await;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("interrupted twice: exited at once"), "{err}");
+    b.wait_depth(q, n).await;
+    let mut all = crate::quorum_limits::snap_ns(&b.snapshot(q).await);
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        (0..i64::from(n)).collect::<Vec<_>>(),
+        "lost or doubled"
+    );
+    b.delete().await;
+}
+
+/// Ctrl-C once a read is over, while it gives back (held 12 s by
+/// `DLQ_TEST_GIVE_BACK_PAUSE_MS`; its output read as it comes): the give-back finishes, then
+/// dlq exits 130 and says so, the DLQ whole and uncounted. Before, the signal was counted and
+/// not acted on: exit 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_while_a_read_gives_back_lets_it_finish_then_exits_130() {
+    use std::io::Read as _;
+    let (b, q, n, mut child) = filter_paused("sigend", "12000").await;
+    let mut stdout = child.stdout.take().unwrap();
+    let drained = std::thread::spawn(move || stdout.read_to_end(&mut Vec::new()));
+    // It reads 3,000 in a second or two, then gives back, held 12 s.
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    assert!(child.try_wait().unwrap().is_none(), "dlq ended too soon");
+    let out = interrupt(child).await;
+    drained.join().unwrap().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("gave back what it held"), "{err}");
+    unchanged_and_undelivered(b, q, n).await;
 }
