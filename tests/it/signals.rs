@@ -149,47 +149,41 @@ async fn ctrl_c_mid_archive_deletes_nothing_and_gives_back_uncounted() {
 /// the take's channels, each message counted once (RabbitMQ 3.10 and 4.0-4.2).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_mid_planned_move_leaves_the_rest_uncounted_in_order() {
-    let (b, q, n) = paged_quorum_dlq("sigmove").await;
+    let args = ["--plan-first", "--yes", "--rate", "200"];
+    stopped_mid_move("sigmove", &args).await;
+}
+
+/// `replay -Q pager.dlq --to-queue pager.work` with `more` on a `paged_quorum_dlq`, Ctrl-C
+/// once 300 moved: the move stops after the items in flight (exit 1, as documented), the
+/// destination holds the first k in order, and the DLQ the rest, in order, none counted.
+async fn stopped_mid_move(tag: &str, more: &[&str]) {
+    let (b, q, n) = paged_quorum_dlq(tag).await;
     let to = "pager.work";
     b.queue(to, FieldTable::default()).await;
-    let args = [
-        "replay",
-        "-Q",
-        q,
-        "--to-queue",
-        to,
-        "--plan-first",
-        "--yes",
-        "--rate",
-        "200",
-    ];
+    let args = [&["replay", "-Q", q, "--to-queue", to], more].concat();
     let mut child = dlq(&b, &args);
     let deadline = Instant::now() + Duration::from_secs(60);
     while b.depth(to).await < 300 {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("dlq ended ({status}) before it moved 300");
-        }
-        assert!(Instant::now() < deadline, "dlq moved no 300 within 60 s");
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "{more:?}: dlq ended early"
+        );
+        assert!(Instant::now() < deadline, "{more:?}: no 300 moved in 60 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let out = interrupt(child).await;
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    eprintln!("== dlq replay, interrupted, said:\n{err}");
-    // A moving replay stops after the items in flight, as documented: exit 1.
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("STOPPED: interrupted"), "{err}");
+    assert_eq!(out.status.code(), Some(1), "{more:?}: {err}");
+    assert!(err.contains("STOPPED: interrupted"), "{more:?}: {err}");
     let moved = crate::quorum_limits::snap_ns(&b.snapshot(to).await);
     let k = moved.len() as i64;
-    assert!(k >= 300 && k < i64::from(n), "{k} moved: {err}");
-    assert_eq!(moved, (0..k).collect::<Vec<_>>(), "the destination's order");
+    assert!(k >= 300 && k < i64::from(n), "{more:?}: {k} moved: {err}");
+    assert_eq!(moved, (0..k).collect::<Vec<_>>(), "{more:?}: destination");
     let left = b.snapshot(q).await;
-    assert_eq!(
-        crate::quorum_limits::snap_ns(&left),
-        (k..i64::from(n)).collect::<Vec<_>>(),
-        "what did not move, in order"
-    );
+    let ns = crate::quorum_limits::snap_ns(&left);
+    assert_eq!(ns, (k..i64::from(n)).collect::<Vec<_>>(), "{more:?}: left");
     let counted = left.iter().filter(|m| m.delivery_count.unwrap_or(0) > 0);
-    assert_eq!(counted.count(), 0, "what did not move was counted: {err}");
+    assert_eq!(counted.count(), 0, "{more:?}: counted: {err}");
     b.delete().await;
 }
 
@@ -257,4 +251,16 @@ async fn ctrl_c_while_a_read_gives_back_lets_it_finish_then_exits_130() {
     assert_eq!(out.status.code(), Some(130), "{err}");
     assert!(err.contains("gave back what it held"), "{err}");
     unchanged_and_undelivered(b, q, n).await;
+}
+
+/// A streamed replay (`--yes`) of 3,000 quorum dead letters with a delivery limit, Ctrl-C
+/// once 300 moved, paced and not: the move stops (exit 1), and what did not move stays in
+/// the DLQ, in order, none counted. Before, what the take's consumer had been delivered and
+/// had not taken (up to its credit), and what was staged, went back with the channel's
+/// close, each counted once: without `--rate` 966 on 4.0.5, 1,088 on 3.10.8 and 1,984 on
+/// 4.3.6 (the order changed on 3.10 and 4.3); at `--rate 200` 127-191, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_mid_streamed_move_gives_back_the_rest_uncounted_in_order() {
+    stopped_mid_move("sigstream", &["--yes"]).await;
+    stopped_mid_move("sigstream", &["--yes", "--rate", "200"]).await;
 }

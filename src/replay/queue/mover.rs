@@ -139,6 +139,9 @@ pub(crate) async fn stream(mut session: Session<'_>) -> Result<Exit> {
     session.finish(ended, None, passed).await
 }
 
+/// Why a run a signal stopped stopped (`Report::stopped`).
+const INTERRUPTED: &str = "interrupted";
+
 /// State of the move phase.
 struct Mover<'a> {
     /// The connection, the options, the DLQs; its printer gives stage lines at -vv (where
@@ -373,7 +376,7 @@ impl<'a> Mover<'a> {
             return false;
         }
         if self.stop.load(Ordering::SeqCst) {
-            self.report.stopped = Some("interrupted".into());
+            self.report.stopped = Some(INTERRUPTED.into());
             return false;
         }
         if let Some(why) = self.taken_back_note() {
@@ -598,6 +601,30 @@ impl<'a> Mover<'a> {
             };
             self.move_one(from, taker, d).await;
         }
+        if self.report.stopped.as_deref() == Some(INTERRUPTED) && taker.is_quorum() {
+            *moved += self.keep_rest(from, taker).await;
+        }
+    }
+
+    /// After a signal, on a quorum DLQ: what is staged goes as the items in flight do, and
+    /// the take goes on to its end keeping everything, as a read does after a signal, so
+    /// that the release gives back the rest in its order (renewed or nacked where a close
+    /// would count a delivery); a second signal exits at once. Before, what its consumer had
+    /// been delivered, up to its credit, and what was staged went back with the channel's
+    /// close, each counted once, ahead of or behind the rest (3,000, Ctrl-C once 300 moved:
+    /// 966 counted on 4.0.5, 1,088 on 3.10.8, 1,984 on 4.3.6, the last two out of order; a
+    /// nack alone put 4.3's behind the rest). How many the settling moved.
+    async fn keep_rest(&mut self, from: &Dlq<'_>, taker: &mut Taker) -> u64 {
+        self.pipeline.flush().await;
+        let mut moved = 0;
+        loop {
+            moved += self.settle_ready().await;
+            match taker.next(&self.session.conn).await {
+                Ok(Some(d)) => self.keep(taker, &d, from.name).await,
+                Ok(None) | Err(_) => break,
+            }
+        }
+        moved
     }
 
     /// Publishes one delivery when it is picked and can move; else it stays in its DLQ
