@@ -156,7 +156,8 @@ async fn ctrl_c_mid_planned_move_leaves_the_rest_uncounted_in_order() {
 /// `replay -Q pager.dlq --to-queue pager.work` with `more` on a `paged_quorum_dlq`, Ctrl-C
 /// once 300 moved: the move stops after the items in flight (exit 1, as documented), the
 /// destination holds the first k in order, and the DLQ the rest, in order, none counted.
-async fn stopped_mid_move(tag: &str, more: &[&str]) {
+/// What dlq said.
+async fn stopped_mid_move(tag: &str, more: &[&str]) -> String {
     let (b, q, n) = paged_quorum_dlq(tag).await;
     let to = "pager.work";
     b.queue(to, FieldTable::default()).await;
@@ -185,6 +186,7 @@ async fn stopped_mid_move(tag: &str, more: &[&str]) {
     let counted = left.iter().filter(|m| m.delivery_count.unwrap_or(0) > 0);
     assert_eq!(counted.count(), 0, "{more:?}: counted: {err}");
     b.delete().await;
+    err
 }
 
 /// `filter -o ndjson` of a `paged_quorum_dlq`, its give-back paused `pause_ms` after its
@@ -261,6 +263,8 @@ async fn ctrl_c_while_a_read_gives_back_lets_it_finish_then_exits_130() {
 /// 4.3.6 (the order changed on 3.10 and 4.3); at `--rate 200` 127-191, in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_mid_streamed_move_gives_back_the_rest_uncounted_in_order() {
-    stopped_mid_move("sigstream", &["--yes"]).await;
-    stopped_mid_move("sigstream", &["--yes", "--rate", "200"]).await;
+    for more in [&["--yes"][..], &["--yes", "--rate", "200"]] {
+        let err = stopped_mid_move("sigstream", more).await;
+        assert!(err.contains("takes the rest of it to its end"), "{err}");
+    }
 }

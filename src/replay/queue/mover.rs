@@ -615,6 +615,11 @@ impl<'a> Mover<'a> {
     /// 966 counted on 4.0.5, 1,088 on 3.10.8, 1,984 on 4.3.6, the last two out of order; a
     /// nack alone put 4.3's behind the rest). How many the settling moved.
     async fn keep_rest(&mut self, from: &Dlq<'_>, taker: &mut Taker) -> u64 {
+        let said = format!(
+            "{:?} is a quorum queue: dlq takes the rest of it to its end, unseen, to give it back in order without counting a delivery (signal again to exit at once: then what it holds goes back counted)",
+            from.name
+        );
+        self.bar.suspend(|| self.session.printer.info(said));
         self.pipeline.flush().await;
         let mut moved = 0;
         loop {
