@@ -153,6 +153,25 @@ pub(crate) async fn give_back_after<F: std::future::Future>(
     }
 }
 
+/// Gives back everything the takers hold, none of it moved (`Taker::release_unmoved`);
+/// `stopped`: the error that stopped the run, when one did (`bulk::give_back_after`).
+pub(crate) async fn release_unmoved(
+    conn: &crate::rabbit::Connection,
+    printer: &Printer,
+    takers: Vec<crate::rabbit::take::Taker>,
+    stopped: Option<&anyhow::Error>,
+) {
+    let after_signal = stopped.is_some_and(|e| crate::error::exit_for(e) == Exit::Interrupted);
+    let release = async {
+        for t in takers {
+            for note in t.release_unmoved(conn, after_signal).await {
+                printer.warn(note);
+            }
+        }
+    };
+    give_back_after(stopped, release).await
+}
+
 /// Exits with 130 now, saying what that leaves and closing the audit trail's open runs.
 pub(crate) fn exit_now(why: &str) -> ! {
     eprintln!(

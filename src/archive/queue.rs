@@ -317,15 +317,8 @@ async fn finish_or_give_back(
         Ok(t) => return Ok(t),
         Err(e) => e,
     };
-    let after_signal = crate::error::exit_for(&e) == Exit::Interrupted;
-    let release = async {
-        for (taker, _) in std::mem::take(taken) {
-            for note in taker.release_unmoved(conn, after_signal).await {
-                printer.warn(note);
-            }
-        }
-    };
-    crate::bulk::give_back_after(Some(&e), release).await;
+    let takers = std::mem::take(taken).into_iter().map(|(t, _)| t).collect();
+    crate::bulk::release_unmoved(conn, printer, takers, Some(&e)).await;
     Err(e.context("nothing was deleted from the queues"))
 }
 

@@ -4,9 +4,10 @@
 //! read-only (passive declares, the target and length-limit checks) and the audit log; it
 //! moves nothing.
 
+use super::Session;
 use super::plan::{Plan, Taken};
 use super::route::describe_target;
-use super::{Session, release_unmoved};
+use crate::bulk::release_unmoved;
 use crate::error::{Exit, usage};
 use crate::rabbit;
 use crate::replay::{Target, print_plan_groups};

@@ -83,7 +83,7 @@ pub(crate) async fn run(
         // Stopped at the gate (or the audit log refused the run): give everything back,
         // and only then wait for a dry run's rows to be read.
         let stopped = gated.as_ref().err();
-        release_unmoved(&session.conn, printer, taken.takers, stopped).await;
+        crate::bulk::release_unmoved(&session.conn, printer, taken.takers, stopped).await;
         let rows = match dry {
             Some(rows) => rows.finish().await,
             None => Ok(()),
@@ -456,25 +456,6 @@ async fn release_all(
             printer.warn(note);
         }
     }
-}
-
-/// Gives back everything the takers hold, none of it moved (`Taker::release_unmoved`);
-/// `stopped`: the error that stopped the run, when one did (`bulk::give_back_after`).
-pub(super) async fn release_unmoved(
-    conn: &crate::rabbit::Connection,
-    printer: &Printer,
-    takers: Vec<Taker>,
-    stopped: Option<&anyhow::Error>,
-) {
-    let after_signal = stopped.is_some_and(|e| crate::error::exit_for(e) == Exit::Interrupted);
-    let release = async {
-        for t in takers {
-            for note in t.release_unmoved(conn, after_signal).await {
-                printer.warn(note);
-            }
-        }
-    };
-    crate::bulk::give_back_after(stopped, release).await
 }
 
 fn warn_unfinished(printer: &Printer, window: usize) {

@@ -316,7 +316,7 @@ pub(crate) async fn take_plan(session: &Session<'_>) -> Result<Taken> {
 /// declined plan's does (renewed where a return counts), not with the process; after a
 /// signal, a quorum DLQ's take goes on to its end first, to give it back in order.
 async fn given_back(session: &Session<'_>, takers: Vec<Taker>, e: Error) -> Error {
-    super::release_unmoved(&session.conn, session.printer, takers, Some(&e)).await;
+    crate::bulk::release_unmoved(&session.conn, session.printer, takers, Some(&e)).await;
     e
 }
 
