@@ -1209,8 +1209,13 @@ async fn deliver<T: Send>(
     let rec = record_of(spec.queue.as_str(), make, &d);
     // Only the channel remembers the delivery now: the body is gone with `d`.
     drop(d);
-    let since = renewal.as_mut().zip(report.renew_credit);
-    let since = since.and_then(|(r, credit)| r.held_since(credit));
+    let credit = report.renew_credit;
+    let since = || {
+        renewal
+            .as_mut()
+            .zip(credit)
+            .and_then(|(r, c)| r.held_since(c))
+    };
     if send_within_hold(spec, tx, report, rec, since).await {
         return true;
     }
@@ -1219,8 +1224,9 @@ async fn deliver<T: Send>(
 }
 
 /// Sends a record, waiting for room at most until the read has held its messages for
-/// `ReadSpec::hold_wait`, counted from the oldest one's delivery: the read's first, or
-/// `since` (a renewing read's, `Renewal::held_since`). Before, a renewing read counted
+/// `ReadSpec::hold_wait`, counted from the oldest one's delivery: the read's first, or what
+/// `since` finds (a renewing read's, `Renewal::held_since`; asked only once the channel is
+/// full, off the path of every delivery). Before, a renewing read counted
 /// from its first delivery too, and one longer than half the timeout stopped showing at
 /// its reader's first pause, though it held nothing that old. `false` when the receiver is
 /// gone or that wait ran out (noted in `output_stalled`). A timer only when the channel is
@@ -1230,7 +1236,7 @@ async fn send_within_hold<T: Send>(
     tx: &mpsc::Sender<Result<T>>,
     report: &mut ReadReport,
     rec: T,
-    since: Option<std::time::Instant>,
+    since: impl FnOnce() -> Option<std::time::Instant>,
 ) -> bool {
     let rec = match tx.try_send(Ok(rec)) {
         Ok(()) => return true,
@@ -1238,7 +1244,7 @@ async fn send_within_hold<T: Send>(
         Err(mpsc::error::TrySendError::Full(rec)) => rec,
     };
     let first = *report.started.get_or_insert_with(std::time::Instant::now);
-    let started = since.unwrap_or(first);
+    let started = since().unwrap_or(first);
     let mut signals = crate::signals::listen_since(report.signals_at);
     let sent = tokio::select! {
         sent = within_hold(started, || spec.hold_wait(), tx.send(rec)) => sent,
