@@ -1333,15 +1333,7 @@ fn steady_reader(mut r: impl std::io::Read, chunk: usize, pause_ms: u64) -> Stri
 /// nothing moved.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dry_run_whose_rows_wait_half_a_consumer_timeout_gives_back_and_says_so() {
-    let args = [
-        "replay",
-        "--to-queue",
-        "pager.work",
-        "--dry-run",
-        "-o",
-        "ndjson",
-    ];
-    let Some((out, err)) = stopped_unread("pagerdrytimeout", &args).await else {
+    let Some((out, err)) = stopped_unread("pagerdrytimeout", DRY_RUN_ROWS).await else {
         return;
     };
     let rows = out.lines().count();
@@ -1439,6 +1431,16 @@ async fn a_read_delivered_nothing_says_so_while_it_waits() {
     assert_eq!(all, (0..i64::from(n)).collect::<Vec<_>>());
     b.delete().await;
 }
+
+/// A queue replay's dry run into `pager.work`, its rows as ndjson (`-Q` to add).
+pub(crate) const DRY_RUN_ROWS: &[&str] = &[
+    "replay",
+    "--to-queue",
+    "pager.work",
+    "--dry-run",
+    "-o",
+    "ndjson",
+];
 
 /// `dlq ARGS -Q pager.dlq` on a `paged_quorum_dlq` with an 8-s consumer timeout (and an empty
 /// `pager.work`), its stdout unread until the DLQ is whole again: exit 1, nothing moved, the

@@ -69,17 +69,7 @@ async fn interrupt(mut child: Child) -> Output {
 async fn ctrl_c_mid_read_gives_back_uncounted_and_exits_130() {
     let cases: [(&str, &[&str]); 3] = [
         ("sigread", &["filter", "-o", "ndjson"]),
-        (
-            "sigdry",
-            &[
-                "replay",
-                "--to-queue",
-                "pager.work",
-                "--dry-run",
-                "-o",
-                "ndjson",
-            ],
-        ),
+        ("sigdry", crate::queue_read::DRY_RUN_ROWS),
         ("sigarch", &["archive", "--to", "-"]),
     ];
     for (tag, args) in cases {
