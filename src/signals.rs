@@ -40,11 +40,62 @@ pub(crate) fn listen_since(seen: u64) -> Listener {
 /// Says once per signal that dlq stops on it (`seen`: the listener's count once it came):
 /// giving back can take a while, and a second signal should be a choice.
 pub(crate) fn announce(seen: u64) {
+    announce_as(seen, GIVES_BACK);
+}
+
+/// What dlq says of a signal that stops what holds messages (`announce`).
+const GIVES_BACK: &str =
+    "interrupted: dlq gives back what it holds, then exits (signal again to exit at once)";
+
+/// `announce`, saying `notice`: the first to announce a signal says it.
+fn announce_as(seen: u64, notice: &str) {
     static SAID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     if SAID.fetch_max(seen, std::sync::atomic::Ordering::SeqCst) < seen {
-        crate::output::notice(
-            "interrupted: dlq gives back what it holds, then exits (signal again to exit at once)",
-        );
+        crate::output::notice(notice);
+    }
+}
+
+/// Signals during a step that must run to its end once begun (a read's give-back, an
+/// archive's removal of what it wrote): the first is announced and lets the step finish,
+/// after which the run ends interrupted; another exits at once, saying `twice`. Without it,
+/// a signal there ended dlq at once (nothing else listening) or was not acted on.
+pub(crate) struct Finishing {
+    seen: u64,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Finishing {
+    /// Listens for the signals after the first `seen` (one since then is announced at
+    /// once); `stopped`: the run already stopped on the last of them, which was announced,
+    /// so the next exits at once. `notice`: what the first says (`None`: `announce`'s).
+    pub(crate) fn start(
+        seen: u64,
+        stopped: bool,
+        notice: Option<&'static str>,
+        twice: &'static str,
+    ) -> Finishing {
+        let mut signals = listen_since(seen);
+        let task = tokio::spawn(async move {
+            if !stopped {
+                signals.next().await;
+                announce_as(signals.seen(), notice.unwrap_or(GIVES_BACK));
+            }
+            signals.next().await;
+            exit_at_once(twice);
+        });
+        Finishing { seen, task }
+    }
+
+    /// Whether a signal came since the step's `seen`.
+    pub(crate) fn came(&self) -> bool {
+        came_since(self.seen)
+    }
+}
+
+impl Drop for Finishing {
+    /// Never outlives its step: a later step keeps its own first-signal stop.
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 

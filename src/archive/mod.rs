@@ -563,12 +563,20 @@ pub(crate) fn audit(
 }
 
 /// The end record of an archive --delete: `deleted` of the archived records removed.
-pub(crate) fn audit_end(audit: Option<&mut crate::audit::Audit>, archived: u64, deleted: u64) {
+pub(crate) fn audit_end(
+    audit: Option<&mut crate::audit::Audit>,
+    archived: u64,
+    deleted: u64,
+    exit: crate::error::Exit,
+) {
     if let Some(a) = audit {
         let mut report = crate::report::Report::new("archive");
         report.succeeded = deleted;
         report.skipped_count = archived.saturating_sub(deleted);
-        a.end(&report, crate::error::Exit::Ok);
+        if exit == crate::error::Exit::Interrupted {
+            report.stopped = Some("interrupted by a signal once the archive was complete: the acknowledged messages' removal was not checked".into());
+        }
+        a.end(&report, exit);
     }
 }
 

@@ -211,6 +211,8 @@ async fn archive_and_delete(
     audit: Option<&mut crate::audit::Audit>,
 ) -> Result<Exit> {
     let conn = &*session.conn;
+    // A signal from here on either fails the take or comes once the file is whole.
+    let signals_at = crate::signals::count();
     let bar = printer.progress(None, "archiving");
     let mut taken: Vec<(Taker, Vec<Written>)> = Vec::new();
     let mut selector = Selector::new(&opts.selection);
@@ -226,56 +228,104 @@ async fn archive_and_delete(
     .await
     .and_then(|()| none_taken_back(conn, &mut taken));
     let trailer = finish_or_give_back(conn, printer, writer, result, &mut taken).await?;
-    let (deleted, ack_error, to_verify) = ack_written(conn, printer, taken).await;
-    // A quorum queue applies acknowledgements later, and RabbitMQ can drop some when a
-    // channel closes: what is still there is counted, not assumed gone.
-    let still = match ack_error {
-        None => still_queued(conn, &session.checked, to_verify).await,
-        Some(_) => Ok(0),
+    // The file is whole: what it holds is removed and the rest given back even after a
+    // signal; a second exits at once.
+    let finishing =
+        crate::signals::Finishing::start(signals_at, false, Some(DELETING), DELETING_TWICE);
+    let (acked, ack_error, to_verify) = ack_written(conn, printer, taken).await;
+    let removal = match ack_error {
+        Some(e) => Removal::AckFailed(e),
+        None if finishing.came() => Removal::Interrupted,
+        // A quorum queue applies acknowledgements later, and RabbitMQ can drop some when a
+        // channel closes: what is still there is counted, not assumed gone.
+        None => match still_queued(conn, &session.checked, to_verify).await {
+            _ if finishing.came() => Removal::Interrupted,
+            Ok(still) => Removal::Counted(still),
+            Err(e) => Removal::CheckFailed(e),
+        },
     };
-    let (still, verify_error) = match still {
-        Ok(n) => (n, None),
-        Err(e) => (0, Some(e)),
-    };
-    let deleted = deleted.saturating_sub(still);
     bar.finish_and_clear();
     if let Some(w) = selector.warning() {
         printer.warn(w);
     }
-    let line = format!(
-        "archive: {} message(s) of {} -> {} (sha256 {}), {deleted} deleted",
-        trailer.count,
-        session.names.join(", "),
-        super::destination(&opts.to),
-        &trailer.sha256[..16]
-    );
-    if let Some(e) = ack_error {
-        // The archive is complete; the messages not acknowledged are still in the DLQ too.
-        printer.warn(line);
-        return Err(e.context(format!(
-            "the archive is complete, but only {deleted} of {} archived message(s) were removed from the queue; the rest are both archived and still queued",
-            trailer.count
-        )));
+    let line = |removed: String| {
+        format!(
+            "archive: {} message(s) of {} -> {} (sha256 {}), {removed}",
+            trailer.count,
+            session.names.join(", "),
+            super::destination(&opts.to),
+            &trailer.sha256[..16]
+        )
+    };
+    report_removal(printer, trailer.count, acked, removal, line, audit)
+}
+
+/// What a first signal says once the archive file is whole.
+const DELETING: &str = "interrupted: the archive file is complete; dlq removes what it archived from the queue and gives back the rest, then exits (signal again to exit at once)";
+
+/// What a second signal says then.
+const DELETING_TWICE: &str = "interrupted twice: exited at once; the archive file is complete; what dlq held and had not acknowledged goes back to its queue as the connection closes (archived messages among it stay both archived and queued; on a quorum queue that counts a delivery toward its delivery limit)";
+
+/// What is known, once they are acknowledged, of the removal of the archived messages.
+enum Removal {
+    /// Acknowledging failed: those not acknowledged are both archived and queued.
+    AckFailed(anyhow::Error),
+    /// Looked for again: how many are still queued.
+    Counted(u64),
+    /// Looking for them again failed.
+    CheckFailed(anyhow::Error),
+    /// A signal came: not looked for.
+    Interrupted,
+}
+
+/// Says what the archive removed (`line` given the words for it), ends the audit run, and
+/// the exit: `archived` written, `acked` of them acknowledged.
+fn report_removal(
+    printer: &Printer,
+    archived: u64,
+    acked: u64,
+    removal: Removal,
+    line: impl Fn(String) -> String,
+    audit: Option<&mut crate::audit::Audit>,
+) -> Result<Exit> {
+    match removal {
+        Removal::AckFailed(e) => {
+            // The archive is complete; the messages not acknowledged are still in the DLQ too.
+            printer.warn(line(format!("{acked} deleted")));
+            Err(e.context(format!(
+                "the archive is complete, but only {acked} of {archived} archived message(s) were removed from the queue; the rest are both archived and still queued"
+            )))
+        }
+        Removal::CheckFailed(e) => {
+            printer.warn(line(format!("{acked} deleted")));
+            super::audit_end(audit, archived, 0, Exit::Ok);
+            Err(e.context(format!(
+                "the archive is complete and its {archived} message(s) were acknowledged, but reading the queue again to check their removal failed: `dlq inspect` shows what is still there"
+            )))
+        }
+        Removal::Interrupted => {
+            printer.warn(line(format!(
+                "{acked} acknowledged, their removal not checked"
+            )));
+            super::audit_end(audit, archived, acked, Exit::Interrupted);
+            Err(crate::error::interrupted(format!(
+                "interrupted once the archive was complete: its {archived} message(s) were acknowledged and the rest given back; dlq did not check that the queue applied every acknowledgement (`dlq inspect` shows what is still there)"
+            )))
+        }
+        Removal::Counted(still) => {
+            let deleted = acked.saturating_sub(still);
+            super::audit_end(audit, archived, deleted, Exit::Ok);
+            if still == 0 {
+                printer.info(line(format!("{deleted} deleted")));
+                return Ok(Exit::Ok);
+            }
+            printer.warn(line(format!("{deleted} deleted")));
+            printer.warn_always(format!(
+                "{still} of {archived} archived message(s) are still in the queue although dlq acknowledged them (the broker did not apply every acknowledgement): they are both archived and queued; run the same archive again to remove them"
+            ));
+            Ok(Exit::Partial)
+        }
     }
-    if let Some(e) = verify_error {
-        printer.warn(line);
-        super::audit_end(audit, trailer.count, 0);
-        return Err(e.context(format!(
-            "the archive is complete and its {} message(s) were acknowledged, but reading the queue again to check their removal failed: `dlq inspect` shows what is still there",
-            trailer.count
-        )));
-    }
-    super::audit_end(audit, trailer.count, deleted);
-    if still > 0 {
-        printer.warn(line);
-        printer.warn_always(format!(
-            "{still} of {} archived message(s) are still in the queue although dlq acknowledged them (the broker did not apply every acknowledgement): they are both archived and queued; run the same archive again to remove them",
-            trailer.count
-        ));
-        return Ok(Exit::Partial);
-    }
-    printer.info(line);
-    Ok(Exit::Ok)
 }
 
 /// On RabbitMQ 4.3 a quorum DLQ takes back, with the channel open, what a consumer held

@@ -88,7 +88,12 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
         &archived.sha256[..16],
         deleted_note.unwrap_or_default()
     ));
-    super::audit_end(audit.as_mut(), archived.count, deleted);
+    super::audit_end(
+        audit.as_mut(),
+        archived.count,
+        deleted,
+        crate::error::Exit::Ok,
+    );
     Ok(Exit::Ok)
 }
 

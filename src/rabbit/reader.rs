@@ -31,6 +31,7 @@ use super::reported::ReportedTimeouts;
 use super::topology::{
     GiveBack, QueueKind, ReadVerdict, give_back_counts, read_verdict, timeout_cancels,
 };
+use crate::signals::Finishing;
 use anyhow::{Result, anyhow, bail};
 use futures_util::StreamExt;
 use lapin::options::{
@@ -489,7 +490,9 @@ async fn read_fifo<T: Send>(
     if let Err(e) = &result {
         conn.note_loss(e);
     }
-    let watch = GiveBackWatch::start(&report);
+    // The give-back (up to `give_back_wait`, 2 min) finishes after a first signal.
+    let stopped = report.interrupted.is_some();
+    let watch = Finishing::start(report.signals_at, stopped, None, INTERRUPTED_TWICE);
     // Already back in the queue: dlq's give-back does not bring them back again.
     let taken_back = taken_back_by_broker(&ch, &live);
     let mut back = (report.read + report.unread).saturating_sub(taken_back);
@@ -529,7 +532,11 @@ async fn read_fifo<T: Send>(
     }
     let more = give_back_counted(conn, &ch, &spec.queue, back, counted).await;
     report.renewal_notes.extend(more);
-    watch.stop(&mut report);
+    // A signal during the give-back ends the read interrupted.
+    if !stopped && watch.came() {
+        report.interrupted = Some(report.shown());
+    }
+    drop(watch);
     drop(listening);
     result?;
     if report.interrupted.is_some() {
@@ -1096,49 +1103,6 @@ async fn read_window<T: Send>(
         }
     }
     Ok(true)
-}
-
-/// Signals while a read gives back, once it stopped reading (which can take up to
-/// `give_back_wait`, 2 min at most): the first is announced and lets the give-back finish,
-/// and the read then ends interrupted; another after it (or after the one the read stopped
-/// on) exits at once, as the announcement says. Before, a signal there was acted on only
-/// once the command returned.
-struct GiveBackWatch {
-    seen: u64,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl GiveBackWatch {
-    fn start(report: &ReadReport) -> GiveBackWatch {
-        let mut signals = crate::signals::listen_since(report.signals_at);
-        let stopped = report.interrupted.is_some();
-        let task = tokio::spawn(async move {
-            if !stopped {
-                signals.next().await;
-                crate::signals::announce(signals.seen());
-            }
-            signals.next().await;
-            crate::signals::exit_at_once(INTERRUPTED_TWICE);
-        });
-        GiveBackWatch {
-            seen: report.signals_at,
-            task,
-        }
-    }
-
-    /// The give-back is over: a signal during it ends the read interrupted.
-    fn stop(self, report: &mut ReadReport) {
-        if report.interrupted.is_none() && crate::signals::came_since(self.seen) {
-            report.interrupted = Some(report.shown());
-        }
-    }
-}
-
-impl Drop for GiveBackWatch {
-    /// Never outlives its read: a later run keeps its own first-signal stop.
-    fn drop(&mut self) {
-        self.task.abort();
-    }
 }
 
 /// What a second signal says while a read gives back after the first.

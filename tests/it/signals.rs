@@ -10,6 +10,7 @@ use crate::queue_read::{paged_quorum_dlq, unchanged_and_undelivered};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable};
 use serde_json::json;
+use std::path::Path;
 use std::process::{Child, Output};
 use std::time::{Duration, Instant};
 
@@ -91,8 +92,65 @@ async fn ctrl_c_mid_read_gives_back_uncounted_and_exits_130() {
 /// order, none counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_mid_archive_deletes_nothing_and_gives_back_uncounted() {
+    let (b, q, n) = large_quorum_dlq("sigdelete").await;
+    let (dir, trail) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let child = archive_deleting(&b, q, &[], dir.path(), trail.path());
+    let out = interrupted_once_holding(&b, q, n, child).await;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("nothing was deleted"), "{err}");
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "{err}"
+    );
+    // The audit trail's end record says what the process did.
+    assert_eq!(audit_end(trail.path())["exit"], 130);
+    unchanged_and_undelivered(b, q, n).await;
+}
+
+/// `archive --delete --yes --limit 100` of 40,000 quorum dead letters with a delivery limit,
+/// Ctrl-C once the archive file is whole: dlq removes the 100 it archived and gives back the
+/// rest (renewed, where a close would count a delivery), says it did not check the removal,
+/// and exits 130; the DLQ holds the other 39,900, in order, none counted. Before, nothing
+/// listened for a signal once the file was whole: dlq ended at once, and the broker took
+/// back what it held, counted (4.0.5: 39,900 at delivery count 1, in 20 blocks out of order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_once_an_archive_is_written_removes_it_and_gives_back_the_rest_uncounted() {
+    let (b, q, n) = large_quorum_dlq("sigwritten").await;
+    let (dir, trail) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let more = ["--limit", "100"];
+    let mut child = archive_deleting(&b, q, &more, dir.path(), trail.path());
+    let file = dir.path().join("a.ndjson");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !file.exists() {
+        assert!(child.try_wait().unwrap().is_none(), "dlq ended early");
+        assert!(Instant::now() < deadline, "no archive file within 60 s");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let out = interrupt(child).await;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(err.contains("their removal not checked"), "{err}");
+    let archived = std::fs::read_to_string(&file).unwrap();
+    assert_eq!(archived.lines().count(), 102, "header, 100, trailer: {err}");
+    let end = audit_end(trail.path());
+    assert_eq!(
+        (end["exit"].as_u64(), end["done"].as_u64()),
+        (Some(130), Some(100))
+    );
+    let left = b.snapshot(q).await;
+    let ns = crate::quorum_limits::snap_ns(&left);
+    assert_eq!(ns, (100..i64::from(n)).collect::<Vec<_>>(), "{err}");
+    let counted = left.iter().filter(|m| m.delivery_count.unwrap_or(0) > 0);
+    assert_eq!(counted.count(), 0, "{err}");
+    b.delete().await;
+}
+
+/// A quorum DLQ `pager.dlq` with a delivery limit, holding 40,000 dead letters `{"n": i}`
+/// padded to about 500 bytes.
+async fn large_quorum_dlq(tag: &str) -> (Broker, &'static str, u32) {
     const N: u32 = 40_000;
-    let b = Broker::new("sigdelete").await;
+    let b = Broker::new(tag).await;
     let q = "pager.dlq";
     let mut args = FieldTable::default();
     args.insert(
@@ -106,31 +164,39 @@ async fn ctrl_c_mid_archive_deletes_nothing_and_gives_back_uncounted() {
     b.publish_many_as(q, bodies, BasicProperties::default())
         .await;
     b.wait_depth(q, N).await;
-    let dir = tempfile::tempdir().unwrap();
-    let to = dir.path().join("a.ndjson");
-    let to = to.to_str().unwrap();
-    let trail = tempfile::tempdir().unwrap();
-    let trail = trail.path().join("audit.ndjson");
-    let args = ["archive", "-Q", q, "--delete", "--yes", "--to", to];
+    (b, q, N)
+}
+
+/// `archive -Q q --delete --yes` with `more`, to `a.ndjson` in `dir`, its audit trail in
+/// `trail`.
+fn archive_deleting(b: &Broker, q: &str, more: &[&str], dir: &Path, trail: &Path) -> Child {
+    let to = dir.join("a.ndjson");
+    let args = [
+        &[
+            "archive",
+            "-Q",
+            q,
+            "--delete",
+            "--yes",
+            "--to",
+            to.to_str().unwrap(),
+        ][..],
+        more,
+    ]
+    .concat();
+    let trail = trail.join("audit.ndjson");
     let env = [("DLQ_AUDIT_LOG", trail.to_str().unwrap())];
-    let child = crate::queue_read::piped_dlq_with(&b.amqp_url(), &args, &env);
-    let out = interrupted_once_holding(&b, q, N, child).await;
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(130), "{err}");
-    assert!(err.contains("nothing was deleted"), "{err}");
-    assert!(
-        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
-        "{err}"
-    );
-    // The audit trail's end record says what the process did.
-    let trail = std::fs::read_to_string(&trail).unwrap();
-    let end = trail
+    crate::queue_read::piped_dlq_with(&b.amqp_url(), &args, &env)
+}
+
+/// The last archive `end` record of the audit trail in `trail` (`archive_deleting`).
+fn audit_end(trail: &Path) -> serde_json::Value {
+    let trail = std::fs::read_to_string(trail.join("audit.ndjson")).unwrap();
+    trail
         .lines()
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
         .rfind(|r| r["action"] == "archive" && r["event"] == "end")
-        .unwrap_or_else(|| panic!("no end record: {trail}"));
-    assert_eq!(end["exit"], 130, "{trail}");
-    unchanged_and_undelivered(b, q, N).await;
+        .unwrap_or_else(|| panic!("no end record: {trail}"))
 }
 
 /// A planned replay (`--plan-first --yes`, paced) of 3,000 quorum dead letters with a
