@@ -397,7 +397,7 @@ async fn ack_written(
         taker.moving();
         // Consumers left live by `Taker::open_holding` stay so while they acknowledge.
         taker.watch_consumers().await;
-        match ack_each_channel(&taker, &written).await {
+        match ack_each_channel(&mut taker, &written).await {
             Ok(()) => deleted += written.len() as u64,
             Err(e) => {
                 ack_error.get_or_insert(e);
@@ -415,22 +415,16 @@ async fn ack_written(
     (deleted, ack_error, to_verify)
 }
 
-/// Per take channel: one `multiple` acknowledgement when every delivery on it was archived
-/// (delivery tags run 1, 2, ... per channel), else one per message.
-async fn ack_each_channel(taker: &Taker, written: &[Written]) -> Result<()> {
+/// Per take channel, what was archived there: the run of its first deliveries in one
+/// `multiple` acknowledgement, the rest one by one (`Taker::ack_tags`; delivery tags run 1,
+/// 2, ... per channel).
+async fn ack_each_channel(taker: &mut Taker, written: &[Written]) -> Result<()> {
     let mut by_channel: std::collections::BTreeMap<usize, Vec<u64>> = Default::default();
     for w in written {
         by_channel.entry(w.channel).or_default().push(w.tag);
     }
     for (channel, tags) in by_channel {
-        let last = tags.iter().copied().max().unwrap_or(0);
-        if last == tags.len() as u64 && taker.delivered_on(channel) == last {
-            taker.ack_through(channel, last).await?;
-            continue;
-        }
-        for tag in tags {
-            taker.ack(channel, tag).await?;
-        }
+        taker.ack_tags(channel, &tags).await?;
     }
     Ok(())
 }

@@ -268,15 +268,35 @@ impl Renewal {
         self.failed.as_deref()
     }
 
-    /// Acknowledges each original whose copy is confirmed on its own channel: a take holds
-    /// the messages it moves beside those it keeps, so no `multiple`.
-    pub(crate) async fn ack_each(&mut self, channels: &[Channel]) -> Result<()> {
-        for (i, tag) in std::mem::take(&mut self.to_ack) {
+    /// Acknowledges each original whose copy is confirmed on its own channel. A take holds
+    /// the messages it moves beside those it keeps, so `multiple` only over a run that
+    /// begins right after `settled[i]` (channel `i`'s tags up to it are settled, which this
+    /// keeps true): a run of a channel's first deliveries, all kept. One settle command on a
+    /// quorum queue, not one per message: 40,000 single ones took 1.3 s on 4.0.5, and then
+    /// a 10-s wait before the close, for the queue to apply them (`settle_grace_after`).
+    pub(crate) async fn ack_each(
+        &mut self,
+        channels: &[Channel],
+        settled: &mut [u64],
+    ) -> Result<()> {
+        let to_ack = std::mem::take(&mut self.to_ack);
+        let mut at = 0;
+        while let Some(&(i, tag)) = to_ack.get(at) {
             let ch = channels
                 .get(i)
                 .ok_or_else(|| anyhow::anyhow!("no take channel {i}"))?;
-            super::ack(ch, tag, false).await?;
-            self.acked += 1;
+            let next = settled.get(i).map(|s| s + 1);
+            let run = match next == Some(tag) {
+                true => run_of(&to_ack[at..]),
+                false => 1,
+            };
+            let last = to_ack[at + run - 1].1;
+            super::ack(ch, last, run > 1).await?;
+            self.acked += run as u64;
+            if let Some(s) = settled.get_mut(i).filter(|_| next == Some(tag)) {
+                *s = last;
+            }
+            at += run;
         }
         Ok(())
     }
@@ -317,5 +337,27 @@ impl Renewal {
             ));
         }
         notes
+    }
+}
+
+/// How many of `held`'s first entries are one channel's consecutive delivery tags.
+fn run_of(held: &[Held]) -> usize {
+    let pairs = held.windows(2);
+    1 + pairs
+        .take_while(|w| w[1].0 == w[0].0 && w[1].1 == w[0].1 + 1)
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_of;
+
+    #[test]
+    fn a_run_is_one_channels_consecutive_tags() {
+        assert_eq!(run_of(&[(0, 1), (0, 2), (0, 3), (1, 1)]), 3);
+        // A gap: tag 3 may be a moved message's, or one whose copy failed.
+        assert_eq!(run_of(&[(0, 1), (0, 2), (0, 4)]), 2);
+        assert_eq!(run_of(&[(0, 5), (1, 6)]), 1);
+        assert_eq!(run_of(&[(2, 7)]), 1);
     }
 }
