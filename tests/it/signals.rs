@@ -108,15 +108,16 @@ async fn ctrl_c_mid_archive_deletes_nothing_and_gives_back_uncounted() {
     unchanged_and_undelivered(b, q, n).await;
 }
 
-/// `archive --delete --yes --limit 100` of 40,000 quorum dead letters with a delivery limit,
+/// `archive --delete --yes --limit 100` of 3,000 quorum dead letters with a delivery limit,
 /// Ctrl-C once the archive file is whole: dlq removes the 100 it archived and gives back the
 /// rest (renewed, where a close would count a delivery), says it did not check the removal,
-/// and exits 130; the DLQ holds the other 39,900, in order, none counted. Before, nothing
+/// and exits 130; the DLQ holds the other 2,900, in order, none counted. Before, nothing
 /// listened for a signal once the file was whole: dlq ended at once, and the broker took
-/// back what it held, counted (4.0.5: 39,900 at delivery count 1, in 20 blocks out of order).
+/// back what it held, counted (4.0.5, of 40,000: 39,900 at delivery count 1, in 20 blocks
+/// out of order).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_once_an_archive_is_written_removes_it_and_gives_back_the_rest_uncounted() {
-    let (b, q, n) = large_quorum_dlq("sigwritten").await;
+    let (b, q, n) = crate::queue_read::paged_quorum_dlq("sigwritten").await;
     let (dir, trail) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let more = ["--limit", "100"];
     let mut child = archive_deleting(&b, q, &more, dir.path(), trail.path());
