@@ -147,7 +147,7 @@ pub(crate) async fn give_back_after<F: std::future::Future>(
     stopped: Option<&anyhow::Error>,
     work: F,
 ) -> F::Output {
-    match stopped.is_some_and(|e| crate::error::exit_for(e) == Exit::Interrupted) {
+    match stopped.is_some_and(crate::error::by_signal) {
         true => exit_on_signal(work).await,
         false => work.await,
     }
@@ -161,7 +161,7 @@ pub(crate) async fn release_unmoved(
     takers: Vec<crate::rabbit::take::Taker>,
     stopped: Option<&anyhow::Error>,
 ) {
-    let after_signal = stopped.is_some_and(|e| crate::error::exit_for(e) == Exit::Interrupted);
+    let after_signal = stopped.is_some_and(crate::error::by_signal);
     let release = async {
         for t in takers {
             for note in t.release_unmoved(conn, after_signal).await {

@@ -55,6 +55,11 @@ pub fn exit_for(err: &anyhow::Error) -> Exit {
     }
 }
 
+/// Whether a signal stopped what failed with `err` (it exits 130, `exit_for`).
+pub fn by_signal(err: &anyhow::Error) -> bool {
+    exit_for(err) == Exit::Interrupted
+}
+
 /// A signal stopped dlq: said directly, or inside an I/O error (the output given up, see
 /// `output::pipe`), whose own source is not its payload.
 fn is_interrupted(e: &(dyn std::error::Error + 'static)) -> bool {
