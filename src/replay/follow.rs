@@ -628,6 +628,12 @@ impl Outcomes {
     /// Why a followed canary stops the run, or `None` when every canary succeeded: `items`
     /// names what was followed ("task", "message"), `rest` what was not sent ("replayed").
     pub(crate) fn canary_failure(&self, items: &str, rest: &str) -> Option<String> {
+        // Following ended early (Ctrl-C): a plain message not back yet proves nothing.
+        if let Some(why) = self.stopped.as_ref().filter(|_| self.not_back > 0) {
+            return Some(format!(
+                "canary not finished: {why}; the rest were not {rest}"
+            ));
+        }
         (!self.all_succeeded()).then(|| {
             format!(
                 "canary failed: {} of {} canary {items}(s) did not succeed ({}); the rest were not {rest}",

@@ -147,6 +147,58 @@ async fn ctrl_c_once_an_archive_is_written_removes_it_and_gives_back_the_rest_un
     b.delete().await;
 }
 
+/// Ctrl-C while a replay's canary (`--canary 10 --canary-wait 300s`, followed and not) waits
+/// on 3,000 quorum dead letters with a delivery limit: the run stops at once (exit 1,
+/// "STOPPED: interrupted"), the 10 canaries in the destination, the rest in the DLQ in
+/// order, none counted. Before, the wait ran to its end (27 s after Ctrl-C with a 30-s wait)
+/// and said "canary: none died again; replaying the rest" before stopping; followed, it
+/// stopped at once but said "every task succeeded and no message came back; replaying the
+/// rest" of messages it had watched for 4 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_during_a_canarys_wait_stops_the_replay_at_once() {
+    for more in [&[][..], &["--follow"]] {
+        let err = stopped_in_canary_wait(more).await;
+        assert!(err.contains("STOPPED: interrupted"), "{more:?}: {err}");
+        assert!(!err.contains("replaying the rest"), "{more:?}: {err}");
+    }
+}
+
+/// `stopped_mid_move`'s replay with a canary and `more`, Ctrl-C in the canary's wait: exit
+/// 1, the canaries moved, the rest left in order, none counted. What dlq said.
+async fn stopped_in_canary_wait(more: &[&str]) -> String {
+    let (b, q, n) = crate::queue_read::paged_quorum_dlq("sigcanary").await;
+    let to = "pager.work";
+    b.queue(to, FieldTable::default()).await;
+    let canary = ["--yes", "--canary", "10", "--canary-wait", "300s"];
+    let args = [&["replay", "-Q", q, "--to-queue", to][..], &canary, more].concat();
+    let mut child = dlq(&b, &args);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while b.depth(to).await < 10 {
+        assert!(child.try_wait().unwrap().is_none(), "dlq ended early");
+        assert!(Instant::now() < deadline, "no canary moved in 60 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Past the canary's settling, into its wait.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // `interrupt` kills dlq after 60 s: the old code waited the whole 300 s.
+    let out = interrupt(child).await;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{more:?}: {err}");
+    let moved = crate::quorum_limits::snap_ns(&b.snapshot(to).await);
+    assert_eq!(moved, (0..10).collect::<Vec<_>>(), "{more:?}: {err}");
+    let left = b.snapshot(q).await;
+    let ns = crate::quorum_limits::snap_ns(&left);
+    assert_eq!(
+        ns,
+        (10..i64::from(n)).collect::<Vec<_>>(),
+        "{more:?}: {err}"
+    );
+    let counted = left.iter().filter(|m| m.delivery_count.unwrap_or(0) > 0);
+    assert_eq!(counted.count(), 0, "{more:?}: {err}");
+    b.delete().await;
+    err
+}
+
 /// A quorum DLQ `pager.dlq` with a delivery limit, holding 40,000 dead letters `{"n": i}`
 /// padded to about 500 bytes.
 async fn large_quorum_dlq(tag: &str) -> (Broker, &'static str, u32) {

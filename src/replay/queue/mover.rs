@@ -348,6 +348,11 @@ impl<'a> Mover<'a> {
             )
             .await;
             moves.earlier.extend(o.tasks.iter().cloned());
+            // Ctrl-C cut the wait short: what did not come back yet proves nothing.
+            if self.stop.load(Ordering::SeqCst) {
+                self.report.stopped = Some(INTERRUPTED.into());
+                return Ok(());
+            }
             match o.canary_failure("message", "replayed") {
                 None => printer.info(
                     "canary: every task succeeded and no message came back; replaying the rest",
@@ -363,7 +368,9 @@ impl<'a> Mover<'a> {
             "canary: {moved} message(s) replayed; watching for {}s whether they die again",
             canary.wait.as_secs()
         ));
-        tokio::time::sleep(canary.wait).await;
+        if !self.wait_unless_stopped(canary.wait).await {
+            return Ok(());
+        }
         // Only messages that came back after being replayed are ready in the DLQs now
         // (the rest are still held by this run): they carry this run's replay id.
         let died = died_again(&session.conn, &session.checked, session.audit.run_id()).await?;
@@ -378,6 +385,22 @@ impl<'a> Mover<'a> {
                 .info("canary: none died again; replaying the rest");
         }
         Ok(())
+    }
+
+    /// Waits `wait`, unless a signal stops the run first (false). Before, Ctrl-C during a
+    /// canary's wait was acted on once it was over (30 s by default), after "canary: none
+    /// died again; replaying the rest".
+    async fn wait_unless_stopped(&mut self, wait: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + wait;
+        while tokio::time::Instant::now() < deadline {
+            if self.stop.load(Ordering::SeqCst) {
+                self.report.stopped = Some(INTERRUPTED.into());
+                return false;
+            }
+            let slice = tokio::time::Instant::now() + std::time::Duration::from_millis(100);
+            tokio::time::sleep_until(slice.min(deadline)).await;
+        }
+        true
     }
 
     /// Moves planned messages, at most `limit`: the held ones, or (when they did not fit
