@@ -106,7 +106,7 @@ async fn confirm(
     tokio::select! {
         answer = asked => answer.unwrap_or_else(|| {
             // Below the question, which is still waiting for its line.
-            eprintln!();
+            say!();
             Err(anyhow::anyhow!(
                 "no answer while dlq held the plan's messages for {} s, half of their consumer timeout, past which RabbitMQ takes back what a consumer holds (RabbitMQ 4.0-4.2 by closing its channel, which counts a delivery toward the delivery limit): nothing was moved, every message was given back; run dlq again to see the plan anew",
                 (h.wait)().as_secs()
@@ -123,7 +123,7 @@ async fn confirm(
 /// caller gives back what the plan holds (`exit_on_signal`).
 fn interrupted(asked: bool) -> anyhow::Error {
     if asked {
-        eprintln!();
+        say!();
     }
     crate::error::interrupted(
         "interrupted at the confirmation: nothing was moved, every message was given back",
@@ -174,7 +174,7 @@ pub(crate) async fn release_unmoved(
 
 /// Exits with 130 now, saying what that leaves and closing the audit trail's open runs.
 pub(crate) fn exit_now(why: &str) -> ! {
-    eprintln!(
+    say!(
         "{why}. Nothing unconfirmed was acknowledged or marked: it stays in its DLQ or table; what was in flight (at most --window) may also reach its destination, and a new run finishes the job"
     );
     crate::signals::exit(130, why)

@@ -14,6 +14,16 @@
 //!                      (celery/amqp.rs, celery/redis.rs over redis/), workers
 //!   model, select, output, settings, bulk, cli, error, redact, tls, when, jq, fingerprint
 //! ```
+/// `eprintln!` that never panics: once a terminal hangs up (SIGHUP: an SSH session or a
+/// terminal window gone), writing to it fails, and `eprintln!` would panic in the middle of
+/// giving back what dlq holds.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), $($arg)*);
+    }};
+}
+
 pub(crate) mod archive;
 pub(crate) mod audit;
 pub(crate) mod browse;
@@ -96,7 +106,7 @@ pub async fn run(cli: cli::Cli) -> Exit {
             if let Some(led) = rabbit::led_by_loss(&said) {
                 said = led;
             }
-            eprintln!("error: {}", redact::scrub(&said));
+            say!("error: {}", redact::scrub(&said));
             error::exit_for(&e)
         }
     }

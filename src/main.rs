@@ -11,7 +11,10 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     // Even a bug must not print a credential: panic messages are scrubbed like any diagnostic.
     std::panic::set_hook(Box::new(|info| {
-        eprintln!(
+        use std::io::Write as _;
+        // Never a panic inside the hook (a terminal that hung up fails every write).
+        let _ = writeln!(
+            std::io::stderr(),
             "dlq: internal error (please report): {}",
             dlq::redact::scrub(&info.to_string())
         );

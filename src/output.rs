@@ -24,7 +24,7 @@ pub(crate) fn set_notices(printer: &Printer) {
 pub(crate) fn notice(msg: impl AsRef<str>) {
     let say = || match NOTICES.get() {
         Some(p) => p.warn(msg.as_ref()),
-        None => eprintln!("warning: {}", msg.as_ref()),
+        None => say!("warning: {}", msg.as_ref()),
     };
     match active_bar() {
         Some((bar, _)) => bar.suspend(say),
@@ -85,7 +85,7 @@ impl Printer {
     /// Informational line on stderr (suppressed by -q). Always scrubbed of secrets.
     pub(crate) fn info(&self, msg: impl AsRef<str>) {
         if !self.quiet {
-            eprintln!("{}", redact::scrub(msg.as_ref()));
+            say!("{}", redact::scrub(msg.as_ref()));
         }
     }
 
@@ -115,13 +115,13 @@ impl Printer {
         } else {
             "warning:"
         };
-        eprintln!("{prefix} {}", redact::scrub(msg.as_ref()));
+        say!("{prefix} {}", redact::scrub(msg.as_ref()));
     }
 
     /// Shown with -v (level 1) or -vv (level 2).
     pub(crate) fn debug(&self, level: u8, msg: impl AsRef<str>) {
         if self.verbose >= level {
-            eprintln!("{}", redact::scrub(msg.as_ref()));
+            say!("{}", redact::scrub(msg.as_ref()));
         }
     }
 
@@ -184,7 +184,9 @@ impl Printer {
         }
         let mut buf = Vec::new();
         let _ = self.write_table(&mut buf, t);
-        eprint!("{}", redact::scrub(&String::from_utf8_lossy(&buf)));
+        let _ = io::stderr()
+            .lock()
+            .write_all(redact::scrub(&String::from_utf8_lossy(&buf)).as_bytes());
     }
 
     /// The width tables must fit: `COLUMNS`, else the terminal's; `None` when piped.

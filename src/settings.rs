@@ -164,7 +164,7 @@ fn warn_if_readable_by_others(path: &Path) {
     {
         // Printed at once (and only here): it matters even when the rest of the settings
         // are invalid.
-        eprintln!(
+        say!(
             "warning: config file {} is readable by other users and may hold credentials; run: chmod 600 {}",
             path.display(),
             path.display()

@@ -78,7 +78,7 @@ pub(super) async fn run(endpoints: &Endpoints, printer: &Printer, req: &Request,
             job.action.verb(),
             exit as u8
         ),
-        Err(e) => eprintln!(
+        Err(e) => say!(
             "\nerror: {}",
             crate::redact::scrub(&crate::error::describe(&e))
         ),

@@ -236,7 +236,7 @@ pub(crate) async fn run(settings: &Settings, printer: &Printer, opts: Options) -
 pub(crate) fn unknown_before_settings(e: &anyhow::Error) -> Exit {
     use std::io::Write as _;
     let reason = redact::scrub(&crate::error::describe(e));
-    eprintln!("error: {reason}");
+    say!("error: {reason}");
     let _ = writeln!(std::io::stdout(), "DLQ UNKNOWN - {reason}");
     Status::Unknown.exit()
 }
@@ -253,7 +253,7 @@ pub(crate) fn unknown_usage(reason: &str) -> Exit {
 /// UNKNOWN with the reason, on stdout (what the monitoring system shows) and stderr.
 fn unknown(printer: &Printer, reason: &str) -> Result<Exit> {
     let reason = redact::scrub(reason);
-    eprintln!("error: {reason}");
+    say!("error: {reason}");
     let report = Report {
         status: Status::Unknown,
         summary: reason,

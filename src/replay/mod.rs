@@ -97,7 +97,7 @@ pub(crate) fn stop_on_signal_since(
     let mut signals = crate::signals::listen_since(seen);
     tokio::spawn(async move {
         signals.next().await;
-        eprintln!("stopping after the items in flight (signal again to exit at once)");
+        say!("stopping after the items in flight (signal again to exit at once)");
         stop.store(true, Ordering::SeqCst);
         let stopped_at = std::time::Instant::now();
         loop {

@@ -199,6 +199,102 @@ async fn stopped_in_canary_wait(more: &[&str]) -> String {
     err
 }
 
+/// The terminal hangs up mid replay (its tmux server killed, as when an SSH session or a
+/// terminal window goes; 3,000 quorum dead letters with a delivery limit, `--yes --rate 200`):
+/// dlq stops as on Ctrl-C, though its terminal is gone and the hangup comes more than once,
+/// and gives back the rest in order, none counted; the audit trail's end record says it
+/// stopped. Before, SIGHUP's default ended dlq at once, and the broker took back what it
+/// held, counted (4.0.5, 40,000: 1,088 counted; a `filter`, 2,000 and 127 renewed copies
+/// beside their originals); counted once, the second hangup exited at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_hang_up_mid_replay_gives_back_the_rest_uncounted_in_order() {
+    let (b, q, n) = crate::queue_read::paged_quorum_dlq("sighup").await;
+    let to = "pager.work";
+    b.queue(to, FieldTable::default()).await;
+    let trail = tempfile::tempdir().unwrap();
+    let log = trail.path().join("audit.ndjson");
+    let url = b.amqp_url();
+    let env = [
+        ("DLQ_AMQP_URL", url.as_str()),
+        ("DLQ_AUDIT_LOG", log.to_str().unwrap()),
+    ];
+    let args = [
+        "replay",
+        "-Q",
+        q,
+        "--to-queue",
+        to,
+        "--yes",
+        "--rate",
+        "200",
+    ];
+    let t = crate::tmux::Term::start(120, &env, &args);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while b.depth(to).await < 300 {
+        assert!(
+            Instant::now() < deadline,
+            "no 300 moved in 60 s: {}",
+            t.screen()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let dlq_pid = child_of_pane(&t);
+    let killed = std::process::Command::new("tmux")
+        .args(["-L", t.socket(), "kill-session"])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // A hangup can come twice (tmux's, then the terminal's as its session leader exits).
+    let again = std::process::Command::new("kill")
+        .args(["-HUP", &dlq_pid])
+        .status()
+        .unwrap();
+    assert!(again.success(), "dlq ended at the first hangup");
+    // dlq's terminal is gone: its end record says when it is done.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let ended = |r: &serde_json::Value| r["action"] == "replay" && r["event"] == "end";
+    let end = loop {
+        let trail = std::fs::read_to_string(&log).unwrap_or_default();
+        let mut records = trail.lines().filter_map(|l| serde_json::from_str(l).ok());
+        if let Some(end) = records.rfind(ended) {
+            break end;
+        }
+        assert!(Instant::now() < deadline, "no end record in 60 s: {trail}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(
+        (end["exit"].as_u64(), end["reason"].as_str()),
+        (Some(1), Some("interrupted"))
+    );
+    let moved = crate::quorum_limits::snap_ns(&b.snapshot(to).await);
+    let k = moved.len() as i64;
+    assert_eq!(moved, (0..k).collect::<Vec<_>>(), "destination");
+    let left = b.snapshot(q).await;
+    assert_eq!(
+        crate::quorum_limits::snap_ns(&left),
+        (k..i64::from(n)).collect::<Vec<_>>()
+    );
+    let counted = left.iter().filter(|m| m.delivery_count.unwrap_or(0) > 0);
+    assert_eq!(counted.count(), 0);
+    b.delete().await;
+}
+
+/// The pid of dlq, the one child of `t`'s pane's shell.
+fn child_of_pane(t: &crate::tmux::Term) -> String {
+    let pane = std::process::Command::new("tmux")
+        .args(["-L", t.socket(), "list-panes", "-F", "#{pane_pid}"])
+        .output()
+        .unwrap();
+    let pane = String::from_utf8(pane.stdout).unwrap();
+    let child = std::process::Command::new("pgrep")
+        .args(["-P", pane.trim()])
+        .output()
+        .unwrap();
+    let child = String::from_utf8(child.stdout).unwrap();
+    assert_eq!(child.lines().count(), 1, "the pane's children: {child}");
+    child.trim().to_owned()
+}
+
 /// A quorum DLQ `pager.dlq` with a delivery limit, holding 40,000 dead letters `{"n": i}`
 /// padded to about 500 bytes.
 async fn large_quorum_dlq(tag: &str) -> (Broker, &'static str, u32) {
