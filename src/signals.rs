@@ -164,19 +164,29 @@ fn start() -> watch::Sender<u64> {
     // SIGHUP too: an SSH session or a terminal window gone. Its default ended dlq at once,
     // and the broker took back what it held (a `filter` of 40,000 quorum dead letters with
     // a limit on 4.0.5: 2,000 counted, 127 renewed copies left beside their originals).
+    // Not where it is ignored (`nohup`): watching it would undo that.
     let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
-        signal(SignalKind::hangup()),
+        match hangup_ignored() {
+            false => signal(SignalKind::hangup()).map(Some),
+            true => Ok(None),
+        },
     ) else {
         return tx;
     };
     tokio::spawn(async move {
         loop {
+            let hangup = async {
+                match hup.as_mut() {
+                    Some(h) => h.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
             let code = tokio::select! {
                 _ = int.recv() => 130,
                 _ = term.recv() => 143,
-                _ = hup.recv() => 129,
+                _ = hangup => 129,
             };
             // A hangup comes twice or more (tmux's, then the terminal's as its session
             // leader exits) and never means "exit at once": it counts only as the process's
@@ -192,6 +202,15 @@ fn start() -> watch::Sender<u64> {
         }
     });
     tx
+}
+
+/// Whether dlq started with SIGHUP ignored (`nohup`), from the kernel's `SigIgn` mask (bit 0
+/// is signal 1); where there is no /proc, as if not.
+fn hangup_ignored() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let mask = status.lines().find_map(|l| l.strip_prefix("SigIgn:"));
+    mask.and_then(|m| u64::from_str_radix(m.trim(), 16).ok())
+        .is_some_and(|m| m & 1 == 1)
 }
 
 /// A signal with no part of dlq listening: what its default would have done.

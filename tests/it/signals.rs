@@ -279,6 +279,59 @@ async fn a_terminal_hang_up_mid_replay_gives_back_the_rest_uncounted_in_order() 
     b.delete().await;
 }
 
+/// Under `nohup` (SIGHUP ignored from the start) a hangup mid replay changes nothing: the
+/// replay of 3,000 runs to its end, exit 0. Watching SIGHUP must not undo `nohup`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_nohup_a_hang_up_lets_the_replay_finish() {
+    let (b, q, n) = crate::queue_read::paged_quorum_dlq("signohup").await;
+    let to = "pager.work";
+    b.queue(to, FieldTable::default()).await;
+    let dlq = crate::common::dlq_command();
+    let mut nohup = std::process::Command::new("nohup");
+    nohup.arg(dlq.get_program());
+    for (k, v) in dlq.get_envs() {
+        match v {
+            Some(v) => nohup.env(k, v),
+            None => nohup.env_remove(k),
+        };
+    }
+    let args = [
+        "replay",
+        "-Q",
+        q,
+        "--to-queue",
+        to,
+        "--yes",
+        "--rate",
+        "1000",
+    ];
+    let child = nohup
+        .env("DLQ_AMQP_URL", b.amqp_url())
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while b.depth(to).await < 300 {
+        assert!(Instant::now() < deadline, "no 300 moved in 60 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let sent = std::process::Command::new("kill")
+        .args(["-HUP", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap());
+    let out = out.await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains(&format!("{n} replayed")), "{err}");
+    b.wait_depth(to, n).await;
+    assert_eq!(b.depth(q).await, 0);
+    b.delete().await;
+}
+
 /// The pid of dlq, the one child of `t`'s pane's shell.
 fn child_of_pane(t: &crate::tmux::Term) -> String {
     let pane = std::process::Command::new("tmux")
