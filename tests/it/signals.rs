@@ -218,16 +218,7 @@ async fn a_terminal_hang_up_mid_replay_gives_back_the_rest_uncounted_in_order() 
         ("DLQ_AMQP_URL", url.as_str()),
         ("DLQ_AUDIT_LOG", log.to_str().unwrap()),
     ];
-    let args = [
-        "replay",
-        "-Q",
-        q,
-        "--to-queue",
-        to,
-        "--yes",
-        "--rate",
-        "200",
-    ];
+    let args = paced_replay(q, to, "200");
     let t = crate::tmux::Term::start(120, &env, &args);
     let deadline = Instant::now() + Duration::from_secs(60);
     while b.depth(to).await < 300 {
@@ -295,16 +286,7 @@ async fn under_nohup_a_hang_up_lets_the_replay_finish() {
             None => nohup.env_remove(k),
         };
     }
-    let args = [
-        "replay",
-        "-Q",
-        q,
-        "--to-queue",
-        to,
-        "--yes",
-        "--rate",
-        "1000",
-    ];
+    let args = paced_replay(q, to, "1000");
     let child = nohup
         .env("DLQ_AMQP_URL", b.amqp_url())
         .args(args)
@@ -330,6 +312,11 @@ async fn under_nohup_a_hang_up_lets_the_replay_finish() {
     b.wait_depth(to, n).await;
     assert_eq!(b.depth(q).await, 0);
     b.delete().await;
+}
+
+/// `replay -Q q --to-queue to --yes --rate rate`.
+fn paced_replay<'a>(q: &'a str, to: &'a str, rate: &'a str) -> [&'a str; 8] {
+    ["replay", "-Q", q, "--to-queue", to, "--yes", "--rate", rate]
 }
 
 /// The pid of dlq, the one child of `t`'s pane's shell.
