@@ -118,6 +118,19 @@ pub(crate) fn stop_on_signal_since(
     })
 }
 
+/// A table's or a restore's canary wait (`wait`), unless a signal comes first (`false`,
+/// said). Before, nothing listened then: Ctrl-C ended dlq at once, 130, with no report.
+pub(crate) async fn canary_wait(wait: std::time::Duration) -> bool {
+    let mut signals = crate::signals::listen();
+    tokio::select! {
+        _ = tokio::time::sleep(wait) => true,
+        _ = signals.next() => {
+            say!("interrupted: the canary's wait is cut short; the rest is not sent");
+            false
+        }
+    }
+}
+
 /// `--canary N --canary-wait D`: replay N first, wait, and stop if they failed again.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Canary {

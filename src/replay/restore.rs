@@ -605,7 +605,10 @@ async fn with_canary(
         report.succeeded,
         wait.as_secs()
     ));
-    tokio::time::sleep(wait).await;
+    if !super::canary_wait(wait).await {
+        report.stopped = Some("interrupted".into());
+        return Ok(());
+    }
     match super::table::failed_again(table, started, &first[..n.min(first.len())]).await? {
         0 => {
             s.printer

@@ -405,7 +405,10 @@ async fn replay_rows(
         report.succeeded,
         wait.as_secs()
     ));
-    tokio::time::sleep(wait).await;
+    if !super::canary_wait(wait).await {
+        report.stopped = Some("interrupted".into());
+        return report;
+    }
     let canaries = &plan.first[..tried.min(plan.first.len())];
     match failed_again(&ctx.table, started, canaries).await {
         Ok(0) => {

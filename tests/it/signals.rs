@@ -299,14 +299,7 @@ async fn under_nohup_a_hang_up_lets_the_replay_finish() {
         assert!(Instant::now() < deadline, "no 300 moved in 60 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let sent = std::process::Command::new("kill")
-        .args(["-HUP", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
-    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap());
-    let out = out.await.unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    let (out, err) = crate::common::signalled(child, "-HUP").await;
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.contains(&format!("{n} replayed")), "{err}");
     b.wait_depth(to, n).await;

@@ -274,3 +274,40 @@ async fn concurrent_replays_dispatch_once(dialect: Dialect) {
     db.drop().await;
 }
 per_dialect!(concurrent_replays_dispatch_once);
+
+/// Ctrl-C while a table replay's canary waits (`--canary 5 --canary-wait 300s`): the run stops
+/// at once with its report (exit 1, "STOPPED: interrupted"), the 5 canaries sent and marked,
+/// the other 25 rows untouched, nothing more sent. Before, nothing listened during the wait:
+/// dlq ended at once, 130, without a report.
+#[tokio::test]
+async fn ctrl_c_during_a_table_canarys_wait_stops_with_a_report() {
+    use std::time::{Duration, Instant};
+    let db = TestDb::with_rows(Dialect::Sqlite, "canarystop", &scenario2()[..30]).await;
+    let queue = unique("celery_canary");
+    declare_queue(&queue).await;
+    let child = dlq_command()
+        .env("DLQ_DATABASE_URL", &db.url)
+        .env("DLQ_TABLE", &db.table)
+        .args(["replay", "--no-worker-check", "--to-queue", &queue, "--yes"])
+        .args(["--canary", "5", "--canary-wait", "300s"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while marked(&db).await < 5 {
+        assert!(Instant::now() < deadline, "no canary marked in 60 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Into the wait.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (out, err) = signalled(child, "-INT").await;
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("5 replayed") && err.contains("STOPPED: interrupted"),
+        "{err}"
+    );
+    assert_eq!(marked(&db).await, 5);
+    assert_eq!(queue_state(&queue).await.unwrap().messages, 5);
+    db.drop().await;
+}

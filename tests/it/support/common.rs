@@ -425,3 +425,16 @@ pub fn thread_stacks(pid: u32) -> String {
     }
     said
 }
+
+/// Sends `sig` (`-INT`, `-HUP`) to `child`; its output once it ends, and its stderr.
+pub async fn signalled(child: std::process::Child, sig: &str) -> (std::process::Output, String) {
+    let sent = Command::new("kill")
+        .args([sig, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success(), "dlq ended before the signal");
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap());
+    let out = out.await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    (out, err)
+}
