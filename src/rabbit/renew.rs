@@ -281,22 +281,22 @@ impl Renewal {
     ) -> Result<()> {
         let to_ack = std::mem::take(&mut self.to_ack);
         let mut at = 0;
-        while let Some(&(i, tag)) = to_ack.get(at) {
+        while let Some(&(i, _)) = to_ack.get(at) {
             let ch = channels
                 .get(i)
                 .ok_or_else(|| anyhow::anyhow!("no take channel {i}"))?;
-            let next = settled.get(i).map(|s| s + 1);
-            let run = match next == Some(tag) {
-                true => run_of(&to_ack[at..]),
-                false => 1,
-            };
-            let last = to_ack[at + run - 1].1;
+            let from = settled.get(i).map_or(0, |s| s + 1);
+            let here = to_ack[at..].iter().take_while(|h| h.0 == i).map(|h| h.1);
+            let run = super::take::run_from(from, here);
+            // Outside a run, one message alone.
+            let n = run.max(1);
+            let last = to_ack[at + n - 1].1;
             super::ack(ch, last, run > 1).await?;
-            self.acked += run as u64;
-            if let Some(s) = settled.get_mut(i).filter(|_| next == Some(tag)) {
+            self.acked += n as u64;
+            if let Some(s) = settled.get_mut(i).filter(|_| run > 0) {
                 *s = last;
             }
-            at += run;
+            at += n;
         }
         Ok(())
     }
@@ -337,27 +337,5 @@ impl Renewal {
             ));
         }
         notes
-    }
-}
-
-/// How many of `held`'s first entries are one channel's consecutive delivery tags.
-fn run_of(held: &[Held]) -> usize {
-    let pairs = held.windows(2);
-    1 + pairs
-        .take_while(|w| w[1].0 == w[0].0 && w[1].1 == w[0].1 + 1)
-        .count()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::run_of;
-
-    #[test]
-    fn a_run_is_one_channels_consecutive_tags() {
-        assert_eq!(run_of(&[(0, 1), (0, 2), (0, 3), (1, 1)]), 3);
-        // A gap: tag 3 may be a moved message's, or one whose copy failed.
-        assert_eq!(run_of(&[(0, 1), (0, 2), (0, 4)]), 2);
-        assert_eq!(run_of(&[(0, 5), (1, 6)]), 1);
-        assert_eq!(run_of(&[(2, 7)]), 1);
     }
 }
