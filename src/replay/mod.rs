@@ -118,18 +118,24 @@ pub(crate) fn stop_on_signal_since(
     })
 }
 
-/// A table's or a restore's canary wait (`wait`), unless a signal comes first (`false`,
-/// said). Before, nothing listened then: Ctrl-C ended dlq at once, 130, with no report.
-pub(crate) async fn canary_wait(wait: std::time::Duration) -> bool {
+/// Sleeps until `deadline`, unless a signal comes first: `false` then, once dlq said `said`.
+/// Waits where nothing holds messages and no run's stop listens (a canary's wait on a table
+/// or a restore, following the DLQs); before, Ctrl-C in a canary's wait ended dlq at once,
+/// 130, with no report.
+pub(crate) async fn wait_unless_signal(deadline: tokio::time::Instant, said: &str) -> bool {
     let mut signals = crate::signals::listen();
     tokio::select! {
-        _ = tokio::time::sleep(wait) => true,
+        _ = tokio::time::sleep_until(deadline) => true,
         _ = signals.next() => {
-            say!("interrupted: the canary's wait is cut short; the rest is not sent");
+            say!("{said}");
             false
         }
     }
 }
+
+/// What a signal in a table's or a restore's canary wait says (`wait_unless_signal`).
+pub(crate) const CANARY_CUT: &str =
+    "interrupted: the canary's wait is cut short; the rest is not sent";
 
 /// `--canary N --canary-wait D`: replay N first, wait, and stop if they failed again.
 #[derive(Debug, Clone, Copy)]

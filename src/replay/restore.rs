@@ -605,7 +605,8 @@ async fn with_canary(
         report.succeeded,
         wait.as_secs()
     ));
-    if !super::canary_wait(wait).await {
+    let deadline = tokio::time::Instant::now() + wait;
+    if !super::wait_unless_signal(deadline, super::CANARY_CUT).await {
         report.stopped = Some("interrupted".into());
         return Ok(());
     }

@@ -405,7 +405,8 @@ async fn replay_rows(
         report.succeeded,
         wait.as_secs()
     ));
-    if !super::canary_wait(wait).await {
+    let deadline = tokio::time::Instant::now() + wait;
+    if !super::wait_unless_signal(deadline, super::CANARY_CUT).await {
         report.stopped = Some("interrupted".into());
         return report;
     }

@@ -14,8 +14,6 @@ use anyhow::Result;
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable};
 use std::collections::{HashMap, VecDeque};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -136,7 +134,8 @@ pub(crate) async fn outcomes(
     let mut stopped = followed.stopped.take();
     let mut all = std::mem::take(&mut followed.tasks);
     if !plain.is_empty() {
-        if stopped.is_none() && !wait_until(deadline).await {
+        let said = "stopping after the items in flight (signal again to exit at once)";
+        if stopped.is_none() && !crate::replay::wait_unless_signal(deadline, said).await {
             stopped = Some("interrupted: stopped watching the DLQs".into());
         }
         let back = match died_again(conn, checked, replay_id).await {
@@ -166,18 +165,6 @@ fn plain_outcome(f: &Followed, back: &HashMap<String, String>) -> Tracked {
         exception: reason.map(|r| format!("dead-lettered again: {r}")),
         retries: 0,
     }
-}
-
-/// Sleeps until `deadline`; false when Ctrl-C came first.
-async fn wait_until(deadline: tokio::time::Instant) -> bool {
-    let stop = Arc::new(AtomicBool::new(false));
-    let signals = crate::replay::stop_on_signal(stop.clone());
-    while tokio::time::Instant::now() < deadline && !stop.load(Ordering::SeqCst) {
-        let slice = tokio::time::Instant::now() + Duration::from_millis(250);
-        tokio::time::sleep_until(slice.min(deadline)).await;
-    }
-    signals.abort();
-    !stop.load(Ordering::SeqCst)
 }
 
 /// Publish id -> why it died again, for the copies stamped with this run's replay id that
