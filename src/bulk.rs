@@ -211,15 +211,7 @@ mod tests {
             assert!(Instant::now() < deadline, "the signal was not counted");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        let printer = Printer {
-            format: crate::output::OutputFormat::Table,
-            quiet: true,
-            verbose: 0,
-            color: false,
-            progress: false,
-            stdout_tty: false,
-            interactive: false,
-        };
+        let printer = Printer::quiet();
         let wait = || Duration::from_secs(60);
         let hold = PromptHold {
             started: Instant::now(),

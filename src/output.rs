@@ -82,6 +82,20 @@ pub(crate) struct Printer {
 }
 
 impl Printer {
+    /// A printer that prints nothing but errors, for unit tests.
+    #[cfg(test)]
+    pub(crate) fn quiet() -> Printer {
+        Printer {
+            format: OutputFormat::Table,
+            quiet: true,
+            verbose: 0,
+            color: false,
+            progress: false,
+            stdout_tty: false,
+            interactive: false,
+        }
+    }
+
     /// Informational line on stderr (suppressed by -q). Always scrubbed of secrets.
     pub(crate) fn info(&self, msg: impl AsRef<str>) {
         if !self.quiet {

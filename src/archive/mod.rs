@@ -562,20 +562,20 @@ pub(crate) fn audit(
     delete.then(|| crate::audit::Audit::new(endpoints.audit_log.as_deref(), printer, subject))
 }
 
-/// The end record of an archive --delete: `deleted` of the archived records removed.
+/// The end record of an archive --delete: `deleted` of the archived records removed, the
+/// exit dlq ends with, and `why` when the run did not end as planned.
 pub(crate) fn audit_end(
     audit: Option<&mut crate::audit::Audit>,
     archived: u64,
     deleted: u64,
     exit: crate::error::Exit,
+    why: Option<&str>,
 ) {
     if let Some(a) = audit {
         let mut report = crate::report::Report::new("archive");
         report.succeeded = deleted;
         report.skipped_count = archived.saturating_sub(deleted);
-        if exit == crate::error::Exit::Interrupted {
-            report.stopped = Some("interrupted by a signal once the archive was complete: the acknowledged messages' removal was not checked".into());
-        }
+        report.stopped = why.map(str::to_owned);
         a.end(&report, exit);
     }
 }

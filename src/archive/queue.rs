@@ -214,7 +214,7 @@ async fn archive_and_delete(
     // A signal from here on either fails the take or comes once the file is whole.
     let signals_at = crate::signals::count();
     let bar = printer.progress(None, "archiving");
-    let mut taken: Vec<(Taker, Vec<Written>)> = Vec::new();
+    let mut taken: Vec<Take> = Vec::new();
     let mut selector = Selector::new(&opts.selection);
     let result = take_and_write(
         conn,
@@ -292,37 +292,43 @@ fn report_removal(
         Removal::AckFailed(e) => {
             // The archive is complete; the messages not acknowledged are still in the DLQ too.
             printer.warn(line(format!("{acked} deleted")));
-            Err(e.context(format!(
+            let why = format!(
                 "the archive is complete, but only {acked} of {archived} archived message(s) were removed from the queue; the rest are both archived and still queued"
-            )))
+            );
+            super::audit_end(audit, archived, acked, Exit::Failure, Some(&why));
+            Err(e.context(why))
         }
         Removal::CheckFailed(e) => {
             printer.warn(line(format!("{acked} deleted")));
-            super::audit_end(audit, archived, 0, Exit::Ok);
-            Err(e.context(format!(
+            let why = format!(
                 "the archive is complete and its {archived} message(s) were acknowledged, but reading the queue again to check their removal failed: `dlq inspect` shows what is still there"
-            )))
+            );
+            super::audit_end(audit, archived, acked, Exit::Failure, Some(&why));
+            Err(e.context(why))
         }
         Removal::Interrupted => {
             printer.warn(line(format!(
                 "{acked} acknowledged, their removal not checked"
             )));
-            super::audit_end(audit, archived, acked, Exit::Interrupted);
+            let why = "interrupted by a signal once the archive was complete: the acknowledged messages' removal was not checked";
+            super::audit_end(audit, archived, acked, Exit::Interrupted, Some(why));
             Err(crate::error::interrupted(format!(
                 "interrupted once the archive was complete: its {archived} message(s) were acknowledged and the rest given back; dlq did not check that the queue applied every acknowledgement (`dlq inspect` shows what is still there)"
             )))
         }
+        Removal::Counted(0) => {
+            super::audit_end(audit, archived, acked, Exit::Ok, None);
+            printer.info(line(format!("{acked} deleted")));
+            Ok(Exit::Ok)
+        }
         Removal::Counted(still) => {
             let deleted = acked.saturating_sub(still);
-            super::audit_end(audit, archived, deleted, Exit::Ok);
-            if still == 0 {
-                printer.info(line(format!("{deleted} deleted")));
-                return Ok(Exit::Ok);
-            }
             printer.warn(line(format!("{deleted} deleted")));
-            printer.warn_always(format!(
+            let why = format!(
                 "{still} of {archived} archived message(s) are still in the queue although dlq acknowledged them (the broker did not apply every acknowledgement): they are both archived and queued; run the same archive again to remove them"
-            ));
+            );
+            super::audit_end(audit, archived, deleted, Exit::Partial, Some(&why));
+            printer.warn_always(why);
             Ok(Exit::Partial)
         }
     }
@@ -332,11 +338,8 @@ fn report_removal(
 /// past the queue's consumer timeout: acknowledging it then removes nothing, and the archive
 /// would hold messages still queued. dlq deletes nothing then (the take checks its
 /// consumers and channels, `Taker::taken_back`).
-fn none_taken_back(
-    conn: &crate::rabbit::Connection,
-    taken: &mut [(Taker, Vec<Written>)],
-) -> Result<()> {
-    for (taker, _) in taken.iter_mut() {
+fn none_taken_back(conn: &crate::rabbit::Connection, taken: &mut [Take]) -> Result<()> {
+    for Take { taker, .. } in taken.iter_mut() {
         if taker.taken_back(conn) {
             bail!(
                 "RabbitMQ took back the messages dlq held from {:?} for the archive: it does so when they are held longer than the queue's consumer timeout (x-consumer-timeout, a policy's consumer-timeout, else the broker's consumer_timeout): the archive file is not kept; archive fewer at a time (--limit, or a narrower selection)",
@@ -354,7 +357,7 @@ async fn finish_or_give_back(
     printer: &Printer,
     writer: ArchiveWriter,
     result: Result<()>,
-    taken: &mut Vec<(Taker, Vec<Written>)>,
+    taken: &mut Vec<Take>,
 ) -> Result<super::Trailer> {
     let finished = match result {
         Ok(()) => writer.finish().await,
@@ -367,9 +370,18 @@ async fn finish_or_give_back(
         Ok(t) => return Ok(t),
         Err(e) => e,
     };
-    let takers = std::mem::take(taken).into_iter().map(|(t, _)| t).collect();
+    let takers = std::mem::take(taken).into_iter().map(|t| t.taker).collect();
     crate::bulk::release_unmoved(conn, printer, takers, Some(&e)).await;
     Err(e.context("nothing was deleted from the queues"))
+}
+
+/// One DLQ's take: what was archived from it, and on a quorum queue the content ids of what
+/// it gave back, so that an identical copy left in the queue is not counted as an archived
+/// message whose acknowledgement the broker did not apply.
+struct Take {
+    taker: Taker,
+    written: Vec<Written>,
+    kept: Vec<String>,
 }
 
 /// One archived message: where its acknowledgement goes, and its content id (for checking
@@ -386,12 +398,17 @@ struct Written {
 async fn ack_written(
     conn: &crate::rabbit::Connection,
     printer: &Printer,
-    taken: Vec<(Taker, Vec<Written>)>,
-) -> (u64, Option<anyhow::Error>, Vec<(String, Vec<String>)>) {
+    taken: Vec<Take>,
+) -> (u64, Option<anyhow::Error>, Vec<ToVerify>) {
     let mut deleted = 0u64;
     let mut ack_error = None;
     let mut to_verify = Vec::new();
-    for (mut taker, written) in taken {
+    for Take {
+        mut taker,
+        written,
+        kept,
+    } in taken
+    {
         // The file is whole: the acknowledgements are not stopped by a signal (the copies
         // kept in case nothing was deleted go with the release).
         taker.moving();
@@ -408,8 +425,9 @@ async fn ack_written(
         for note in taker.release(conn, held).await {
             printer.warn(note);
         }
-        if let Some(q) = quorum.filter(|_| !written.is_empty()) {
-            to_verify.push((q, written.into_iter().map(|w| w.key).collect()));
+        if let Some(queue) = quorum.filter(|_| !written.is_empty()) {
+            let archived = written.into_iter().map(|w| w.key).collect();
+            to_verify.push(ToVerify::new(queue, archived, kept));
         }
     }
     (deleted, ack_error, to_verify)
@@ -429,21 +447,63 @@ async fn ack_each_channel(taker: &mut Taker, written: &[Written]) -> Result<()> 
     Ok(())
 }
 
+/// What to look for in a quorum queue once its archived messages are acknowledged: their
+/// content ids, and how many copies of each the take gave back (a DLQ can hold identical
+/// messages, and an archive may select some of them).
+struct ToVerify {
+    queue: String,
+    archived: Vec<String>,
+    given_back: std::collections::HashMap<String, u64>,
+}
+
+impl ToVerify {
+    fn new(queue: String, archived: Vec<String>, kept: Vec<String>) -> ToVerify {
+        let ids: std::collections::HashSet<&String> = archived.iter().collect();
+        let mut given_back = std::collections::HashMap::new();
+        for k in kept.into_iter().filter(|k| ids.contains(k)) {
+            *given_back.entry(k).or_default() += 1;
+        }
+        ToVerify {
+            queue,
+            archived,
+            given_back,
+        }
+    }
+
+    /// Of the copies `found` in the queue, how many are archived ones: those beyond the
+    /// copies given back.
+    fn still_queued(&self, found: Vec<String>) -> u64 {
+        let mut seen: std::collections::HashMap<String, u64> = Default::default();
+        for k in found {
+            *seen.entry(k).or_default() += 1;
+        }
+        seen.iter()
+            .map(|(k, n)| n.saturating_sub(self.given_back.get(k).copied().unwrap_or(0)))
+            .sum()
+    }
+}
+
 /// How many acknowledged messages are still in their quorum queues, found by content id
 /// (a non-destructive read, as `inspect` does).
 async fn still_queued(
     conn: &crate::rabbit::Connection,
     checked: &[Checked],
-    to_verify: Vec<(String, Vec<String>)>,
+    to_verify: Vec<ToVerify>,
 ) -> Result<u64> {
     let mut still = 0;
-    for (queue, keys) in to_verify {
-        let Some(q) = checked.iter().find(|c| c.name == queue) else {
+    for v in to_verify {
+        let Some(q) = checked.iter().find(|c| c.name == v.queue) else {
             continue;
         };
+        let mut ids = v.archived.clone();
+        ids.extend(
+            v.given_back
+                .iter()
+                .flat_map(|(k, n)| (0..*n).map(|_| k.clone())),
+        );
         // dlq's connection is live: only its own closed channels' consumers to wait for.
-        let found = rabbit::reader::find_in_queue(conn, q, keys, record::content_key, None).await?;
-        still += found.keys.len() as u64;
+        let found = rabbit::reader::find_in_queue(conn, q, ids, record::content_key, None).await?;
+        still += v.still_queued(found.keys);
     }
     Ok(still)
 }
@@ -456,21 +516,26 @@ async fn take_and_write(
     session: &Session,
     writer: &mut ArchiveWriter,
     selector: &mut Selector<'_>,
-    taken: &mut Vec<(Taker, Vec<Written>)>,
+    taken: &mut Vec<Take>,
     bar: &indicatif::ProgressBar,
 ) -> Result<()> {
     for q in &session.checked {
         let mut taker = Taker::open_holding(&ReadSpec::for_checked(q, None)).await?;
         // A signal fails the take: everything goes back in place, nothing is deleted.
         taker.stop_on_signal();
-        let mut tags = Vec::new();
+        let (mut tags, mut kept) = (Vec::new(), Vec::new());
+        let quorum = taker.is_quorum();
         let outcome: Result<()> = async {
             while let Some(d) = taker.next(conn).await? {
-                if selector.full() {
-                    taker.keep(conn, &d).await?;
-                    continue; // hold the rest until the release puts it back
-                }
-                let Some(rec) = record::selected(&q.name, &d, &opts.record, selector) else {
+                let selected = match selector.full() {
+                    // Hold the rest until the release puts it back.
+                    true => None,
+                    false => record::selected(&q.name, &d, &opts.record, selector),
+                };
+                let Some(rec) = selected else {
+                    if quorum {
+                        kept.push(record::content_key(&d.properties, &d.data));
+                    }
                     taker.keep(conn, &d).await?;
                     continue;
                 };
@@ -488,8 +553,68 @@ async fn take_and_write(
             Ok(())
         }
         .await;
-        taken.push((taker, tags));
+        taken.push(Take {
+            taker,
+            written: tags,
+            kept,
+        });
         outcome?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(ks: &[&str]) -> Vec<String> {
+        ks.iter().map(|k| k.to_string()).collect()
+    }
+
+    #[test]
+    fn identical_copies_given_back_are_not_counted_as_still_queued() {
+        // Archived a, a, b; the take gave back a (twice), c.
+        let v = ToVerify::new("q".into(), keys(&["a", "a", "b"]), keys(&["a", "c", "a"]));
+        assert_eq!(v.still_queued(keys(&["a", "a"])), 0);
+        assert_eq!(v.still_queued(keys(&["a", "a", "a", "b"])), 2);
+        assert_eq!(v.still_queued(keys(&["b"])), 1);
+    }
+
+    /// The audit trail's end record of `removal` (5 archived, 5 acknowledged) and the exit.
+    fn ended(removal: Removal) -> (serde_json::Value, Exit) {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("audit.ndjson");
+        let printer = Printer::quiet();
+        let subject = crate::audit::Subject {
+            action: "archive",
+            source: "queue",
+            location: "q".into(),
+            selection: "all".into(),
+            run_id: "r".into(),
+        };
+        let mut audit = crate::audit::Audit::new(Some(&log), &printer, subject);
+        audit.start(Some(5)).unwrap();
+        let exit = report_removal(&printer, 5, 5, removal, |s| s, Some(&mut audit))
+            .unwrap_or_else(|e| crate::error::exit_for(&e));
+        drop(audit);
+        let trail = std::fs::read_to_string(&log).unwrap();
+        let last = trail.lines().last().unwrap();
+        (serde_json::from_str(last).unwrap(), exit)
+    }
+
+    #[test]
+    fn the_audit_end_says_the_exit_dlq_ends_with() {
+        let cases = [
+            (Removal::Counted(0), 5),
+            (Removal::Counted(2), 3),
+            (Removal::CheckFailed(anyhow!("lost")), 5),
+            (Removal::AckFailed(anyhow!("lost")), 5),
+        ];
+        for (removal, done) in cases {
+            let (end, exit) = ended(removal);
+            assert_eq!(end["event"], "end", "{end}");
+            assert_eq!(end["exit"], exit as u8, "{end}");
+            assert_eq!(end["done"], done, "{end}");
+        }
+    }
 }

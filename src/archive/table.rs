@@ -93,6 +93,7 @@ pub(crate) async fn run(endpoints: &Endpoints, printer: &Printer, opts: Options)
         archived.count,
         deleted,
         crate::error::Exit::Ok,
+        None,
     );
     Ok(Exit::Ok)
 }

@@ -369,36 +369,88 @@ async fn quorum_archive_delete_reports_what_actually_left() {
     let audit = dir.path().join("audit.ndjson");
     let mut left = 2_000u32;
     for (i, limit) in ["100", "333", "1000"].iter().enumerate() {
-        let file = dir.path().join(format!("a{i}.ndjson"));
-        let f = file.to_str().unwrap();
-        let args = [
-            "archive", "-Q", dlq, "--to", f, "--delete", "--limit", limit, "--yes",
-        ];
-        let run = b
-            .run_with(&args, &[("DLQ_AUDIT_LOG", audit.to_str().unwrap())])
-            .await;
-        assert_eq!(run.code(), 0, "{}", run.stderr());
         let n: u32 = limit.parse().unwrap();
-        assert!(
-            run.stderr().contains(&format!("{n} deleted")),
-            "{}",
-            run.stderr()
-        );
+        archive_deleting(
+            &b,
+            dlq,
+            &dir.path().join(format!("a{i}.ndjson")),
+            limit,
+            &audit,
+            n,
+        )
+        .await;
         left -= n;
         // Settled: the queue holds exactly what was not archived.
         tokio::time::sleep(Duration::from_millis(500)).await;
         assert_eq!(b.depth(dlq).await, left, "--limit {limit}");
     }
-    let trail = std::fs::read_to_string(&audit).unwrap();
-    let done: Vec<u64> = trail
-        .lines()
-        .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        // The archive's own records (reads that renew a quorum queue with a delivery limit,
-        // RabbitMQ 4's default, record themselves as `renew`).
-        .filter(|r| r["event"] == "end" && r["action"] == "archive")
+    let done: Vec<u64> = archive_ends(&audit)
+        .iter()
         .map(|r| r["done"].as_u64().unwrap())
         .collect();
-    assert_eq!(done, vec![100, 333, 1000], "{trail}");
+    assert_eq!(done, vec![100, 333, 1000]);
+    b.delete().await;
+}
+
+/// `archive --delete --limit` of `dlq` to `file`, recorded in `audit`: exit 0, and it says
+/// `deleted` were deleted.
+async fn archive_deleting(
+    b: &Broker,
+    dlq: &str,
+    file: &std::path::Path,
+    limit: &str,
+    audit: &std::path::Path,
+    deleted: u32,
+) {
+    let f = file.to_str().unwrap();
+    let args = [
+        "archive", "-Q", dlq, "--to", f, "--delete", "--limit", limit, "--yes",
+    ];
+    let run = b
+        .run_with(&args, &[("DLQ_AUDIT_LOG", audit.to_str().unwrap())])
+        .await;
+    assert_eq!(run.code(), 0, "{}", run.stderr());
+    let said = format!("{deleted} deleted");
+    assert!(run.stderr().contains(&said), "{}", run.stderr());
+}
+
+/// The archives' end records in the audit trail `audit` (reads that renew a quorum queue
+/// with a delivery limit, RabbitMQ 4's default, record themselves as `renew`).
+fn archive_ends(audit: &std::path::Path) -> Vec<Value> {
+    let trail = std::fs::read_to_string(audit).unwrap();
+    trail
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|r| r["event"] == "end" && r["action"] == "archive")
+        .collect()
+}
+
+/// A quorum DLQ can hold identical messages (a producer's retried publish, a replay's
+/// duplicate). An archive that selects some of them removes those and says so: before, the
+/// check of the removal found the identical copies it had given back, and reported the
+/// archived ones as still queued: "0 deleted", exit 3, "run the same archive again", and an
+/// audit end record with exit 0.
+#[tokio::test]
+async fn a_quorum_archive_of_some_identical_copies_reports_them_deleted() {
+    let b = Broker::new("qarch-same").await;
+    let dlq = "q.dlq";
+    b.queue(dlq, table(vec![("x-queue-type", ls("quorum"))]))
+        .await;
+    b.publish_many(dlq, (0..10).map(|_| br#"{"same": true}"#.to_vec()))
+        .await;
+    b.wait_depth(dlq, 10).await;
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.ndjson");
+    for (i, (limit, deleted, left)) in [("3", 3, 7), ("10", 7, 0)].into_iter().enumerate() {
+        let file = dir.path().join(format!("a{i}.ndjson"));
+        archive_deleting(&b, dlq, &file, limit, &audit, deleted).await;
+        b.wait_depth(dlq, left).await;
+    }
+    let ends: Vec<(u64, u64)> = archive_ends(&audit)
+        .iter()
+        .map(|r| (r["done"].as_u64().unwrap(), r["exit"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(ends, vec![(3, 0), (7, 0)]);
     b.delete().await;
 }
 
