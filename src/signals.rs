@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 /// How many signals came so far, for every listener.
 static COUNT: OnceLock<watch::Sender<u64>> = OnceLock::new();
-/// What must happen before dlq ends on a signal nobody listens for.
+/// What must happen before dlq ends on a signal (the terminal given back).
 static ON_UNHEARD: OnceLock<fn()> = OnceLock::new();
 
 /// A part of dlq that stops on the next signal: it sees those that come after `listen`.
@@ -101,14 +101,33 @@ impl Drop for Finishing {
 
 /// Ends dlq now with 130, saying `why`: a second signal while dlq gives back after the first.
 pub(crate) fn exit_at_once(why: &str) -> ! {
+    give_terminal_back();
     say!("{why}");
     exit(130, why)
 }
 
-/// Ends dlq now with `code`, the audit trail's open runs closed with `why`.
+/// Ends dlq now with `code`, the audit trail's open runs closed with `why`, and the terminal
+/// given back.
 pub(crate) fn exit(code: u8, why: &str) -> ! {
     crate::audit::abandon(why, code);
+    give_terminal_back();
     std::process::exit(i32::from(code))
+}
+
+/// Ends dlq now with 130, saying `why` and then what that `leaves`; the audit trail's end
+/// records say `why`.
+pub(crate) fn exit_saying(why: &str, leaves: &str) -> ! {
+    give_terminal_back();
+    say!("{why}: {leaves}");
+    exit(130, why)
+}
+
+/// What `on_unheard` registered (the browser's screen left), before dlq says why it ends:
+/// said on the browser's screen, it would go with it.
+pub(crate) fn give_terminal_back() {
+    if let Some(f) = ON_UNHEARD.get() {
+        f();
+    }
 }
 
 /// The signals so far (0 before the watch starts; it needs no runtime).
@@ -215,8 +234,5 @@ fn hangup_ignored() -> bool {
 
 /// A signal with no part of dlq listening: what its default would have done.
 fn unheard(code: u8) -> ! {
-    if let Some(f) = ON_UNHEARD.get() {
-        f();
-    }
     exit(code, "interrupted by a signal")
 }

@@ -688,7 +688,7 @@ async fn a_stop_while_blocked_exits_after_a_grace_and_closes_the_audit_trail() {
     let audit = dir.path().join("audit.ndjson");
     // One Ctrl-C: the run stops waiting for confirms the grace after the stop.
     let stopped = Instant::now();
-    let said = interrupt_while_blocked(&node, &audit, 1).await;
+    let said = interrupt_while_blocked(&node, &audit, BLOCKED_REPLAY, 1).await;
     let took = stopped.elapsed();
     assert!(took < Duration::from_secs(40), "took {took:?}: {said:#?}");
     assert!(
@@ -696,7 +696,7 @@ async fn a_stop_while_blocked_exits_after_a_grace_and_closes_the_audit_trail() {
         "{said:#?}"
     );
     // Two: it exits at once.
-    let said = interrupt_while_blocked(&node, &audit, 2).await;
+    let said = interrupt_while_blocked(&node, &audit, BLOCKED_REPLAY, 2).await;
     assert!(
         said.iter().any(|l| l.contains("interrupted twice")),
         "{said:#?}"
@@ -754,11 +754,68 @@ async fn a_stop_while_blocked_exits_after_a_grace_and_closes_the_audit_trail() {
     drop(conn);
 }
 
-/// Runs a replay on `node` (blocked), waits for its blocked notice, sends `signals` SIGINTs
-/// and returns what it said; it must exit 130.
+/// The replay `interrupt_while_blocked` runs.
+const BLOCKED_REPLAY: &[&str] = &["replay", "-Q", DLQ, "--yes", "--window", "64"];
+
+/// #31.4: a read of a quorum DLQ with a delivery limit renews what it reads (before 4.3),
+/// which publishes: under a memory alarm it cannot finish. One Ctrl-C ends dlq a grace later
+/// (exit 130), saying what that leaves; the renewal's audit run gets its end record. Before,
+/// nothing listened there: ten minutes and two Ctrl-C later, `inspect` still waited. Once the
+/// alarm clears every message is in the DLQ once (those dlq held, counted once: nothing
+/// else can be done while the broker reads nothing from dlq).
+#[tokio::test]
+async fn a_renewing_read_stopped_while_blocked_exits_after_a_grace() {
+    use lapin::options::BasicGetOptions;
+    // The node is the host's RabbitMQ (3.10, which renews) whatever generation runs: once.
+    if crate::target::amqp_port() != crate::target::DEFAULT_AMQP_PORT {
+        return;
+    }
+    let n = 3_000;
+    let quorum = table(vec![
+        ("x-queue-type", ls("quorum")),
+        ("x-delivery-limit", lapin::types::AMQPValue::LongInt(50)),
+    ]);
+    let (node, conn, ch) =
+        crate::support::node::with_dead_letters_in("blockread", DLQ, MAIN, n, quorum).await;
+    node.memory_alarm(true);
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.ndjson");
+    let stopped = Instant::now();
+    let inspect = ["inspect", "-Q", DLQ, "--limit", "5"];
+    let said = interrupt_while_blocked(&node, &audit, &inspect, 1).await;
+    let took = stopped.elapsed();
+    assert!(took < Duration::from_secs(60), "took {took:?}: {said:#?}");
+    assert!(
+        said.iter().any(|l| l.contains("still blocks publishing")),
+        "{said:#?}"
+    );
+    let trail = std::fs::read_to_string(&audit).unwrap();
+    let end = trail
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .find(|r| r["event"] == "end" && r["action"] == "renew")
+        .unwrap_or_else(|| panic!("no end record: {trail}"));
+    assert_eq!(end["exit"], 130, "{trail}");
+    node.memory_alarm(false);
+    let mut ids = BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ids.len() < n {
+        assert!(Instant::now() < deadline, "{} of {n} back", ids.len());
+        let get = BasicGetOptions { no_ack: true };
+        match ch.basic_get(DLQ.into(), get).await.unwrap() {
+            Some(m) => assert!(ids.insert(m.delivery.properties.message_id().clone())),
+            None => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    drop(conn);
+}
+
+/// Runs dlq with `args` on `node` (blocked), waits for its blocked notice, sends `signals`
+/// SIGINTs and returns what it said; it must exit 130.
 async fn interrupt_while_blocked(
     node: &crate::support::node::OwnNode,
     audit: &std::path::Path,
+    args: &[&str],
     signals: usize,
 ) -> Vec<String> {
     let mut child = crate::common::dlq_command()
@@ -769,7 +826,7 @@ async fn interrupt_while_blocked(
         .env("DLQ_AMQP_URL", node.amqp_url())
         .env("DLQ_MANAGEMENT_URL", node.api_url())
         .env("DLQ_AUDIT_LOG", audit)
-        .args(["replay", "-Q", DLQ, "--yes", "--window", "64"])
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
@@ -808,12 +865,13 @@ async fn interrupt_while_blocked(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let status = tokio::task::spawn_blocking(move || child.wait().unwrap())
-        .await
-        .unwrap();
+    let limit = Duration::from_secs(60);
+    let status = tokio::task::spawn_blocking(move || exit_within(child, limit));
+    let status = status.await.unwrap();
     // The last lines may still be on their way when dlq has exited: read to the end.
     reading.join().unwrap();
     said.extend(rx.try_iter());
+    let status = status.unwrap_or_else(|| panic!("no exit 60 s after the signal: {said:#?}"));
     assert_eq!(status.code(), Some(130), "{said:#?}");
     said
 }

@@ -426,6 +426,23 @@ pub fn thread_stacks(pid: u32) -> String {
     said
 }
 
+/// How `child` ended, if it did within `limit`; else it is killed (`None`).
+pub fn exit_within(
+    mut child: std::process::Child,
+    limit: std::time::Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + limit;
+    while std::time::Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
 /// Sends `sig` (`-INT`, `-HUP`) to `child`; its output once it ends, and its stderr.
 pub async fn signalled(child: std::process::Child, sig: &str) -> (std::process::Output, String) {
     let sent = Command::new("kill")

@@ -213,6 +213,18 @@ pub async fn with_dead_letters(
     dest: &str,
     n: usize,
 ) -> (OwnNode, lapin::Connection, lapin::Channel) {
+    let args = lapin::types::FieldTable::default();
+    with_dead_letters_in(tag, dlq, dest, n, args).await
+}
+
+/// `with_dead_letters`, `dlq` declared with `args`.
+pub async fn with_dead_letters_in(
+    tag: &'static str,
+    dlq: &str,
+    dest: &str,
+    n: usize,
+    args: lapin::types::FieldTable,
+) -> (OwnNode, lapin::Connection, lapin::Channel) {
     use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
     use lapin::types::{AMQPValue, FieldTable};
     let node = tokio::task::spawn_blocking(move || OwnNode::start(tag))
@@ -225,11 +237,12 @@ pub async fn with_dead_letters(
     ch.confirm_select(ConfirmSelectOptions::default())
         .await
         .unwrap();
-    for q in [dlq, dest] {
-        let opts = QueueDeclareOptions::default();
-        ch.queue_declare(q.into(), opts, FieldTable::default())
-            .await
-            .unwrap();
+    for (q, args) in [(dlq, args), (dest, FieldTable::default())] {
+        let opts = QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        ch.queue_declare(q.into(), opts, args).await.unwrap();
     }
     for i in 0..n {
         let mut headers = FieldTable::default();
