@@ -16,6 +16,21 @@ use tokio::sync::watch;
 static COUNT: OnceLock<watch::Sender<u64>> = OnceLock::new();
 /// What must happen before dlq ends on a signal (the terminal given back).
 static ON_UNHEARD: OnceLock<fn()> = OnceLock::new();
+/// Files removed when dlq ends on a signal (`discard_on_exit`).
+static DISCARDED: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// `path` is removed if dlq ends on a signal: an archive's `.partial` file, never complete,
+/// which could keep a disk full (a path renamed away meanwhile is left alone). The watch
+/// starts here if nothing listened yet, so that a signal nobody listens for removes it too
+/// (`unheard`). Before, Ctrl-C on a table's archive ended dlq by the signal's default, and
+/// left it.
+pub(crate) fn discard_on_exit(path: &std::path::Path) {
+    let mut paths = DISCARDED.lock().unwrap_or_else(|e| e.into_inner());
+    paths.push(path.to_path_buf());
+    if tokio::runtime::Handle::try_current().is_ok() {
+        COUNT.get_or_init(start);
+    }
+}
 
 /// A part of dlq that stops on the next signal: it sees those that come after `listen`.
 pub(crate) struct Listener {
@@ -110,6 +125,9 @@ pub(crate) fn exit_at_once(why: &str) -> ! {
 /// given back.
 pub(crate) fn exit(code: u8, why: &str) -> ! {
     crate::audit::abandon(why, code);
+    for path in DISCARDED.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+        let _ = std::fs::remove_file(path);
+    }
     give_terminal_back();
     std::process::exit(i32::from(code))
 }

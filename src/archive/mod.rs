@@ -109,6 +109,7 @@ impl ArchiveWriter {
                     }
                 })
                 .with_context(|| format!("cannot create archive file {}", partial.display()))?;
+            crate::signals::discard_on_exit(&partial);
             let buf = BufWriter::with_capacity(1 << 16, FileSync(file));
             let out: Box<dyn Write> = if gz {
                 Box::new(flate2::write::GzEncoder::new(

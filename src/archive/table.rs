@@ -109,7 +109,22 @@ async fn write_records(
 ) -> Result<Vec<RecordId>> {
     let mut ids: Vec<RecordId> = Vec::new();
     let mut records = session.records();
+    // A signal stops the archive: no file kept, nothing deleted. Before, nothing listened:
+    // dlq ended by the signal's default, leaving the `.partial` file.
+    let mut signals = crate::signals::listen();
+    let mut written = 0u64;
     while !selector.full() {
+        // The rows come buffered: without a yield now and then, the signal watch (a task on
+        // the same thread) would not run until the file was whole.
+        written += 1;
+        if written.is_multiple_of(256) {
+            tokio::task::yield_now().await;
+        }
+        if signals.came() {
+            return Err(crate::error::interrupted(
+                "interrupted while writing the archive: no file was kept and nothing was deleted",
+            ));
+        }
         let Some(mut rec) = records.try_next().await? else {
             break;
         };

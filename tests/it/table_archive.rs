@@ -262,6 +262,26 @@ async fn killed_archive_deletes_nothing() {
     db.drop().await;
 }
 
+/// Ctrl-C mid table archive: nothing deleted, and no `.partial` file left behind (it can be
+/// gigabytes, keeping a disk full). Before, the partial file stayed: nothing listened for the
+/// signal, and dlq ended as the signal's default does.
+#[tokio::test]
+async fn a_signal_mid_table_archive_leaves_no_partial_file() {
+    let db = big_table(100_000).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("big.ndjson");
+    let partial = dir.path().join("big.ndjson.partial");
+    let child = spawn_archive(&db, &file);
+    wait_for_file(&partial);
+    let (out, err) = signalled(child, "-INT").await;
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert_eq!(count(&db).await, 100_000, "nothing deleted");
+    assert!(!file.exists(), "{err}");
+    assert!(!partial.exists(), "{err}");
+    assert!(err.contains("no file was kept"), "{err}");
+    db.drop().await;
+}
+
 #[tokio::test]
 async fn overlapping_archive_runs_are_locked_out() {
     let db = big_table(100_000).await;
