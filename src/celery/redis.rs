@@ -396,21 +396,52 @@ async fn send(
         element,
         reply,
     } = push;
-    let mut pipe = redis::pipe();
-    pipe.cmd("LPUSH").arg(&key).arg(element).ignore();
-    if let Some(n) = wait {
-        pipe.cmd("WAIT").arg(n).arg(WAIT_MS);
-    }
-    let out = match pipe.query_async::<Vec<i64>>(&mut conn).await {
-        Err(e) => Err(anyhow!("Redis: the push got no reply: {}", said(&e))),
-        Ok(acked) => Ok(match (wait, acked.first()) {
-            (Some(n), Some(&got)) if got < i64::from(n) => Sent::Refused(format!(
-                "in Redis' memory, but only {got} of {n} replica(s) acknowledged it within {WAIT_MS} ms (--redis-wait-replicas)"
-            )),
-            _ => Sent::Delivered,
-        }),
+    // WAIT apart, not in a pipeline with the push: an error reply then is the push's own.
+    let pushed = redis::cmd("LPUSH")
+        .arg(&key)
+        .arg(element)
+        .query_async::<i64>(&mut conn)
+        .await;
+    let out = match (pushed, wait) {
+        (Err(e), _) => match refusal(&e) {
+            Some(why) => Ok(Sent::Refused(why)),
+            None => Err(anyhow!("Redis: the push got no reply: {}", said(&e))),
+        },
+        (Ok(_), None) => Ok(Sent::Delivered),
+        (Ok(_), Some(n)) => Ok(replicated(&mut conn, n).await),
     };
     (reply, out)
+}
+
+/// After a push: whether `n` replicas acknowledged it (`WAIT`); if not, it is in Redis'
+/// memory only, and not counted as sent.
+async fn replicated(conn: &mut MultiplexedConnection, n: u32) -> Sent {
+    let wait = redis::cmd("WAIT").arg(n).arg(WAIT_MS).to_owned();
+    match wait.query_async::<i64>(conn).await {
+        Ok(got) if got >= i64::from(n) => Sent::Delivered,
+        Ok(got) => Sent::Refused(format!(
+            "in Redis' memory, but only {got} of {n} replica(s) acknowledged it within {WAIT_MS} ms (--redis-wait-replicas)"
+        )),
+        Err(e) => Sent::Refused(format!(
+            "in Redis' memory, but waiting for its replicas failed: {} (--redis-wait-replicas)",
+            said(&e)
+        )),
+    }
+}
+
+/// Redis answered the push with an error (`OOM` past maxmemory, `READONLY` on a replica
+/// after a failover, `MISCONF` when it cannot save): nothing was pushed, and the row is
+/// refused as a nacked message is. Before, it read "the push got no reply", and the run
+/// stopped saying that up to a window of rows may have been published already.
+fn refusal(e: &redis::RedisError) -> Option<String> {
+    if e.is_io_error() || e.is_connection_dropped() || e.is_timeout() {
+        return None;
+    }
+    let answered = matches!(
+        e.kind(),
+        redis::ErrorKind::Server(_) | redis::ErrorKind::Extension
+    );
+    answered.then(|| format!("refused by Redis ({}), nothing pushed", said(e)))
 }
 
 /// One reply element, matched to its call by its ticket header.

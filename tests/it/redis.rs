@@ -531,6 +531,82 @@ async fn wait_replicas_refuses_unreplicated_pushes() {
     db.drop().await;
 }
 
+/// A Redis that answers every push with an error (here `OOM`, past its maxmemory; a replica
+/// after a failover answers `READONLY`): each row is refused, "nothing pushed", and none is
+/// marked; exit 3. Before, dlq said "the push got no reply" and stopped, warning that up to a
+/// window of rows may have been published already. A Redis server of the test's own.
+#[tokio::test]
+async fn a_redis_that_refuses_pushes_says_nothing_was_pushed() {
+    let port = crate::support::node::free_port();
+    let server = OwnRedis::start(port);
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let mut c = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let space = Space::new("redis_oom");
+    let member = format!("{q}{SEP}{SEP}{q}", q = space.queue);
+    let binding = format!("{}_kombu.binding.{}", space.prefix, space.queue);
+    c.sadd(binding, member).await.unwrap();
+    let full: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let db = TestDb::with_rows(Dialect::Sqlite, "redis_oom", &scenario2()[..3]).await;
+    let to = ["--to-queue", &space.queue];
+    let args = ["replay", "--no-worker-check", "--yes", to[0], to[1]];
+    let run = space.dlq_at(&db, &url, &args);
+    run.fails(3, "refused by Redis");
+    assert!(run.stderr().contains("OOM"), "{}", run.stderr());
+    assert!(
+        !run.stderr().contains("may have been published"),
+        "{}",
+        run.stderr()
+    );
+    assert!(
+        run.stderr().contains("0 replayed, 3 failed"),
+        "{}",
+        run.stderr()
+    );
+    assert_eq!(marked(&db).await, 0);
+    drop((full, server));
+    db.drop().await;
+}
+
+/// A `redis-server` of a test's own on `port`, stopped when dropped.
+struct OwnRedis(std::process::Child);
+
+impl OwnRedis {
+    fn start(port: u16) -> OwnRedis {
+        let child = std::process::Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server (Debian package)");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server on {port} did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        OwnRedis(child)
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// kill -9 mid-run: at most `--window` rows pushed but not marked; a re-run completes.
 #[tokio::test]
 async fn kill_mid_run_leaves_at_most_a_window() {
