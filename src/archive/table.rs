@@ -112,12 +112,12 @@ async fn write_records(
     // A signal stops the archive: no file kept, nothing deleted. Before, nothing listened:
     // dlq ended by the signal's default, leaving the `.partial` file.
     let mut signals = crate::signals::listen();
-    let mut written = 0u64;
+    let mut rows = 0u64;
     while !selector.full() {
         // The rows come buffered: without a yield now and then, the signal watch (a task on
         // the same thread) would not run until the file was whole.
-        written += 1;
-        if written.is_multiple_of(256) {
+        rows += 1;
+        if rows.is_multiple_of(256) {
             tokio::task::yield_now().await;
         }
         if signals.came() {
