@@ -22,6 +22,10 @@ pub(crate) fn set_notices(printer: &Printer) {
 /// A warning from outside the command's flow, through the printer when one is set; above
 /// the progress bar when one is drawn.
 pub(crate) fn notice(msg: impl AsRef<str>) {
+    if let Some(held) = held().as_mut() {
+        held.push(redact::scrub(msg.as_ref()));
+        return;
+    }
     let say = || match NOTICES.get() {
         Some(p) => p.warn(msg.as_ref()),
         None => say!("warning: {}", msg.as_ref()),
@@ -30,6 +34,33 @@ pub(crate) fn notice(msg: impl AsRef<str>) {
         Some((bar, _)) => bar.suspend(say),
         None => say(),
     }
+}
+
+/// Notices held for a full-screen view (the browser) while it owns the terminal: printed,
+/// they landed across its screen, and went with it. `None`: not held.
+static HELD: std::sync::Mutex<Option<Vec<String>>> = std::sync::Mutex::new(None);
+
+fn held() -> std::sync::MutexGuard<'static, Option<Vec<String>>> {
+    HELD.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// While `on`, notices wait for `held_notices`; turned off, those not taken are printed.
+pub(crate) fn hold_notices(on: bool) {
+    let rest = match on {
+        true => {
+            held().get_or_insert_with(Vec::new);
+            return;
+        }
+        false => held().take(),
+    };
+    for msg in rest.unwrap_or_default() {
+        notice(msg);
+    }
+}
+
+/// The notices held since the last call (`hold_notices`), oldest first.
+pub(crate) fn held_notices() -> Vec<String> {
+    held().as_mut().map(std::mem::take).unwrap_or_default()
 }
 
 /// The progress bar drawn now and its own message, for notices and `bar_status`.

@@ -81,6 +81,10 @@ async fn event_loop(app: &mut App<'_>, screen: &mut term::Screen) -> Result<()> 
     // `q` does, its loads giving back what they hold.
     let mut signals = crate::signals::listen();
     loop {
+        // Notices (the broker blocking publishing) show on the status line.
+        for n in crate::output::held_notices() {
+            app.notice(n);
+        }
         screen.draw(|f| view::draw(f, app))?;
         let step = tokio::select! {
             _ = signals.next() => {

@@ -165,6 +165,11 @@ impl<'a> App<'a> {
         self.say("stopped reading", false);
     }
 
+    /// A notice from outside the view (`output::hold_notices`), on the status line.
+    pub(super) fn notice(&mut self, text: String) {
+        self.say(text, true);
+    }
+
     fn say(&mut self, text: impl Into<String>, error: bool) {
         self.status = Some(Status {
             text: crate::redact::scrub(&text.into()),

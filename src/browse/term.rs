@@ -47,7 +47,12 @@ impl Drop for Screen {
     }
 }
 
+/// Whether the browser holds the terminal (`take`, until `restore`).
+static TAKEN: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn take() -> Result<()> {
+    TAKEN.store(true, std::sync::atomic::Ordering::SeqCst);
+    crate::output::hold_notices(true);
     terminal::enable_raw_mode()?;
     execute!(
         std::io::stdout(),
@@ -58,14 +63,21 @@ fn take() -> Result<()> {
     Ok(())
 }
 
-/// Idempotent: leaving raw mode and the alternate screen twice is harmless.
+/// Idempotent: only a terminal the browser holds is given back. Leaving the alternate screen
+/// twice is not harmless: a terminal such as tmux puts the cursor back where it was when the
+/// screen was taken, and what dlq says next overwrote what it had just said.
 fn restore() {
+    if !TAKEN.swap(false, std::sync::atomic::Ordering::SeqCst) {
+        return;
+    }
     let _ = terminal::disable_raw_mode();
     let _ = execute!(
         std::io::stdout(),
         terminal::LeaveAlternateScreen,
         cursor::Show
     );
+    // What the screen did not show yet, on the operator's own screen.
+    crate::output::hold_notices(false);
 }
 
 /// A panic's message must land on the ordinary screen, after the terminal is given back.

@@ -23,6 +23,15 @@ use anyhow::Result;
 /// work (a queue reader giving messages back) before the process may exit.
 pub(crate) async fn dispatch(cli: Cli) -> Result<Exit> {
     let result = run_command(cli).await;
+    // A notice of the block given on the browser's screen went with it.
+    if let Some((_, reason)) = crate::rabbit::blocked()
+        && crate::source::unsettled()
+    {
+        crate::output::notice(format!(
+            "dlq gives back what its reads hold once the broker lets it: it blocks publishing ({reason}: a memory or disk alarm); Ctrl-C stops it (at most {} s later while still blocked)",
+            crate::rabbit::BLOCKED_BACKSTOP.as_secs()
+        ));
+    }
     // A second signal while the reads give back ends dlq at once.
     crate::bulk::give_back_after(result.as_ref().err(), crate::source::settle()).await;
     match crate::source::late_error() {

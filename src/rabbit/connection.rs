@@ -193,7 +193,7 @@ async fn stop_while_blocked() {
 }
 
 /// How long after a signal `stop_while_blocked` ends dlq.
-const BLOCKED_BACKSTOP: Duration = Duration::from_secs(BLOCKED_STOP_GRACE.as_secs() + 1);
+pub(crate) const BLOCKED_BACKSTOP: Duration = Duration::from_secs(BLOCKED_STOP_GRACE.as_secs() + 1);
 
 /// What ending dlq while the broker blocks publishing leaves (`stop_while_blocked`).
 const BLOCKED_LEAVES: &str = "what dlq held and had not acknowledged goes back to its queue as the connection closes (on a quorum queue that counts a delivery toward its delivery limit); nothing unconfirmed was acknowledged or marked, and what dlq published and was not confirmed (a replay's window, a renewal's copies) may also have arrived, and what an archive acknowledged may also still be queued";

@@ -103,6 +103,12 @@ pub(crate) fn late_error() -> Option<anyhow::Error> {
         .take()
 }
 
+/// Whether a tracked task is still to be waited for (`settle`).
+pub(crate) fn unsettled() -> bool {
+    let handles = pending().lock().unwrap_or_else(|e| e.into_inner());
+    handles.iter().any(|h| !h.is_finished())
+}
+
 /// Waits for every tracked task: called once the command is done with its records.
 pub(crate) async fn settle() {
     loop {

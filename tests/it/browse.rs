@@ -521,3 +521,50 @@ async fn a_source_that_goes_away_shows_as_an_error_and_keeps_the_screen() {
     assert!(t.wait_exit().contains("[dlq exited 0]"));
     b.delete().await;
 }
+
+/// The broker blocking publishing while the browser reads a quorum DLQ that it renews (a
+/// memory alarm on a RabbitMQ node of the test's own): the notice shows on the status line,
+/// never across the screen; on `q` dlq says what it waits for; Ctrl-C then ends it a grace
+/// later (exit 130), and what it says is not written over. Before, the notice landed across
+/// the screen and went with it, `q` left a silent terminal until the alarm cleared, and the
+/// terminal's cursor went back over what dlq had said.
+#[tokio::test]
+async fn a_blocked_broker_shows_on_the_status_line_and_quitting_says_why_it_waits() {
+    // The node is the host's RabbitMQ (3.10, which renews) whatever generation runs: once.
+    if crate::target::amqp_port() != crate::target::DEFAULT_AMQP_PORT {
+        return;
+    }
+    let quorum = table(vec![
+        ("x-queue-type", ls("quorum")),
+        ("x-delivery-limit", lapin::types::AMQPValue::LongInt(50)),
+    ]);
+    let (node, conn, _ch) =
+        crate::support::node::with_dead_letters_in("blockbrowse", "b.dlq", "b.main", 3_000, quorum)
+            .await;
+    node.memory_alarm(true);
+    let env = vec![
+        ("DLQ_AMQP_URL".to_string(), node.amqp_url()),
+        ("DLQ_MANAGEMENT_URL".to_string(), node.api_url()),
+    ];
+    let t = start(200, 40, &env, &["browse", "-Q", "b.dlq"]);
+    t.wait_visible(WAIT, |s| s.contains("b.dlq") && s.contains("3000"));
+    t.keys(&["Enter"]);
+    let s = t.wait_visible(WAIT, |s| s.contains("blocked publishing"));
+    // On the status line, the one above the keys.
+    let lines: Vec<&str> = s.lines().collect();
+    let keys = lines.iter().position(|l| l.contains("Enter open")).unwrap();
+    assert!(lines[keys - 1].contains("blocked publishing"), "{s}");
+    assert!(!s.contains("warning:"), "{s}");
+    t.keys(&["q"]);
+    t.wait_for(WAIT, |s| s.contains("once the broker lets it"));
+    t.keys(&["C-c"]);
+    let s = t.wait_exit();
+    assert!(s.contains("[dlq exited 130]"), "{s}");
+    let said = |text: &str| s.find(text).unwrap_or_else(|| panic!("{text:?}: {s}"));
+    assert!(
+        said("once the broker lets it") < said("still blocks publishing"),
+        "{s}"
+    );
+    node.memory_alarm(false);
+    drop(conn);
+}
