@@ -174,11 +174,10 @@ pub(crate) async fn release_unmoved(
 
 /// Exits with 130 now, saying what that leaves and closing the audit trail's open runs.
 pub(crate) fn exit_now(why: &str) -> ! {
-    crate::signals::give_terminal_back();
-    say!(
+    let said = format!(
         "{why}. Nothing unconfirmed was acknowledged or marked: it stays in its DLQ or table; what was in flight (at most --window) may also reach its destination, and a new run finishes the job"
     );
-    crate::signals::exit(130, why)
+    crate::signals::exit_saying(&said, why)
 }
 
 /// `--dry-run` and `--yes`, shared by every mutating command.

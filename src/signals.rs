@@ -116,9 +116,7 @@ impl Drop for Finishing {
 
 /// Ends dlq now with 130, saying `why`: a second signal while dlq gives back after the first.
 pub(crate) fn exit_at_once(why: &str) -> ! {
-    give_terminal_back();
-    say!("{why}");
-    exit(130, why)
+    exit_saying(why, why)
 }
 
 /// Ends dlq now with `code`, the audit trail's open runs closed with `why`, and the terminal
@@ -132,11 +130,11 @@ pub(crate) fn exit(code: u8, why: &str) -> ! {
     std::process::exit(i32::from(code))
 }
 
-/// Ends dlq now with 130, saying `why` and then what that `leaves`; the audit trail's end
+/// Ends dlq now with 130, saying `said` (on the operator's own screen); the audit trail's end
 /// records say `why`.
-pub(crate) fn exit_saying(why: &str, leaves: &str) -> ! {
+pub(crate) fn exit_saying(said: &str, why: &str) -> ! {
     give_terminal_back();
-    say!("{why}: {leaves}");
+    say!("{said}");
     exit(130, why)
 }
 

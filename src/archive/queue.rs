@@ -491,11 +491,11 @@ async fn still_queued(
     to_verify: Vec<ToVerify>,
 ) -> Result<u64> {
     let mut still = 0;
-    for v in to_verify {
+    for mut v in to_verify {
         let Some(q) = checked.iter().find(|c| c.name == v.queue) else {
             continue;
         };
-        let mut ids = v.archived.clone();
+        let mut ids = std::mem::take(&mut v.archived);
         ids.extend(
             v.given_back
                 .iter()

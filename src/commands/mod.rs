@@ -28,8 +28,8 @@ pub(crate) async fn dispatch(cli: Cli) -> Result<Exit> {
         && crate::source::unsettled()
     {
         crate::output::notice(format!(
-            "dlq gives back what its reads hold once the broker lets it: it blocks publishing ({reason}: a memory or disk alarm); Ctrl-C stops it (at most {} s later while still blocked)",
-            crate::rabbit::BLOCKED_BACKSTOP.as_secs()
+            "dlq gives back what its reads hold once the broker lets it: it blocks publishing ({reason}: a memory or disk alarm); {}",
+            crate::rabbit::blocked_stop_hint()
         ));
     }
     // A second signal while the reads give back ends dlq at once.

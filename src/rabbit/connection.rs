@@ -117,8 +117,8 @@ async fn watch_flow(events: impl futures_util::Stream<Item = lapin::Event>, lost
         match event {
             lapin::Event::ConnectionBlocked(reason) => {
                 crate::output::notice(format!(
-                    "the broker blocked publishing ({reason}: a memory or disk alarm); dlq waits until it clears; Ctrl-C stops it (at most {} s later while still blocked)",
-                    BLOCKED_BACKSTOP.as_secs()
+                    "the broker blocked publishing ({reason}: a memory or disk alarm); dlq waits until it clears; {}",
+                    blocked_stop_hint()
                 ));
                 crate::output::bar_status(Some(&format!("BLOCKED by the broker: {reason}")));
                 *blocked_state() = Some((std::time::Instant::now(), reason.to_string()));
@@ -168,7 +168,7 @@ async fn stop_while_blocked() {
             let why = format!(
                 "interrupted twice while the broker blocks publishing ({reason}): exited at once"
             );
-            crate::signals::exit_saying(&why, BLOCKED_LEAVES);
+            exit_blocked(&why);
         }
         let at = match (during, first) {
             (0, _) => continue,
@@ -187,13 +187,26 @@ async fn stop_while_blocked() {
                 "stopped, and the broker still blocks publishing ({reason}) {} s later: exited without waiting for it",
                 waited.as_secs()
             );
-            crate::signals::exit_saying(&why, BLOCKED_LEAVES);
+            exit_blocked(&why);
         }
     }
 }
 
+/// Ends dlq (`stop_while_blocked`), saying `why` and what that leaves.
+fn exit_blocked(why: &str) -> ! {
+    crate::signals::exit_saying(&format!("{why}: {BLOCKED_LEAVES}"), why)
+}
+
+/// What a notice of the block says of Ctrl-C (`stop_while_blocked`).
+pub(crate) fn blocked_stop_hint() -> String {
+    format!(
+        "Ctrl-C stops it (at most {} s later while still blocked)",
+        BLOCKED_BACKSTOP.as_secs()
+    )
+}
+
 /// How long after a signal `stop_while_blocked` ends dlq.
-pub(crate) const BLOCKED_BACKSTOP: Duration = Duration::from_secs(BLOCKED_STOP_GRACE.as_secs() + 1);
+const BLOCKED_BACKSTOP: Duration = Duration::from_secs(BLOCKED_STOP_GRACE.as_secs() + 1);
 
 /// What ending dlq while the broker blocks publishing leaves (`stop_while_blocked`).
 const BLOCKED_LEAVES: &str = "what dlq held and had not acknowledged goes back to its queue as the connection closes (on a quorum queue that counts a delivery toward its delivery limit); nothing unconfirmed was acknowledged or marked, and what dlq published and was not confirmed (a replay's window, a renewal's copies) may also have arrived, and what an archive acknowledged may also still be queued";

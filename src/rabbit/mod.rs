@@ -24,7 +24,7 @@ pub(crate) mod topology;
 
 pub(crate) use budget::AckBudget;
 pub(crate) use connection::{
-    BLOCKED_BACKSTOP, BLOCKED_STOP_GRACE, Connection, Liveness, blocked, broker_failure,
+    BLOCKED_STOP_GRACE, Connection, Liveness, blocked, blocked_stop_hint, broker_failure,
     led_by_loss, lost_connection_in, named_loss,
 };
 pub(crate) use settle::{AckMarks, ack, settle_grace_after};
