@@ -1401,7 +1401,9 @@ async fn a_consumer_timeout_never_cuts_a_selective_replay_short_unsaid() {
 /// A read whose output waits now gives back at half a timeout it knows
 /// (`queue_read::a_read_whose_output_waits_half_a_consumer_timeout_gives_back_and_says_so`);
 /// here the timeout comes after the read started, by a policy dlq did not see (as the
-/// broker-wide `consumer_timeout`, which the management API does not show).
+/// broker-wide `consumer_timeout`, which the management API does not show). Under CI's
+/// load, 2 runs in 14 had the 2,900 messages dlq still held counted: its channel closed
+/// before RabbitMQ applied the nack that gave them back (`reader::until_nack_applied`).
 #[tokio::test]
 async fn a_read_held_past_a_consumer_timeout_names_it_and_loses_nothing() {
     if crate::target::rabbitmq_version().await < (4, 3) {
@@ -1461,7 +1463,12 @@ async fn a_read_held_past_a_consumer_timeout_names_it_and_loses_nothing() {
     let mut all = snap_ns(&snaps);
     all.sort_unstable();
     assert_eq!(all, (0..n as i64).collect::<Vec<_>>());
-    assert!(snaps.iter().all(|s| s.delivery_count.unwrap_or(0) == 0));
+    let counted: Vec<(i64, i64)> = snaps
+        .iter()
+        .zip(snap_ns(&snaps))
+        .filter_map(|(s, i)| s.delivery_count.filter(|&c| c > 0).map(|c| (i, c)))
+        .collect();
+    assert!(counted.is_empty(), "counted (n, count): {counted:?}\n{err}");
     b.delete().await;
 }
 
