@@ -669,7 +669,7 @@ async fn nack_read(ch: &Channel, live: &[LiveWindow]) {
 /// Waits until a quorum queue's `ready` count shows the `back` messages a nack returned,
 /// before the channel closes: a close returns, counted, what a nack not yet applied still
 /// held. Under load on 4.3.6 a read of 5,000 stopped at its 3,100th message had all 2,900
-/// it held counted in 1 run of 8, the close applied before the nack.
+/// it held counted in 2 runs of 14, the close applied before the nack.
 pub(super) async fn until_nack_applied(
     conn: &Connection,
     queue: &str,
