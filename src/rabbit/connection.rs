@@ -17,6 +17,8 @@ use std::time::Duration;
 pub(crate) struct Connection {
     lapin: lapin::Connection,
     liveness: Liveness,
+    /// Whether the broker blocks this connection (`Flow`), for the process-wide state.
+    flow: Arc<Flow>,
     /// What the broker reports of its queues' consumer timeouts (`reported`).
     timeouts: super::reported::ReportedTimeouts,
 }
@@ -32,10 +34,12 @@ impl Connection {
             lost: Arc::default(),
         };
         let events = lapin.events_listener();
-        tokio::spawn(watch_flow(events, liveness.lost.clone()));
+        let flow = Arc::new(Flow::default());
+        tokio::spawn(watch_flow(events, liveness.lost.clone(), flow.clone()));
         Connection {
             lapin,
             liveness,
+            flow,
             timeouts,
         }
     }
@@ -76,6 +80,15 @@ impl Connection {
     }
 }
 
+/// A connection dropped while the broker blocked it never hears "unblocked": without this,
+/// the process would take the broker as blocking for good (a later run in the browser, a
+/// `follow` that reconnected, a signal's notice and exit grace).
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.flow.gone();
+    }
+}
+
 impl Deref for Connection {
     type Target = lapin::Connection;
 
@@ -110,25 +123,26 @@ impl Liveness {
 
 /// Says at once when the broker blocks this connection's publishing (a memory or disk
 /// alarm) and when it lets it go: otherwise a replay just stops moving, silently.
-async fn watch_flow(events: impl futures_util::Stream<Item = lapin::Event>, lost: Arc<AtomicBool>) {
+async fn watch_flow(
+    events: impl futures_util::Stream<Item = lapin::Event>,
+    lost: Arc<AtomicBool>,
+    flow: Arc<Flow>,
+) {
     use futures_util::StreamExt;
     futures_util::pin_mut!(events);
     while let Some(event) = events.next().await {
         match event {
-            lapin::Event::ConnectionBlocked(reason) => {
+            lapin::Event::ConnectionBlocked(reason) if flow.blocked(&reason) => {
                 crate::output::notice(format!(
                     "the broker blocked publishing ({reason}: a memory or disk alarm); dlq waits until it clears; {}",
                     blocked_stop_hint()
                 ));
                 crate::output::bar_status(Some(&format!("BLOCKED by the broker: {reason}")));
-                *blocked_state() = Some((std::time::Instant::now(), reason.to_string()));
                 if !GUARDING.swap(true, Ordering::SeqCst) {
                     tokio::spawn(stop_while_blocked());
                 }
             }
-            lapin::Event::ConnectionUnblocked => {
-                *blocked_state() = None;
-                crate::output::bar_status(None);
+            lapin::Event::ConnectionUnblocked if flow.unblocked() => {
                 crate::output::notice("the broker unblocked publishing: going on")
             }
             // lapin reports a channel the broker closed (a 404, say) here too: not a loss.
@@ -211,9 +225,65 @@ const BLOCKED_BACKSTOP: Duration = Duration::from_secs(BLOCKED_STOP_GRACE.as_sec
 /// What ending dlq while the broker blocks publishing leaves (`stop_while_blocked`).
 const BLOCKED_LEAVES: &str = "what dlq held and had not acknowledged goes back to its queue as the connection closes (on a quorum queue that counts a delivery toward its delivery limit); nothing unconfirmed was acknowledged or marked, and what dlq published and was not confirmed (a replay's window, a renewal's copies) may also have arrived, and what an archive acknowledged may also still be queued";
 
-/// Since when, and why, the broker blocks this process's publishing (`connection.blocked`).
+/// Since when, and why, the broker blocks this process's publishing (`connection.blocked`):
+/// set while one of its connections is blocked (`Flow`).
 static BLOCKED: std::sync::Mutex<Option<(std::time::Instant, String)>> =
     std::sync::Mutex::new(None);
+
+/// How many of this process's connections the broker blocks now.
+static BLOCKED_CONNECTIONS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// One connection's part in the process's blocked state: open, blocked, or gone (dropped,
+/// after which its events count no more).
+#[derive(Default)]
+struct Flow(std::sync::atomic::AtomicU8);
+
+const OPEN: u8 = 0;
+const BLOCKED_NOW: u8 = 1;
+const GONE: u8 = 2;
+
+impl Flow {
+    /// The broker blocked this connection: whether that is news.
+    fn blocked(&self, reason: &str) -> bool {
+        if !self.moved(OPEN, BLOCKED_NOW) {
+            return false;
+        }
+        BLOCKED_CONNECTIONS.fetch_add(1, Ordering::SeqCst);
+        let mut state = blocked_state();
+        state.get_or_insert_with(|| (std::time::Instant::now(), reason.to_string()));
+        true
+    }
+
+    /// The broker let this connection go: whether no connection is blocked any more.
+    fn unblocked(&self) -> bool {
+        self.moved(BLOCKED_NOW, OPEN) && Self::one_less()
+    }
+
+    /// The connection is dropped: it no longer holds the process blocked.
+    fn gone(&self) {
+        if self.0.swap(GONE, Ordering::SeqCst) == BLOCKED_NOW {
+            Self::one_less();
+        }
+    }
+
+    fn moved(&self, from: u8, to: u8) -> bool {
+        let ordering = Ordering::SeqCst;
+        self.0
+            .compare_exchange(from, to, ordering, ordering)
+            .is_ok()
+    }
+
+    /// One blocked connection fewer: whether that was the last.
+    fn one_less() -> bool {
+        let mut state = blocked_state();
+        if BLOCKED_CONNECTIONS.fetch_sub(1, Ordering::SeqCst) != 1 {
+            return false;
+        }
+        *state = None;
+        crate::output::bar_status(None);
+        true
+    }
+}
 
 fn blocked_state() -> std::sync::MutexGuard<'static, Option<(std::time::Instant, String)>> {
     BLOCKED.lock().unwrap_or_else(|e| e.into_inner())
@@ -320,6 +390,35 @@ pub(crate) fn blocked() -> Option<(std::time::Instant, String)> {
 mod tests {
     use super::*;
     use anyhow::anyhow;
+
+    /// The only test of this process that touches the process-wide blocked state.
+    #[test]
+    fn the_process_is_blocked_while_one_of_its_open_connections_is() {
+        let (a, b) = (Flow::default(), Flow::default());
+        assert!(a.blocked("low on memory"));
+        assert!(!a.blocked("low on memory"), "a connection counts once");
+        assert!(b.blocked("low on memory"));
+        a.gone();
+        assert!(blocked().is_some(), "b is still blocked");
+        assert!(
+            !a.blocked("low on memory"),
+            "a dropped connection counts no more"
+        );
+        assert!(!a.unblocked());
+        assert!(b.unblocked(), "the last blocked one let go");
+        assert!(blocked().is_none());
+        b.gone();
+        let c = Flow::default();
+        assert!(c.blocked("low on disk"));
+        assert_eq!(
+            blocked().map(|(_, why)| why).as_deref(),
+            Some("low on disk")
+        );
+        // Dropped while blocked: it never hears "unblocked".
+        c.gone();
+        assert!(blocked().is_none());
+        assert_eq!(BLOCKED_CONNECTIONS.load(Ordering::SeqCst), 0);
+    }
 
     #[test]
     fn a_lost_connection_is_named_as_such() {
