@@ -678,8 +678,8 @@ impl Taker {
             // The channel's messages come back at once, as one return.
             let Some(before) = ready else { continue };
             let wait = super::reader::give_back_wait(self.delivered[i]);
-            let back = super::reader::poll_depth(conn, &self.queue, wait, |d| d.ready > before);
-            ready = back.await.ok().flatten().map(|d| d.ready);
+            let applied = super::reader::poll_depth(conn, &self.queue, wait, |d| d.ready > before);
+            ready = applied.await.ok().flatten().map(|d| d.ready);
         }
         if let Some(back) = back {
             super::reader::until_nack_applied(conn, &self.queue, start, back).await;
