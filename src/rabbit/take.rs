@@ -658,31 +658,20 @@ impl Taker {
     /// the same messages again, for the close to return them counted. Oldest channel first,
     /// each nack once the one before it is applied (the queue's `ready` count, just before,
     /// grew): otherwise a later channel's could come back first (on 4.0, the last 91 kept
-    /// came back ahead of the 1,409 before them in 1 run of 3). Then until all `back` are,
-    /// before the close: a close returns, counted, what a nack not yet applied still held
-    /// (`reader::until_nack_applied`). `back` unknown (RabbitMQ took back some of it): the
-    /// last channel's nack is waited for as the others are.
-    async fn nack_held(
-        &mut self,
-        conn: &Connection,
-        start: Option<super::Depth>,
-        back: Option<u64>,
-    ) {
+    /// came back ahead of the 1,409 before them in 1 run of 3).
+    async fn nack_held(&mut self, conn: &Connection, ready: Option<super::Depth>) {
         self.cancel_all().await;
-        let mut ready = start.as_ref().map(|d| d.ready);
+        let mut ready = ready.map(|d| d.ready);
         let last = self.channels.len().saturating_sub(1);
         for (i, ch) in self.channels.iter().enumerate() {
-            if super::settle::nack_all(ch).await.is_err() || (i == last && back.is_some()) {
+            if super::settle::nack_all(ch).await.is_err() || i == last {
                 continue;
             }
             // The channel's messages come back at once, as one return.
             let Some(before) = ready else { continue };
             let wait = super::reader::give_back_wait(self.delivered[i]);
-            let applied = super::reader::poll_depth(conn, &self.queue, wait, |d| d.ready > before);
-            ready = applied.await.ok().flatten().map(|d| d.ready);
-        }
-        if let Some(back) = back {
-            super::reader::until_nack_applied(conn, &self.queue, start, back).await;
+            let back = super::reader::poll_depth(conn, &self.queue, wait, |d| d.ready > before);
+            ready = back.await.ok().flatten().map(|d| d.ready);
         }
     }
 
@@ -1098,9 +1087,7 @@ impl Taker {
         // credit delivered and not taken, and the close counted each (4.3.6: 191 of 3,000
         // at `--rate 200`, 1,984 without, after a Ctrl-C once 300-400 had moved).
         if alive && self.nacks && held + self.beyond() > 0 {
-            // How much of `held` RabbitMQ took back is unknown.
-            let back = (!taken_back).then(|| held + self.beyond());
-            self.nack_held(conn, ready_before, back).await;
+            self.nack_held(conn, ready_before).await;
         }
         // Oldest first: a quorum queue appends returned messages in the order they come back.
         for ch in &self.channels {

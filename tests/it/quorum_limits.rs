@@ -1401,9 +1401,10 @@ async fn a_consumer_timeout_never_cuts_a_selective_replay_short_unsaid() {
 /// A read whose output waits now gives back at half a timeout it knows
 /// (`queue_read::a_read_whose_output_waits_half_a_consumer_timeout_gives_back_and_says_so`);
 /// here the timeout comes after the read started, by a policy dlq did not see (as the
-/// broker-wide `consumer_timeout`, which the management API does not show). Under CI's
-/// load, 2 runs in 14 had the 2,900 messages dlq still held counted: its channel closed
-/// before RabbitMQ applied the nack that gave them back (`reader::until_nack_applied`).
+/// broker-wide `consumer_timeout`, which the management API does not show). Under load,
+/// RabbitMQ 4.3.6 at times closes the channel at the timeout instead ("delivery
+/// acknowledgement on channel 2 timed out. Timeout value used: -1 ms", 4 runs in about 40
+/// here, one in CI): what dlq held came back counted once, and dlq now says so.
 #[tokio::test]
 async fn a_read_held_past_a_consumer_timeout_names_it_and_loses_nothing() {
     if crate::target::rabbitmq_version().await < (4, 3) {
@@ -1468,7 +1469,12 @@ async fn a_read_held_past_a_consumer_timeout_names_it_and_loses_nothing() {
         .zip(snap_ns(&snaps))
         .filter_map(|(s, i)| s.delivery_count.filter(|&c| c > 0).map(|c| (i, c)))
         .collect();
-    assert!(counted.is_empty(), "counted (n, count): {counted:?}\n{err}");
+    // The channel RabbitMQ closed (see above): each counted once, and said.
+    let closed = err.contains("RabbitMQ closed dlq's channel before dlq gave back");
+    assert!(
+        counted.is_empty() || closed && counted.iter().all(|&(_, c)| c == 1),
+        "counted (n, count): {counted:?}\n{err}"
+    );
     b.delete().await;
 }
 
