@@ -674,10 +674,11 @@ async fn nack_read(ch: &Channel, live: &[LiveWindow]) -> bool {
 /// of taking back that consumer's messages with the channel open; the close counted every
 /// other message the read held (2,900 of 5,000), and dlq said nothing of it. How many is
 /// not known: windows RabbitMQ took back before the close are not counted (of the 4,800
-/// one read held, 2,200 were), so the notice gives the most.
-fn closed_by_broker(queue: &str, held: u64) -> String {
+/// one read held, 2,200 were), so the notice gives the most. A take's channels too
+/// (`Taker::closed_by_broker`).
+pub(super) fn closed_by_broker(queue: &str, most: u64) -> String {
     format!(
-        "{queue:?}: RabbitMQ closed dlq's channel before dlq gave back the {held} message(s) it held (RabbitMQ 4.3 does so at times when a consumer timeout strikes): they are back in the queue, none lost, but up to {held} of them counted one delivery toward the queue's delivery limit"
+        "{queue:?}: RabbitMQ closed dlq's channel before dlq gave back what it held (a consumer timeout does so, and RabbitMQ 4.3 at times for a consumer it could cancel instead): none is lost, all is back in the queue, but up to {most} message(s) counted one delivery toward the queue's delivery limit"
     )
 }
 

@@ -806,6 +806,27 @@ impl Taker {
         }
     }
 
+    /// What the channels RabbitMQ closed counted, on a queue with a delivery limit: every
+    /// message one held came back one delivery closer to it. At most what they delivered,
+    /// and what the take still held (`held`, and what came beyond its count): an
+    /// acknowledgement on a closed channel fails, so what moved is not in `held`. A selective
+    /// replay on 4.3.6 past a 5-s consumer timeout had one closed (74 delivered there, 161
+    /// held in all), and 12 messages came back at delivery count 1, unsaid.
+    fn closed_by_broker(&self, conn: &Connection, held: u64) -> Option<String> {
+        if !self.quorum || !conn.alive() {
+            return None;
+        }
+        let on_closed: u64 = self
+            .channels
+            .iter()
+            .zip(&self.delivered)
+            .filter(|(c, _)| !c.status().connected())
+            .map(|(_, &n)| n)
+            .sum();
+        let most = on_closed.min(held + self.beyond());
+        (most > 0).then(|| super::reader::closed_by_broker(&self.queue, most))
+    }
+
     async fn take_next(&mut self, conn: &Connection) -> Result<Option<Delivery>> {
         let q = self.queue.clone();
         loop {
@@ -1030,6 +1051,7 @@ impl Taker {
     pub(crate) async fn release(mut self, conn: &Connection, held: u64) -> Vec<String> {
         let mut notes = Vec::new();
         let mut held = held;
+        notes.extend(self.closed_by_broker(conn, held));
         // Before dlq's own cancels, which end the consumers' streams too.
         let taken_back = self.taken_back(conn);
         // Every consumer cancelled first: no copy may reach one with credit, and
