@@ -311,14 +311,23 @@ impl Renewal {
         held.saturating_sub(self.acked)
     }
 
-    /// The audit end record and what the user must hear.
-    pub(crate) fn finish(mut self, held: u64, error: Option<&anyhow::Error>) -> Vec<String> {
+    /// The audit end record and what the user must hear. `unread`: the most that may have
+    /// been delivered beyond `held` and given back with it (a read stopped early); `lost`:
+    /// the connection was lost, so acknowledgements sent may not have been applied.
+    pub(crate) fn finish(
+        mut self,
+        held: u64,
+        unread: u64,
+        lost: bool,
+        error: Option<&anyhow::Error>,
+    ) -> Vec<String> {
         let left = self.unrenewed(held);
+        let most = left + unread;
         let why = self
             .failed
             .clone()
             .or_else(|| error.map(|e| format!("{e:#}")));
-        self.audit.finish(self.acked, left, why.clone());
+        self.audit.finish(self.acked, most, why.clone());
         let q = &self.queue;
         let mut notes = vec![format!(
             "{q:?}: renewed {} message(s) so that reading does not bring them closer to the delivery limit: each was put back at the tail as a confirmed copy with every property and header (delivery count reset to 0) and the original acknowledged",
@@ -330,9 +339,20 @@ impl Renewal {
                 "{q:?}: {doubled} message(s) are there twice: their copies were confirmed but the originals could not be acknowledged"
             ));
         }
-        if left > 0 {
+        // Acknowledgements on their way when the connection was lost may never have been
+        // applied: their originals came back beside their copies (79 of 7,296 renewed, once
+        // in 8 loaded runs on 3.10.8, unsaid). A consumer holds at most its credit
+        // unacknowledged, so they are at most as many as it had room for beyond what was
+        // held, `unread`.
+        if lost && unread > 0 {
             notes.push(format!(
-                "{q:?}: {left} message(s) were given back instead of renewed (their delivery count went up by 1): {}",
+                "{q:?}: up to {unread} more message(s) may be there twice: the connection was lost, and the last acknowledgements of renewed originals may not have reached RabbitMQ"
+            ));
+        }
+        let up_to = if unread > 0 { "up to " } else { "" };
+        if most > 0 {
+            notes.push(format!(
+                "{q:?}: {up_to}{most} message(s) were given back instead of renewed (their delivery count went up by 1): {}",
                 why.unwrap_or_else(|| "the read stopped".into())
             ));
         }

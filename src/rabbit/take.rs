@@ -215,6 +215,8 @@ pub(crate) struct Taker {
     ready: u64,
     /// A quorum queue (or one of unknown type): acknowledgements need `settle_grace_after`.
     quorum: bool,
+    /// A quorum queue with a delivery limit (`ReadSpec::limited`).
+    limited: bool,
     /// One live consumer for the whole take (quorum queues: see the module's notes), and
     /// its credit.
     continuous: bool,
@@ -389,6 +391,7 @@ impl Taker {
             renewal: None,
             ready: spec.ready,
             quorum: spec.read_all_to_keep_order(),
+            limited: spec.limited,
             continuous,
             credit: unsettled.map_or(0, |u| credit_within(u, renews, ahead)),
             window_cap: window_cap(ahead),
@@ -811,10 +814,17 @@ impl Taker {
     /// and what the take still held (`held`, and what came beyond its count): an
     /// acknowledgement on a closed channel fails, so what moved is not in `held`. A selective
     /// replay on 4.3.6 past a 5-s consumer timeout had one closed (74 delivered there, 161
-    /// held in all), and 12 messages came back at delivery count 1, unsaid.
+    /// held in all), and 12 messages came back at delivery count 1, unsaid. A lost
+    /// connection counts all the take held where a nack would not have (4.3+; a renewal
+    /// says what it did not renew itself, `Renewal::finish`).
     fn closed_by_broker(&self, conn: &Connection, held: u64) -> Option<String> {
-        if !self.quorum || !conn.alive() {
+        if !self.limited {
             return None;
+        }
+        if !conn.alive() {
+            let most = held + self.beyond();
+            let note = || super::reader::lost_counted(&self.queue, most, true);
+            return (self.nacks && most > 0).then(note);
         }
         let on_closed: u64 = self
             .channels
@@ -1086,7 +1096,7 @@ impl Taker {
             let acked = r.ack_each(&self.channels, &mut self.settled).await;
             held = held.saturating_sub(r.renewed());
             let copied = r.copied;
-            notes = r.finish(copied, acked.err().as_ref());
+            notes = r.finish(copied, 0, false, acked.err().as_ref());
             let beyond = self.beyond();
             if beyond > 0 {
                 notes.push(beyond_note(&self.queue, beyond));
