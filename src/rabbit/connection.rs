@@ -341,6 +341,10 @@ pub(crate) fn led_by_loss(said: &str) -> Option<String> {
 
 fn loss_first(why: &str, said: &str) -> String {
     let lost = lost_because(why);
+    let said = without_gone_state(said);
+    if said.is_empty() {
+        return lost;
+    }
     match said
         .strip_suffix(why)
         .map(|s| s.trim_end_matches([':', ' ']))
@@ -348,6 +352,18 @@ fn loss_first(why: &str, said: &str) -> String {
         Some("") => lost,
         Some(rest) => format!("{lost}: {rest}"),
         None => format!("{lost}: {said}"),
+    }
+}
+
+/// `said` without lapin's account of an operation tried on a channel or connection that was
+/// already gone, at its end (the innermost error): once the loss leads, it says nothing
+/// more ("lost (CONNECTION_FORCED ...): reading queue \"q\": invalid channel state: Error
+/// (basic.ack)" was how a read said it).
+fn without_gone_state(said: &str) -> &str {
+    let gone = ["invalid channel state", "invalid connection state"];
+    match gone.iter().filter_map(|g| said.find(g)).min() {
+        Some(at) => said[..at].trim_end_matches([':', ' ']),
+        None => said,
     }
 }
 
@@ -442,7 +458,14 @@ mod tests {
         assert_eq!(loss_first(why, why), format!("{CONNECTION_LOST} ({why})"));
         assert_eq!(
             loss_first(why, "invalid channel state"),
-            format!("{CONNECTION_LOST} ({why}): invalid channel state")
+            format!("{CONNECTION_LOST} ({why})")
+        );
+        assert_eq!(
+            loss_first(
+                why,
+                "reading queue \"q\": invalid channel state: Error (basic.ack)"
+            ),
+            format!("{CONNECTION_LOST} ({why}): reading queue \"q\"")
         );
     }
 }

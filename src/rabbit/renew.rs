@@ -327,6 +327,8 @@ impl Renewal {
             .failed
             .clone()
             .or_else(|| error.map(|e| format!("{e:#}")));
+        // Not lapin's "invalid channel state" of the publish or acknowledgement it then tried.
+        let why = why.map(|w| if lost { super::named_loss(w) } else { w });
         self.audit.finish(self.acked, most, why.clone());
         let q = &self.queue;
         let mut notes = vec![format!(

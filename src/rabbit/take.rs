@@ -1096,7 +1096,7 @@ impl Taker {
             let acked = r.ack_each(&self.channels, &mut self.settled).await;
             held = held.saturating_sub(r.renewed());
             let copied = r.copied;
-            notes = r.finish(copied, 0, false, acked.err().as_ref());
+            notes.extend(r.finish(copied, 0, false, acked.err().as_ref()));
             let beyond = self.beyond();
             if beyond > 0 {
                 notes.push(beyond_note(&self.queue, beyond));
