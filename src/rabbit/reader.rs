@@ -571,27 +571,24 @@ async fn read_fifo<T: Send>(
     }
     drop(watch);
     drop(listening);
-    if let Err(e) = result {
+    if result.is_err() || report.interrupted.is_some() {
         // The caller gets no report to warn from.
         let limit = spec.counted_limit.unwrap_or_default();
         report
             .give_back_notes(&spec.queue, limit)
             .into_iter()
             .for_each(crate::output::notice);
-        return Err(e);
     }
+    result?;
     if report.interrupted.is_some() {
         return Err(interrupted_read(&spec.queue, &report));
     }
     Ok(report)
 }
 
-/// The error of a read a signal stopped, once it gave back what it held: what the give-back
-/// did is said first (the caller gets no report to warn from).
+/// The error of a read a signal stopped, once it gave back what it held (what the give-back
+/// did is said first, by the caller).
 fn interrupted_read(queue: &str, report: &ReadReport) -> anyhow::Error {
-    for note in &report.renewal_notes {
-        crate::output::notice(note.clone());
-    }
     crate::error::interrupted(format!(
         "interrupted: dlq stopped showing {queue:?} after {} message(s) and gave back what it held, as a finished read does",
         report.shown()

@@ -1108,10 +1108,11 @@ impl Taker {
             let acked = r.ack_each(&self.channels, &mut self.settled).await;
             held = held.saturating_sub(r.renewed());
             let copied = r.copied;
-            notes.extend(r.finish(copied, 0, false, acked.err().as_ref()));
+            let lost = !conn.alive();
+            notes.extend(r.finish(copied, 0, lost, acked.err().as_ref()));
             let beyond = self.beyond();
             if beyond > 0 {
-                notes.push(beyond_note(&self.queue, beyond));
+                notes.push(beyond_note(&self.queue, beyond, lost));
             }
         }
         // A lost connection settles nothing more and its channels' messages are back
@@ -1178,10 +1179,15 @@ pub(crate) fn taken_back_note(moved: bool, planned: bool) -> String {
 /// reached the copies it had put at the tail (or newcomers) before its cancel took effect.
 /// The acknowledgement budget (`budget`) keeps a streamed replay's credit within its count
 /// (before it: 1,224–2,074 of 3,000 kept, every run); what is left is a window consumer's,
-/// or messages another consumer took from under the count.
-fn beyond_note(queue: &str, n: u64) -> String {
+/// or messages another consumer took from under the count. `lost`: a lost connection gave
+/// them back, which did not always count (`Renewal::finish`).
+fn beyond_note(queue: &str, n: u64, lost: bool) -> String {
+    let count = match lost {
+        true => "may be 1",
+        false => "is 1",
+    };
     format!(
-        "{queue:?}: {n} of those copies (or messages that arrived since) reached dlq's consumer before it stopped and were given back: their delivery count is 1, not 0 (the next read renews them again), and a quorum queue puts them back ahead of the rest, not always in order"
+        "{queue:?}: {n} of those copies (or messages that arrived since) reached dlq's consumer before it stopped and were given back: their delivery count {count}, not 0 (the next read renews them again), and a quorum queue puts them back ahead of the rest, not always in order"
     )
 }
 

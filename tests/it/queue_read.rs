@@ -1523,7 +1523,7 @@ pub(crate) async fn paged_quorum_dlq(tag: &str) -> (Broker, &'static str, u32) {
 }
 
 /// `paged_quorum_dlq` with more arguments.
-async fn paged_quorum_dlq_with(
+pub(crate) async fn paged_quorum_dlq_with(
     tag: &str,
     more: Vec<(&str, AMQPValue)>,
 ) -> (Broker, &'static str, u32) {

@@ -6,7 +6,7 @@
 //! twice, 152 renewed copies left beside their originals, the order changed).
 
 use crate::broker::Broker;
-use crate::queue_read::{paged_quorum_dlq, unchanged_and_undelivered};
+use crate::queue_read::{paged_quorum_dlq, paged_quorum_dlq_with, unchanged_and_undelivered};
 use lapin::BasicProperties;
 use lapin::types::{AMQPValue, FieldTable};
 use serde_json::json;
@@ -85,6 +85,41 @@ async fn ctrl_c_mid_read_gives_back_uncounted_and_exits_130() {
         assert_eq!(b.depth("pager.work").await, 0);
         unchanged_and_undelivered(b, q, n).await;
     }
+}
+
+/// A read that gives back by closing its channel (`--force`: a TTL keeps dlq from renewing a
+/// quorum DLQ with a delivery limit of 1, before RabbitMQ 4.3) stopped by Ctrl-C: what the
+/// give-back did to the delivery counts is said before the interruption, as at the end of a
+/// read. Before stop 66 only a renewal's notes were: the read exited 130 and said nothing of
+/// the messages it had just brought to their limit (3.10.8, 4.0.5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_mid_forced_read_says_what_it_brought_to_the_limit() {
+    if crate::target::nacks_uncounted().await {
+        // 4.3 gives back with a nack, uncounted, TTL or not.
+        return;
+    }
+    let more = vec![
+        ("x-delivery-limit", AMQPValue::LongInt(1)),
+        ("x-message-ttl", AMQPValue::LongInt(3_600_000)),
+    ];
+    let (b, q, n) = paged_quorum_dlq_with("sigforced", more).await;
+    let child = dlq(&b, &["filter", "-o", "ndjson", "--force", "-Q", q]);
+    let out = interrupted_once_holding(&b, q, n, child).await;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    let said =
+        regex::Regex::new(r"(\d+) message\(s\) of .* are now at the delivery limit 1").unwrap();
+    let at_limit: usize = said.captures(&err).expect(&err)[1].parse().unwrap();
+    // Each message read is at its limit now; none was dropped.
+    b.wait_depth(q, n).await;
+    let snaps = b.snapshot(q).await;
+    let counted = snaps.iter().filter(|m| m.delivery_count == Some(1)).count();
+    assert!(
+        at_limit > 0 && at_limit <= counted,
+        "{counted} at the limit: {err}"
+    );
+    eprintln!("{at_limit} said at the limit, {counted} at delivery count 1");
+    b.delete().await;
 }
 
 /// `archive --delete --yes` of 40,000 quorum dead letters with a delivery limit, Ctrl-C while
