@@ -199,6 +199,9 @@ pub(crate) struct ReadReport {
     signals_at: u64,
     /// How many records it had sent on when the signal came.
     interrupted: Option<u64>,
+    /// The credit the last window's consumer had left when the read ended in it: what it
+    /// may have been delivered and the read never pulled from its stream.
+    window_left: u64,
 }
 
 impl ReadReport {
@@ -548,11 +551,14 @@ async fn read_fifo<T: Send>(
         if !nack_read(&ch, &live).await && conn.alive() {
             crate::output::notice(closed_by_broker(&spec.queue, back));
         }
-    } else if spec.give_back == GiveBack::Nack && spec.limited && !conn.alive() && back > 0 {
-        // The lost connection gave back what the read held, as a close does: counted.
-        report
-            .renewal_notes
-            .push(lost_counted(&spec.queue, back, false));
+    } else if spec.give_back == GiveBack::Nack && spec.limited && !conn.alive() {
+        // The lost connection gave back what the read held, as a close does: counted; and
+        // what its last window's consumer was delivered and the read never pulled.
+        let most = back + report.window_left;
+        if most > 0 {
+            let note = lost_counted(&spec.queue, most, false);
+            report.renewal_notes.push(note);
+        }
     }
     drop(live);
     // Messages pushed over a delivery limit do not come back.
@@ -997,6 +1003,7 @@ async fn consume_fifo<T: Send>(
                 if keep_order {
                     live.push(LiveWindow::new(consumer, report.read - before));
                 }
+                report.window_left = batch.saturating_sub(report.read - before);
                 return ended.map(|_| ());
             }
         }
