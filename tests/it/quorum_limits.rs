@@ -237,8 +237,11 @@ async fn renewal_killed_mid_read_loses_nothing() {
     eprintln!("killed mid-renewal: {duplicated} duplicate(s) of {n}");
     // Originals are acknowledged as their copies are confirmed, 64 at a time: only those
     // confirmed since the last acknowledgement are doubled (120 seen; 3,278 when it was done
-    // per read window of up to 4,000).
-    assert!(duplicated <= 256, "{duplicated} duplicates");
+    // per read window of up to 4,000). Acknowledgements sent but not yet applied when dlq
+    // dies are lost too (424 once in CI on 781d43a, past the 256 this allowed), so the bound
+    // is the read's credit, as for a node's crash (`cluster`): an original the broker still
+    // counts unacknowledged holds one of its 2,000, and no more are delivered.
+    assert!(duplicated <= 2_000, "{duplicated} duplicates");
     b.delete().await;
 }
 
