@@ -29,7 +29,8 @@ use super::codec::{delivery_count, stream_offset};
 use super::renew::Renewal;
 use super::reported::ReportedTimeouts;
 use super::topology::{
-    GiveBack, QueueKind, ReadVerdict, give_back_counts, read_verdict, timeout_cancels,
+    GiveBack, QueueKind, ReadVerdict, delivery_limited, give_back_counts, read_verdict,
+    timeout_cancels,
 };
 use crate::signals::Finishing;
 use anyhow::{Result, anyhow, bail};
@@ -112,7 +113,7 @@ impl ReadSpec {
             ready: u64::from(c.depth.ready),
             max,
             counted_limit: c.facts.delivery_limit.filter(|_| counts_returns),
-            limited: c.facts.kind == QueueKind::Quorum && c.facts.delivery_limit.is_some(),
+            limited: delivery_limited(&c.facts),
             counts_returns,
             give_back,
             timeout_cancels: timeout_cancels(&c.facts),
@@ -717,7 +718,7 @@ async fn nack_read(ch: &Channel, live: &[LiveWindow]) -> bool {
 /// other message the read held (2,900 of 5,000), and dlq said nothing of it. How many is
 /// not known: windows RabbitMQ took back before the close are not counted (of the 4,800
 /// one read held, 2,200 were), so the notice gives the most. A take's channels too
-/// (`Taker::closed_by_broker`).
+/// (`Taker::broker_counted`).
 pub(super) fn closed_by_broker(queue: &str, most: u64) -> String {
     format!(
         "{queue:?}: RabbitMQ closed dlq's channel before dlq gave back what it held (a consumer timeout does so, and RabbitMQ 4.3 at times for a consumer it could cancel instead): none is lost, all is back in the queue, but up to {most} message(s) counted one delivery toward the queue's delivery limit"

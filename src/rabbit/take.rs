@@ -817,7 +817,7 @@ impl Taker {
     /// held in all), and 12 messages came back at delivery count 1, unsaid. A lost
     /// connection counts all the take held where a nack would not have (4.3+; a renewal
     /// says what it did not renew itself, `Renewal::finish`).
-    fn closed_by_broker(&self, conn: &Connection, held: u64) -> Option<String> {
+    fn broker_counted(&self, conn: &Connection, held: u64) -> Option<String> {
         if !self.limited {
             return None;
         }
@@ -1073,7 +1073,7 @@ impl Taker {
     pub(crate) async fn release(mut self, conn: &Connection, held: u64) -> Vec<String> {
         let mut notes = Vec::new();
         let mut held = held;
-        notes.extend(self.closed_by_broker(conn, held));
+        notes.extend(self.broker_counted(conn, held));
         // Before dlq's own cancels, which end the consumers' streams too.
         let taken_back = self.taken_back(conn);
         // Every consumer cancelled first: no copy may reach one with credit, and

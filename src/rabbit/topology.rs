@@ -464,6 +464,12 @@ pub(crate) fn timeout_cancels(facts: &QueueFacts) -> bool {
         && facts.version.is_none_or(|v| v >= TIMEOUT_CANCELS_FROM)
 }
 
+/// A quorum queue with a delivery limit: whatever dlq's give-back, a lost connection or a
+/// channel RabbitMQ closes brings what dlq held one delivery closer to it.
+pub(crate) fn delivery_limited(facts: &QueueFacts) -> bool {
+    facts.kind == QueueKind::Quorum && facts.delivery_limit.is_some()
+}
+
 /// Whether giving a message back this way adds to its quorum delivery count.
 pub(crate) fn give_back_counts(facts: &QueueFacts, give_back: GiveBack) -> bool {
     facts.kind == QueueKind::Quorum
