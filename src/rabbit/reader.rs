@@ -203,8 +203,6 @@ pub(crate) struct ReadReport {
     /// The credit the last window's consumer had left when the read ended in it: what it
     /// may have been delivered and the read never pulled from its stream.
     window_left: u64,
-    /// The delivery tag of the last message read (`LiveWindow::last_tag`).
-    last_tag: u64,
 }
 
 impl ReadReport {
@@ -549,8 +547,13 @@ async fn read_fifo<T: Send>(
         let lost = !conn.alive();
         report.renewal_notes = r.finish(report.read, unread, lost, result.as_ref().err());
     } else if spec.give_back == GiveBack::Nack && report.read > 0 && conn.alive() {
-        let nacked = give_back_by_nack(conn, &ch, spec, &live, (taken_back, back), &mut report);
-        (back, ready_before) = nacked.await;
+        // Counted before the nack puts them back.
+        ready_before = ready_now(conn, &spec.queue).await;
+        if !nack_read(&ch, &live).await && conn.alive() {
+            // The close gave back what the last window's consumer sent unread too.
+            let note = closed_by_broker(&spec.queue, back + report.window_left);
+            report.renewal_notes.push(note);
+        }
     } else if spec.give_back == GiveBack::Nack && spec.limited && !conn.alive() {
         // The lost connection gave back what the read held, as a close does: counted; and
         // what its last window's consumer was delivered and the read never pulled.
@@ -620,8 +623,6 @@ struct LiveWindow {
     consumer: lapin::Consumer,
     /// What it delivered: what RabbitMQ took back if it cancelled the consumer.
     delivered: u64,
-    /// The delivery tag of its last message: a window's tags follow the one's before it.
-    last_tag: u64,
     /// Its stream ended: lapin says so once (a consumer's end is one item in its stream),
     /// so a second look would miss it. Missed, a read stopped because RabbitMQ took back
     /// 900 of its 1,000 counted them as its own to give back, and waited 2 s for them.
@@ -629,12 +630,11 @@ struct LiveWindow {
 }
 
 impl LiveWindow {
-    fn new(consumer: lapin::Consumer, delivered: u64, last_tag: u64) -> LiveWindow {
+    fn new(consumer: lapin::Consumer, delivered: u64) -> LiveWindow {
         let seen_end = std::sync::atomic::AtomicBool::new(false);
         LiveWindow {
             consumer,
             delivered,
-            last_tag,
             seen_end,
         }
     }
@@ -701,125 +701,16 @@ fn took_back_note(queue: &str, n: u64, timeout_ms: Option<u64>) -> String {
     )
 }
 
-/// RabbitMQ 4.3 took back `taken` messages from windows the read opened after others it
-/// still holds (a consumer keeps the timeout it started with, so a policy's timeout set
-/// mid-read takes back only the later windows): they are at the queue's head, and the nack
-/// would put the earlier windows behind them (`[100-999, 0-99, 1000-…]` on 4.3.6). Taken
-/// again, they go back in their windows' places (`nack_in_order`). Stops at the first
-/// message not given back before (the rest of the queue, given back after everything).
-/// Their delivery tags, in the order they came.
-async fn retake(ch: &Channel, q: &str, taken: u64) -> Vec<u64> {
-    let size = u16::try_from(taken).unwrap_or(u16::MAX);
-    let mut tags = Vec::new();
-    if taken == 0 || !ch.status().connected() {
-        return tags;
-    }
-    let Ok(consumer) = open_window(ch, q, size, RETAKE_WINDOW).await else {
-        return tags;
-    };
-    let mut stream = consumer.clone();
-    while tags.len() < usize::from(size) {
-        match tokio::time::timeout(IDLE, stream.next()).await {
-            Ok(Some(Ok(d))) => {
-                tags.push(d.delivery_tag);
-                if !d.redelivered {
-                    break;
-                }
-            }
-            _ => break,
-        }
-    }
-    // What it was sent until `cancel-ok` is held too (the stream ends there).
-    if ch
-        .basic_cancel(consumer.tag(), BasicCancelOptions::default())
-        .await
-        .is_ok()
-    {
-        while let Ok(Some(Ok(d))) = tokio::time::timeout(IDLE, stream.next()).await {
-            tags.push(d.delivery_tag);
-        }
-    }
-    tags
-}
-
-/// A read's give-back by a nack (RabbitMQ 4.3+), `back` of them, what RabbitMQ took back
-/// (`taken_back`) taken again first to go back in its place (`retake`). How many went
-/// back, and the queue's ready count just before.
-async fn give_back_by_nack(
-    conn: &Connection,
-    ch: &Channel,
-    spec: &ReadSpec,
-    live: &[LiveWindow],
-    (taken_back, back): (u64, u64),
-    report: &mut ReadReport,
-) -> (u64, Option<super::Depth>) {
-    let retaken = retake(ch, &spec.queue, taken_back).await;
-    let back = back + retaken.len() as u64;
-    // Counted before the nack puts them back.
-    let ready_before = ready_now(conn, &spec.queue).await;
-    if !nack_read(ch, live, &retaken).await {
-        if conn.alive() {
-            // The close gave back what the last window's consumer sent unread too.
-            let note = closed_by_broker(&spec.queue, back + report.window_left);
-            report.renewal_notes.push(note);
-        }
-    } else if let Some(before) = ready_before.as_ref().filter(|_| !retaken.is_empty()) {
-        // A nack per message taken again: the channel may still stash some (`settle`),
-        // which its close would drop, and give back counted. It closes once all are back.
-        let expected = u64::from(before.ready) + back;
-        let wait = give_back_wait(back);
-        let _ = poll_depth(conn, &spec.queue, wait, |d| u64::from(d.ready) >= expected).await;
-    }
-    (back, ready_before)
-}
-
-/// The re-take's window number, past any a read opens.
-const RETAKE_WINDOW: u32 = 99_999;
-
 /// 4.3+: a nack is not counted, a close is. The consumers are cancelled first: a nack gives
 /// a live one its credit back, and the broker hands it the same messages again, which the
 /// close then returns, counted (on 4.0, where a nack counts too, each came back at 2).
-/// Whether the nack went out: not on a channel RabbitMQ closed. `retaken`: see `retake`.
-async fn nack_read(ch: &Channel, live: &[LiveWindow], retaken: &[u64]) -> bool {
-    // Taken back before dlq's own cancels, which end the streams too.
-    let taken_back: Vec<bool> = live.iter().map(LiveWindow::ended).collect();
+/// Whether the nack went out: not on a channel RabbitMQ closed.
+async fn nack_read(ch: &Channel, live: &[LiveWindow]) -> bool {
     for w in live {
         let tag = w.consumer.tag();
         let _ = ch.basic_cancel(tag, BasicCancelOptions::default()).await;
     }
-    if !retaken.is_empty() && nack_in_order(ch, live, &taken_back, retaken).await.is_err() {
-        return false;
-    }
     super::settle::nack_all(ch).await.is_ok()
-}
-
-/// Gives back each window in its place, one nack after another on the channel, which
-/// returns them in that order: a window RabbitMQ took back (`taken_back`) by the tags it
-/// was taken again under (`retaken`, in the order RabbitMQ took them back), one at a time;
-/// the others up to their last tag. A re-take's tags follow every window's, so one nack of
-/// them all gave them back last: `0-99, 200-2599, 100-199, 2600-…` on 4.3.6. What is left
-/// (the last window's unread, a re-take's surplus) goes back after them.
-async fn nack_in_order(
-    ch: &Channel,
-    live: &[LiveWindow],
-    taken_back: &[bool],
-    retaken: &[u64],
-) -> lapin::Result<()> {
-    let requeue = |multiple| lapin::options::BasicNackOptions {
-        multiple,
-        requeue: true,
-    };
-    let mut again = retaken.iter();
-    for (w, &gone) in live.iter().zip(taken_back) {
-        if !gone {
-            ch.basic_nack(w.last_tag, requeue(true)).await?;
-            continue;
-        }
-        for &tag in again.by_ref().take(w.delivered as usize) {
-            ch.basic_nack(tag, requeue(false)).await?;
-        }
-    }
-    Ok(())
 }
 
 /// RabbitMQ closed a read's channel before its nack could give back what it held. On
@@ -1113,8 +1004,7 @@ async fn consume_fifo<T: Send>(
             }
             ended => {
                 if keep_order {
-                    let read = report.read - before;
-                    live.push(LiveWindow::new(consumer, read, report.last_tag));
+                    live.push(LiveWindow::new(consumer, report.read - before));
                 }
                 report.window_left = batch.saturating_sub(report.read - before);
                 return ended.map(|_| ());
@@ -1126,7 +1016,7 @@ async fn consume_fifo<T: Send>(
         // nothing is acknowledged there, so the consumer gets no more credit, and RabbitMQ
         // gives back what a lost node's consumers held only for live ones (see `take`).
         if keep_order {
-            live.push(LiveWindow::new(consumer, batch, report.last_tag));
+            live.push(LiveWindow::new(consumer, batch));
         } else if report.read < want {
             ch.basic_cancel(consumer.tag(), BasicCancelOptions::default())
                 .await?;
@@ -1373,7 +1263,6 @@ async fn deliver<T: Send>(
     renewal: &mut Option<Renewal>,
 ) -> bool {
     report.read += 1;
-    report.last_tag = d.delivery_tag;
     report.started.get_or_insert_with(std::time::Instant::now);
     if spec.counts_returns {
         report.note_delivery_count(delivery_count(&d.properties), spec.counted_limit);

@@ -1264,7 +1264,8 @@ async fn a_read_whose_output_waits_half_a_consumer_timeout_gives_back_and_says_s
 /// first delivery: a read of 12,000 by a steady reader that pauses 0.2 s every 256 KiB,
 /// longer than half a 10-s timeout, stopped showing at the first pause after 5 s (exit 1;
 /// 6,303 of 30,000 shown on 4.0.5).
-/// It now shows them all, in order, exit 0; the DLQ unchanged, none counted. 3.x before
+/// It now shows them all, in order, exit 0; the DLQ unchanged, none counted (here with a
+/// 20-s timeout and a reader pausing 0.4 s, 23 s in all, for room on a loaded CI). 3.x before
 /// 3.12 has no per-queue timeout; 4.3 gives back with a nack and holds everything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_renewing_read_longer_than_half_its_timeout_shows_all_to_a_steady_reader() {
@@ -1277,7 +1278,9 @@ async fn a_renewing_read_longer_than_half_its_timeout_shows_all_to_a_steady_read
     let args = vec![
         ("x-queue-type", ls("quorum")),
         ("x-delivery-limit", AMQPValue::LongInt(50)),
-        ("x-consumer-timeout", AMQPValue::LongLongInt(10_000)),
+        // 20 s, not 10: under a loaded CI a 10-s one failed twice (stop 67), the renewal
+        // falling behind while the machine was saturated.
+        ("x-consumer-timeout", AMQPValue::LongLongInt(20_000)),
     ];
     b.queue(q, table(args)).await;
     let n = 12_000u32;
@@ -1289,7 +1292,7 @@ async fn a_renewing_read_longer_than_half_its_timeout_shows_all_to_a_steady_read
     let mut child = piped_dlq(&b.amqp_url(), &["filter", "-Q", q, "-o", "ndjson"]);
     let stdout = child.stdout.take().unwrap();
     let started = Instant::now();
-    let out = tokio::task::spawn_blocking(move || steady_reader(stdout, 256 << 10, 200));
+    let out = tokio::task::spawn_blocking(move || steady_reader(stdout, 256 << 10, 400));
     let out = out.await.unwrap();
     let took = started.elapsed();
     let done = tokio::task::spawn_blocking(move || child.wait_with_output().unwrap());
@@ -1297,7 +1300,7 @@ async fn a_renewing_read_longer_than_half_its_timeout_shows_all_to_a_steady_read
     let err = String::from_utf8_lossy(&done.stderr).into_owned();
     eprintln!("== read in {took:?}; dlq said:\n{err}");
     // Longer than half the timeout, or the test shows nothing.
-    assert!(took > Duration::from_secs(6), "read in {took:?}");
+    assert!(took > Duration::from_secs(11), "read in {took:?}");
     assert_eq!(done.status.code(), Some(0), "{err}");
     assert_eq!(
         ns_of(&out),
@@ -1461,8 +1464,25 @@ async fn stopped_unread(tag: &str, args: &[&str]) -> Option<(String, String)> {
     let (code, out, err) = given_back_while_unread(&b, q, &args, n).await;
     assert_eq!(code, Some(1), "{err}");
     assert_eq!(b.depth("pager.work").await, 0);
-    unchanged_and_undelivered(b, q, n).await;
+    if err.contains("RabbitMQ took back") {
+        // Under a loaded CI RabbitMQ can strike first (4.3.6, stop 67): what it takes back
+        // goes to the queue's head, so the order is not kept (QUEUES.md), the rest is.
+        once_and_undelivered(b, q, n).await;
+    } else {
+        unchanged_and_undelivered(b, q, n).await;
+    }
     Some((out, err))
+}
+
+/// `q` holds each of its `n` messages once, none with a delivery counted, in any order.
+async fn once_and_undelivered(b: Broker, q: &str, n: u32) {
+    let after = b.snapshot(q).await;
+    let mut ns = crate::quorum_limits::snap_ns(&after);
+    ns.sort_unstable();
+    assert_eq!(ns, (0..i64::from(n)).collect::<Vec<_>>(), "lost or doubled");
+    let counted = after.iter().filter(|m| m.delivery_count.unwrap_or(0) > 0);
+    assert_eq!(counted.count(), 0, "a delivery counted");
+    b.delete().await;
 }
 
 /// Runs dlq with `args` and leaves its stdout unread until `q` holds all `n` ready again,
