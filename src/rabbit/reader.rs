@@ -544,7 +544,10 @@ async fn read_fifo<T: Send>(
             acked = true;
         }
         let unread = report.unread_at_most(want, r.renewed());
-        let lost = !conn.alive();
+        // Acknowledgements a lost connection may have cut off: up to the consumer's credit
+        // of the renewed (a kill -9 left up to 1,000 doubled in CI, see `renewal_killed…`).
+        let credit = report.renew_credit.unwrap_or(0);
+        let lost = (!conn.alive()).then(|| unread.max(credit.min(r.renewed())));
         report.renewal_notes = r.finish(report.read, unread, lost, result.as_ref().err());
     } else if spec.give_back == GiveBack::Nack && report.read > 0 && conn.alive() {
         // Counted before the nack puts them back.

@@ -1109,7 +1109,7 @@ impl Taker {
             held = held.saturating_sub(r.renewed());
             let copied = r.copied;
             let lost = !conn.alive();
-            notes.extend(r.finish(copied, 0, lost, acked.err().as_ref()));
+            notes.extend(r.finish(copied, 0, lost.then_some(0), acked.err().as_ref()));
             let beyond = self.beyond();
             if beyond > 0 {
                 notes.push(beyond_note(&self.queue, beyond, lost));

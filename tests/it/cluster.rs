@@ -143,7 +143,7 @@ async fn ids(conn: &Connection, queue: &str) -> Vec<u64> {
 }
 
 /// `ids` as ascending runs, `first-last`, for a failure message.
-fn runs(ids: &[u64]) -> String {
+pub(crate) fn runs(ids: &[u64]) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut start = 0;
     for i in 1..=ids.len() {
