@@ -1469,16 +1469,7 @@ async fn stopped_unread(tag: &str, args: &[&str]) -> Option<(String, String)> {
         // goes to the queue's head, so the order is not kept (QUEUES.md), the rest is.
         once_and_undelivered(b, q, n).await;
     } else {
-        // `unchanged_and_undelivered`, with what dlq said (a snapshot counts a delivery).
-        let after = b.snapshot(q).await;
-        let ns = crate::quorum_limits::snap_ns(&after);
-        let ids: Vec<u64> = ns.iter().map(|&i| i as u64).collect();
-        let runs = crate::cluster::runs(&ids);
-        let every: Vec<i64> = (0..i64::from(n)).collect();
-        assert!(ns == every, "the queue changed, {runs}: {err}");
-        let counted = after.iter().filter(|m| m.delivery_count.unwrap_or(0) > 0);
-        assert_eq!(counted.count(), 0, "{err}");
-        b.delete().await;
+        unchanged_and_undelivered_said(b, q, n, &err).await;
     }
     Some((out, err))
 }
@@ -1629,17 +1620,24 @@ pub(crate) async fn read_late(b: &Broker, args: &[&str], n: u32) -> (String, Str
 
 /// Every message still in `q`, in order, none with a delivery counted.
 pub(crate) async fn unchanged_and_undelivered(b: Broker, q: &str, n: u32) {
+    unchanged_and_undelivered_said(b, q, n, "").await;
+}
+
+/// `unchanged_and_undelivered`, its failures with the queue's runs and what dlq `said`.
+async fn unchanged_and_undelivered_said(b: Broker, q: &str, n: u32, said: &str) {
     let after = b.snapshot(q).await;
     let ns = crate::quorum_limits::snap_ns(&after);
-    assert_eq!(
-        ns,
-        (0..i64::from(n)).collect::<Vec<_>>(),
-        "the queue changed"
-    );
+    let ids: Vec<u64> = ns.iter().map(|&i| i as u64).collect();
+    let runs = crate::cluster::runs(&ids);
+    let every: Vec<i64> = (0..i64::from(n)).collect();
+    assert!(ns == every, "the queue changed, {runs}: {said}");
     let counted = after
         .iter()
         .filter(|m| m.delivery_count.unwrap_or(0) > 0)
         .count();
-    assert_eq!(counted, 0, "{counted} message(s) with a delivery counted");
+    assert_eq!(
+        counted, 0,
+        "{counted} message(s) with a delivery counted: {said}"
+    );
     b.delete().await;
 }
