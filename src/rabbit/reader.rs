@@ -456,14 +456,18 @@ pub(crate) async fn read_queue_on<T: Send>(
     }
 }
 
-/// The consumer window: fixed by `DLQ_READ_WINDOW` (tests use it to cross many consumer
-/// boundaries with few messages), else sized so a window holds about `WINDOW_BYTES`.
-fn window(bytes: u64, messages: u64) -> u64 {
-    if let Some(w) = std::env::var("DLQ_READ_WINDOW")
+/// A consumer window fixed by `DLQ_READ_WINDOW`, for reads and takes: tests use it to cross
+/// many consumer boundaries with few messages.
+pub(super) fn fixed_window() -> Option<u64> {
+    std::env::var("DLQ_READ_WINDOW")
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
         .filter(|w| (1..=65_535).contains(w))
-    {
+}
+
+/// The consumer window: `fixed_window`, else sized so a window holds about `WINDOW_BYTES`.
+fn window(bytes: u64, messages: u64) -> u64 {
+    if let Some(w) = fixed_window() {
         return w;
     }
     if messages == 0 {
@@ -550,13 +554,8 @@ async fn read_fifo<T: Send>(
         let lost = (!conn.alive()).then(|| unread.max(credit.min(r.renewed())));
         report.renewal_notes = r.finish(report.read, unread, lost, result.as_ref().err());
     } else if spec.give_back == GiveBack::Nack && report.read > 0 && conn.alive() {
-        // Counted before the nack puts them back.
-        ready_before = ready_now(conn, &spec.queue).await;
-        if !nack_read(&ch, &live).await && conn.alive() {
-            // The close gave back what the last window's consumer sent unread too.
-            let note = closed_by_broker(&spec.queue, back + report.window_left);
-            report.renewal_notes.push(note);
-        }
+        let held = (&live[..], back, taken_back);
+        ready_before = nack_given_back(conn, &ch, spec, held, &mut report).await;
     } else if spec.give_back == GiveBack::Nack && spec.limited && !conn.alive() {
         // The lost connection gave back what the read held, as a close does: counted; and
         // what its last window's consumer was delivered and the read never pulled.
@@ -707,13 +706,72 @@ fn took_back_note(queue: &str, n: u64, timeout_ms: Option<u64>) -> String {
 /// 4.3+: a nack is not counted, a close is. The consumers are cancelled first: a nack gives
 /// a live one its credit back, and the broker hands it the same messages again, which the
 /// close then returns, counted (on 4.0, where a nack counts too, each came back at 2).
-/// Whether the nack went out: not on a channel RabbitMQ closed.
-async fn nack_read(ch: &Channel, live: &[LiveWindow]) -> bool {
+/// One window at a time (`settle::nack_windows`, up to each of `ends`), from the queue's
+/// `ready` count just before. Whether each window showed before the next went; `None`:
+/// the nack did not go out, on a channel RabbitMQ closed.
+async fn nack_read(
+    conn: &Connection,
+    ch: &Channel,
+    queue: &str,
+    live: &[LiveWindow],
+    ends: &[u64],
+    mut ready: Option<u32>,
+) -> Option<bool> {
     for w in live {
         let tag = w.consumer.tag();
         let _ = ch.basic_cancel(tag, BasicCancelOptions::default()).await;
     }
-    super::settle::nack_all(ch).await.is_ok()
+    let nacked = super::settle::nack_windows(conn, ch, queue, ends, &mut ready);
+    nacked.await.ok()
+}
+
+/// A quorum read's give-back by nack (`nack_read`) of the `back` messages its `live`
+/// windows hold (less what RabbitMQ took back), with its notes; the queue's count just
+/// before, taken so that the count after can be checked.
+async fn nack_given_back(
+    conn: &Connection,
+    ch: &Channel,
+    spec: &ReadSpec,
+    (live, back, taken_back): (&[LiveWindow], u64, u64),
+    report: &mut ReadReport,
+) -> Option<super::Depth> {
+    // Counted before the nack puts them back.
+    let ready_before = ready_now(conn, &spec.queue).await;
+    let ready = ready_before.map(|d| d.ready);
+    let ends = window_ends(live, report.read, taken_back);
+    match nack_read(conn, ch, &spec.queue, live, &ends, ready).await {
+        // The close gave back what the last window's consumer sent unread too.
+        None if conn.alive() => {
+            let note = closed_by_broker(&spec.queue, back + report.window_left);
+            report.renewal_notes.push(note);
+        }
+        Some(false) => {
+            let note = super::take::out_of_order_note(&spec.queue);
+            report.renewal_notes.push(note);
+        }
+        _ => {}
+    }
+    ready_before
+}
+
+/// The last delivery tag of each live window but the last, where every window the read
+/// delivered (`read` in all) is live and none was taken back: tags count from 1 on the
+/// read's channel, on which nothing else consumed.
+fn window_ends(live: &[LiveWindow], read: u64, taken_back: u64) -> Vec<u64> {
+    let all: u64 = live.iter().map(|w| w.delivered).sum();
+    if all != read || taken_back > 0 {
+        return Vec::new();
+    }
+    let mut end = 0;
+    let mut ends: Vec<u64> = live
+        .iter()
+        .map(|w| {
+            end += w.delivered;
+            end
+        })
+        .collect();
+    ends.pop();
+    ends
 }
 
 /// RabbitMQ closed a read's channel before its nack could give back what it held. On

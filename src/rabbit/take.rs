@@ -197,6 +197,9 @@ pub(crate) struct Taker {
     /// (acknowledged in order from the first): a `multiple` acknowledgement from just after
     /// it settles only what it means to (`Renewal::ack_each`).
     settled: Vec<u64>,
+    /// Per channel, the last delivery tag of each window before its last one (a holding
+    /// take's windows share a channel): `nack_held` gives them back one by one, in order.
+    window_ends: Vec<Vec<u64>>,
     queue: String,
     want: u64,
     /// Messages handed out so far.
@@ -379,6 +382,7 @@ impl Taker {
             channels: Vec::new(),
             delivered: Vec::new(),
             settled: Vec::new(),
+            window_ends: Vec::new(),
             queue: spec.queue.clone(),
             want: spec.want(),
             taken: 0,
@@ -661,21 +665,43 @@ impl Taker {
     /// the same messages again, for the close to return them counted. Oldest channel first,
     /// each nack once the one before it is applied (the queue's `ready` count, just before,
     /// grew): otherwise a later channel's could come back first (on 4.0, the last 91 kept
-    /// came back ahead of the 1,409 before them in 1 run of 3).
-    async fn nack_held(&mut self, conn: &Connection, ready: Option<super::Depth>) {
+    /// came back ahead of the 1,409 before them in 1 run of 3). `whole`: nothing was
+    /// acknowledged, so every window on a shared channel goes back by itself too
+    /// (`settle::nack_windows`). Whether each part showed before the next went.
+    async fn nack_held(
+        &mut self,
+        conn: &Connection,
+        ready: Option<super::Depth>,
+        whole: bool,
+    ) -> bool {
         self.cancel_all().await;
         let mut ready = ready.map(|d| d.ready);
+        let mut in_order = true;
         let last = self.channels.len().saturating_sub(1);
         for (i, ch) in self.channels.iter().enumerate() {
-            if super::settle::nack_all(ch).await.is_err() || i == last {
+            let ends = match whole {
+                true => &self.window_ends[i][..],
+                false => &[],
+            };
+            let nacked = super::settle::nack_windows(conn, ch, &self.queue, ends, &mut ready);
+            match nacked.await {
+                Ok(ordered) => in_order &= ordered,
+                Err(_) => continue,
+            }
+            if i == last {
                 continue;
             }
-            // The channel's messages come back at once, as one return.
+            // The channel's last window comes back at once, as one return.
             let Some(before) = ready else { continue };
             let wait = super::reader::give_back_wait(self.delivered[i]);
             let back = super::reader::poll_depth(conn, &self.queue, wait, |d| d.ready > before);
             ready = back.await.ok().flatten().map(|d| d.ready);
+            // With acknowledgements sent, the rest may be nothing, never to show.
+            if whole && ready.is_none_or(|n| n <= before) {
+                (in_order, ready) = (false, None);
+            }
         }
+        in_order
     }
 
     /// Cancels every consumer still live: the current one, those left live and those
@@ -715,6 +741,9 @@ impl Taker {
     }
 
     fn window(&self) -> u64 {
+        if let Some(w) = super::reader::fixed_window() {
+            return w.min(self.window_cap);
+        }
         if self.taken == 0 {
             return FIRST_WINDOW.min(self.window_cap);
         }
@@ -739,10 +768,17 @@ impl Taker {
             && self.renewal.is_none()
             && self.kept_on_channel < MAX_WINDOW
             && !self.channels.is_empty();
+        if share
+            && let (Some(ends), Some(&n)) = (self.window_ends.last_mut(), self.delivered.last())
+        {
+            // Tags count from 1 on each channel: the last one delivered ends the window.
+            ends.push(n);
+        }
         if !share {
             self.channels.push(conn.create_channel().await?);
             self.delivered.push(0);
             self.settled.push(0);
+            self.window_ends.push(Vec::new());
             self.budgets.push(match self.continuous {
                 true => AckBudget::counting(),
                 false => AckBudget::unbounded(),
@@ -1066,12 +1102,36 @@ impl Taker {
         self.quorum
     }
 
+    /// Opens the renewal for the kept messages `keep` deferred, on a channel still open: a
+    /// closed channel's messages are back in the queue already, where a copy would be a
+    /// second one, its original beyond acknowledging. What the user must hear if it failed.
+    async fn renew_deferred(&mut self, conn: &Connection) -> Option<String> {
+        let open = |k: &Kept| {
+            self.channels
+                .get(k.channel)
+                .is_some_and(|c| c.status().connected())
+        };
+        let deferred = std::mem::take(&mut self.deferred);
+        self.deferred = deferred.into_iter().filter(open).collect();
+        if self.deferred.is_empty() {
+            return None;
+        }
+        let e = self.open_renewal(conn).await.err()?;
+        Some(format!(
+            "{:?}: {} kept message(s) were given back instead of renewed: {e:#}",
+            self.queue,
+            self.deferred.len()
+        ))
+    }
+
     /// Gives back everything not acknowledged (channel close: original positions) and waits
     /// briefly until `held` messages are ready again (a quorum queue requeues asynchronously).
     /// The kept messages of a renewing take are renewed first; returns what the user must hear
     /// of that.
     pub(crate) async fn release(mut self, conn: &Connection, held: u64) -> Vec<String> {
         let mut notes = Vec::new();
+        // Nothing acknowledged: every window goes back whole (`nack_held`).
+        let whole = held >= self.taken;
         let mut held = held;
         notes.extend(self.broker_counted(conn, held));
         // Before dlq's own cancels, which end the consumers' streams too.
@@ -1081,24 +1141,7 @@ impl Taker {
         if self.renewal.is_some() || !self.deferred.is_empty() {
             self.cancel_all().await;
         }
-        // A closed channel's messages are back in the queue already: a copy would be a
-        // second one, its original beyond acknowledging.
-        let open = |k: &Kept| {
-            self.channels
-                .get(k.channel)
-                .is_some_and(|c| c.status().connected())
-        };
-        let deferred = std::mem::take(&mut self.deferred);
-        self.deferred = deferred.into_iter().filter(open).collect();
-        if !self.deferred.is_empty()
-            && let Err(e) = self.open_renewal(conn).await
-        {
-            notes.push(format!(
-                "{:?}: {} kept message(s) were given back instead of renewed: {e:#}",
-                self.queue,
-                self.deferred.len()
-            ));
-        }
+        notes.extend(self.renew_deferred(conn).await);
         // How long the broker took to confirm the copies.
         let mut confirms = Duration::ZERO;
         if let Some(mut r) = self.renewal.take() {
@@ -1132,7 +1175,9 @@ impl Taker {
         // credit delivered and not taken, and the close counted each (4.3.6: 191 of 3,000
         // at `--rate 200`, 1,984 without, after a Ctrl-C once 300-400 had moved).
         if alive && self.nacks && held + self.beyond() > 0 {
-            self.nack_held(conn, ready_before).await;
+            let in_order = self.nack_held(conn, ready_before, whole).await;
+            // What RabbitMQ took back was said, and put the queue out of order already.
+            notes.extend((!in_order && !taken_back).then(|| out_of_order_note(&self.queue)));
         }
         // Oldest first: a quorum queue appends returned messages in the order they come back.
         for ch in &self.channels {
@@ -1151,6 +1196,14 @@ impl Taker {
         }
         notes
     }
+}
+
+/// A give-back in parts (`Taker::nack_held`) one part of which did not show in the queue's
+/// count before the next part went.
+pub(super) fn out_of_order_note(queue: &str) -> String {
+    format!(
+        "{queue:?}: part of what dlq gave back was not seen back in the queue before dlq gave back the next part (a loaded broker applies a give-back late), so the queue's order may have changed; none is lost"
+    )
 }
 
 /// Why a replay stopped when RabbitMQ took back what its take held (`moved`: after some had
