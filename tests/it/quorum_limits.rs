@@ -1367,6 +1367,14 @@ async fn a_consumer_timeout_never_cuts_a_selective_replay_short_unsaid() {
     ];
     let run = b.run(&args).await;
     let err = run.stderr();
+    // What a channel RabbitMQ closed held comes back on its own time, after dlq's exit
+    // maybe: a snapshot taken at once could miss it and call it lost. No more than 15 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while b.depth("q.dlq").await + b.depth("q.src").await < 300
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
     let snaps = b.snapshot("q.dlq").await;
     // On 4.3.6 RabbitMQ closed the channel of a consumer dlq had cancelled, holding kept
     // messages: 12 came back at delivery count 1, unsaid.
@@ -1397,7 +1405,8 @@ async fn a_consumer_timeout_never_cuts_a_selective_replay_short_unsaid() {
             all.dedup();
             // dlq's own account too: CI on 30cc3be once missed 250-299 here (4.3.6), not
             // seen again in 12 runs, and the assertion did not say what dlq reported.
-            assert_eq!(all, (0..300).collect::<Vec<_>>(), "lost: {err}");
+            let missing: Vec<i64> = (0..300).filter(|n| !all.contains(n)).collect();
+            assert!(missing.is_empty(), "lost {missing:?}: {err}");
         }
         code => panic!("exit {code}: {err}"),
     }
