@@ -539,10 +539,13 @@ async fn take_and_write(
                     taker.keep(conn, &d).await?;
                     continue;
                 };
+                // Renewed rather than given back counted if the archive deletes nothing;
+                // planned before it is written, so that a write that fails (a full disk)
+                // leaves it planned too, not given back by the close (see the plan's
+                // dry run, `take_one`).
+                taker.plan_move(&d);
                 writer.write(&rec)?;
                 writer.ready().await?;
-                // Renewed rather than given back counted if the archive deletes nothing.
-                taker.plan_move(&d);
                 tags.push(Written {
                     channel: taker.channel_index(),
                     tag: d.delivery_tag,

@@ -87,6 +87,48 @@ async fn ctrl_c_mid_read_gives_back_uncounted_and_exits_130() {
     }
 }
 
+/// A replay's dry run interrupted once its rows stopped it: the output full, the plan
+/// waiting to write the next row. The message whose row waited was neither kept nor planned,
+/// so the release did not renew it: the close gave it back counted, at the queue's head
+/// (4.0.5, in CI: `471, 0-470, 472-2999`, dlq saying it renewed 2,999). Now the DLQ is
+/// unchanged, in order, none counted (on 4.3 a nack gave it back anyway).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_while_a_dry_runs_row_waits_renews_every_message() {
+    let (b, q, n) = paged_quorum_dlq("sigdrywait").await;
+    b.queue("pager.work", FieldTable::default()).await;
+    let args = [crate::queue_read::DRY_RUN_ROWS, &["-Q", q][..]].concat();
+    let child = dlq(&b, &args);
+    let out = interrupted_once_waiting(&b, q, n, child).await;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(130), "{err}");
+    assert!(
+        err.contains("interrupted while the dry run's rows waited"),
+        "{err}"
+    );
+    assert_eq!(b.depth("pager.work").await, 0);
+    crate::queue_read::given_back_as_said(b, q, n, &err).await;
+}
+
+/// Once dlq holds some of `q`'s `n` messages and then takes no more for a second (it waits
+/// on its output), SIGINT to dlq; what it printed when it ended.
+async fn interrupted_once_waiting(b: &Broker, q: &str, n: u32, child: Child) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = (b.depth(q).await, 0);
+    while last.0 >= n || last.1 < 4 {
+        assert!(
+            Instant::now() < deadline,
+            "dlq did not stop taking within 30 s"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        let ready = b.depth(q).await;
+        last = match ready == last.0 {
+            true => (ready, last.1 + 1),
+            false => (ready, 0),
+        };
+    }
+    interrupt(child).await
+}
+
 /// A read that gives back by closing its channel (`--force`: a TTL keeps dlq from renewing a
 /// quorum DLQ with a delivery limit of 1, before RabbitMQ 4.3) stopped by Ctrl-C: what the
 /// give-back did to the delivery counts is said before the interruption, as at the end of a
