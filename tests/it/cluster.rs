@@ -766,7 +766,10 @@ async fn dlqs_node_lost_mid_archive(
         said.contains("the connection to the broker was lost"),
         "{said}"
     );
-    assert!(said.contains("nothing was deleted"), "{said}");
+    // A graceful stop can come once the file is whole (gen 4 in CI, stop 68): then dlq
+    // keeps it and says none of it was removed, which `all_back` checks.
+    let whole = said.contains("the archive is complete, but only 0 of");
+    assert!(whole || said.contains("nothing was deleted"), "{said}");
     assert!(
         said.matches("IO error").count() <= 1,
         "the cause twice: {said}"
@@ -774,7 +777,7 @@ async fn dlqs_node_lost_mid_archive(
     all_back(cluster, &on_a, n, "mid-archive").await;
     let left = ids(&on_a, DLQ).await;
     assert_order_after_loss(&left, killed).await;
-    assert!(!to.exists(), "an archive file after a failed archive");
+    assert_eq!(to.exists(), whole, "the archive file: {said}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
