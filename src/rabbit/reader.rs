@@ -746,7 +746,7 @@ async fn nack_given_back(
             report.renewal_notes.push(note);
         }
         Some(false) => {
-            let note = super::take::out_of_order_note(&spec.queue);
+            let note = super::settle::out_of_order_note(&spec.queue);
             report.renewal_notes.push(note);
         }
         _ => {}

@@ -77,9 +77,7 @@ pub(crate) async fn nack_windows(
         let Some(before) = *ready else {
             continue;
         };
-        let wait = super::reader::give_back_wait(end - from);
-        let back = super::reader::poll_depth(conn, queue, wait, |d| d.ready > before);
-        let after = back.await.ok().flatten().map(|d| d.ready);
+        let after = shown_back(conn, queue, end - from, before).await;
         // Not seen (applied late, or RabbitMQ took them back already): no more waits.
         in_order = after.is_some_and(|n| n > before);
         *ready = after.filter(|_| in_order);
@@ -87,6 +85,27 @@ pub(crate) async fn nack_windows(
     }
     nack_all(ch).await?;
     Ok(in_order)
+}
+
+/// Waits (up to `reader::give_back_wait` of `n`) until the queue's ready count is past
+/// `before`, what it was before `n` messages were given back: the last count seen.
+pub(crate) async fn shown_back(
+    conn: &super::Connection,
+    queue: &str,
+    n: u64,
+    before: u32,
+) -> Option<u32> {
+    let wait = super::reader::give_back_wait(n);
+    let back = super::reader::poll_depth(conn, queue, wait, |d| d.ready > before);
+    back.await.ok().flatten().map(|d| d.ready)
+}
+
+/// A give-back in parts (`nack_windows`) one part of which did not show in the queue's
+/// count before the next part went.
+pub(crate) fn out_of_order_note(queue: &str) -> String {
+    format!(
+        "{queue:?}: part of what dlq gave back was not seen back in the queue before dlq gave back the next part (a loaded broker applies a give-back late), so the queue's order may have changed; none is lost"
+    )
 }
 
 fn acks_sent() -> u64 {

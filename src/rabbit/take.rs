@@ -693,9 +693,7 @@ impl Taker {
             }
             // The channel's last window comes back at once, as one return.
             let Some(before) = ready else { continue };
-            let wait = super::reader::give_back_wait(self.delivered[i]);
-            let back = super::reader::poll_depth(conn, &self.queue, wait, |d| d.ready > before);
-            ready = back.await.ok().flatten().map(|d| d.ready);
+            ready = super::settle::shown_back(conn, &self.queue, self.delivered[i], before).await;
             // With acknowledgements sent, the rest may be nothing, never to show.
             if whole && ready.is_none_or(|n| n <= before) {
                 (in_order, ready) = (false, None);
@@ -1177,7 +1175,9 @@ impl Taker {
         if alive && self.nacks && held + self.beyond() > 0 {
             let in_order = self.nack_held(conn, ready_before, whole).await;
             // What RabbitMQ took back was said, and put the queue out of order already.
-            notes.extend((!in_order && !taken_back).then(|| out_of_order_note(&self.queue)));
+            notes.extend(
+                (!in_order && !taken_back).then(|| super::settle::out_of_order_note(&self.queue)),
+            );
         }
         // Oldest first: a quorum queue appends returned messages in the order they come back.
         for ch in &self.channels {
@@ -1196,14 +1196,6 @@ impl Taker {
         }
         notes
     }
-}
-
-/// A give-back in parts (`Taker::nack_held`) one part of which did not show in the queue's
-/// count before the next part went.
-pub(super) fn out_of_order_note(queue: &str) -> String {
-    format!(
-        "{queue:?}: part of what dlq gave back was not seen back in the queue before dlq gave back the next part (a loaded broker applies a give-back late), so the queue's order may have changed; none is lost"
-    )
 }
 
 /// Why a replay stopped when RabbitMQ took back what its take held (`moved`: after some had
