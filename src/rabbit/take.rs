@@ -200,6 +200,10 @@ pub(crate) struct Taker {
     /// Per channel, the last delivery tag of each window before its last one (a holding
     /// take's windows share a channel): `nack_held` gives them back one by one, in order.
     window_ends: Vec<Vec<u64>>,
+    /// Per channel, the delivery tags of a holding take's kept messages and of what its
+    /// caller planned and did not move (`left_unmoved`), given back by nack: never
+    /// acknowledged, so a nack may name them (`give_back_parts`).
+    kept_tags: Vec<Vec<u64>>,
     queue: String,
     want: u64,
     /// Messages handed out so far.
@@ -383,6 +387,7 @@ impl Taker {
             delivered: Vec::new(),
             settled: Vec::new(),
             window_ends: Vec::new(),
+            kept_tags: Vec::new(),
             queue: spec.queue.clone(),
             want: spec.want(),
             taken: 0,
@@ -467,6 +472,24 @@ impl Taker {
         }
     }
 
+    /// What the caller planned and did not move (a move that stopped part-way), each by
+    /// channel and delivery tag: held still, like what it kept, for a give-back by nack
+    /// one window at a time (`give_back_parts`).
+    pub(crate) fn left_unmoved(&mut self, unmoved: impl Iterator<Item = (usize, u64)>) {
+        if !(self.nacks && self.holding) {
+            return;
+        }
+        for (chan, tag) in unmoved {
+            if let Some(tags) = self.kept_tags.get_mut(chan) {
+                tags.push(tag);
+            }
+        }
+        for tags in &mut self.kept_tags {
+            tags.sort_unstable();
+            tags.dedup();
+        }
+    }
+
     /// The plan is answered and the move begins: the move stops on a signal its own way
     /// (`replay::stop_on_signal`). What `plan_move` kept stays, for what does not move
     /// (`renew_planned`).
@@ -537,11 +560,14 @@ impl Taker {
     /// so its consumers can stay live while the caller acknowledges (`watch_consumers`).
     pub(crate) async fn keep(&mut self, conn: &Connection, d: &Delivery) -> Result<()> {
         self.kept_on_channel += 1;
+        let chan = self.channel_index();
         if !self.renews {
             self.kept_here += 1;
+            if self.holding && self.nacks {
+                self.kept_tags[chan].push(d.delivery_tag);
+            }
             return Ok(());
         }
-        let chan = self.channel_index();
         // Headers and properties counted at a rough 512 bytes.
         let size = d.data.len() as u64 + 512;
         if self.holding && self.renewal.is_none() && self.deferred_bytes + size <= DEFER_BYTES {
@@ -665,41 +691,89 @@ impl Taker {
     /// the same messages again, for the close to return them counted. Oldest channel first,
     /// each nack once the one before it is applied (the queue's `ready` count, just before,
     /// grew): otherwise a later channel's could come back first (on 4.0, the last 91 kept
-    /// came back ahead of the 1,409 before them in 1 run of 3). `whole`: nothing was
-    /// acknowledged, so every window on a shared channel goes back by itself too
-    /// (`settle::nack_windows`). Whether each part showed before the next went.
+    /// came back ahead of the 1,409 before them in 1 run of 3). Each channel in `parts`
+    /// (`give_back_parts`). Whether each part showed before the next went.
     async fn nack_held(
         &mut self,
         conn: &Connection,
         ready: Option<super::Depth>,
-        whole: bool,
+        parts: &[Parts],
     ) -> bool {
         self.cancel_all().await;
         let mut ready = ready.map(|d| d.ready);
         let mut in_order = true;
         let last = self.channels.len().saturating_sub(1);
         for (i, ch) in self.channels.iter().enumerate() {
-            let ends = match whole {
-                true => &self.window_ends[i][..],
-                false => &[],
-            };
+            let Parts { ends, rest } = &parts[i];
             let nacked = super::settle::nack_windows(conn, ch, &self.queue, ends, &mut ready);
             match nacked.await {
                 Ok(ordered) => in_order &= ordered,
                 Err(_) => continue,
             }
-            if i == last {
+            // Nothing left to show, or nothing after it to keep behind.
+            if i == last || *rest == Some(0) {
                 continue;
             }
             // The channel's last window comes back at once, as one return.
             let Some(before) = ready else { continue };
-            ready = super::settle::shown_back(conn, &self.queue, self.delivered[i], before).await;
-            // With acknowledgements sent, the rest may be nothing, never to show.
-            if whole && ready.is_none_or(|n| n <= before) {
+            let n = rest.unwrap_or(self.delivered[i]);
+            ready = super::settle::shown_back(conn, &self.queue, n, before).await;
+            // Unknown: with acknowledgements sent, the rest may be nothing, never to show.
+            if rest.is_some() && ready.is_none_or(|n| n <= before) {
                 (in_order, ready) = (false, None);
             }
         }
         in_order
+    }
+
+    /// Where a channel went back in one nack over more windows than the soft limit of 32
+    /// commands in flight (`give_back_parts` knew too little): waits until all `held` (and
+    /// what came beyond the take) show in the queue, so that the close does not drop the
+    /// channel's stash of returns (counted, 4.3.6). Whether the order is surely kept: the
+    /// stash goes out newest consumer first.
+    async fn all_shown(
+        &self,
+        conn: &Connection,
+        before: Option<super::Depth>,
+        parts: &[Parts],
+        held: u64,
+    ) -> bool {
+        let stashed = |(p, ends): (&Parts, &Vec<u64>)| p.rest.is_none() && ends.len() >= 32;
+        if !parts.iter().zip(&self.window_ends).any(stashed) {
+            return true;
+        }
+        let Some(before) = before else { return false };
+        let back = held + self.beyond();
+        let all = u64::from(before.ready) + back;
+        let wait = super::reader::give_back_wait(back);
+        let shown =
+            super::reader::poll_depth(conn, &self.queue, wait, |d| u64::from(d.ready) >= all);
+        let _ = shown.await;
+        false
+    }
+
+    /// How each take channel goes back (`nack_held`). One nack over several consumers of a
+    /// channel is one return command per consumer, and past 32 in flight the channel stashes
+    /// them, sends them newest consumer first, and drops them if it closes first (then
+    /// counted, 4.3.6): so a holding take's windows go back one by one, where what each
+    /// holds is known. Every window whole when nothing was acknowledged (`whole`); each
+    /// window's kept and unmoved messages when exactly those are left (`held`: a selective
+    /// archive, a replay stopped part-way); else one nack per channel (`all_shown`).
+    fn give_back_parts(&self, whole: bool, held: u64) -> Vec<Parts> {
+        let kept: u64 = self.kept_tags.iter().map(|t| t.len() as u64).sum();
+        let exact = self.holding && kept == held;
+        let parts = |i: usize| {
+            let ends = &self.window_ends[i];
+            if whole {
+                let rest = self.delivered[i] - ends.last().copied().unwrap_or(0);
+                return Parts::new(ends.clone(), Some(rest));
+            }
+            match exact {
+                true => Parts::of_kept(ends, &self.kept_tags[i]),
+                false => Parts::new(Vec::new(), None),
+            }
+        };
+        (0..self.channels.len()).map(parts).collect()
     }
 
     /// Cancels every consumer still live: the current one, those left live and those
@@ -777,6 +851,7 @@ impl Taker {
             self.delivered.push(0);
             self.settled.push(0);
             self.window_ends.push(Vec::new());
+            self.kept_tags.push(Vec::new());
             self.budgets.push(match self.continuous {
                 true => AckBudget::counting(),
                 false => AckBudget::unbounded(),
@@ -1128,8 +1203,9 @@ impl Taker {
     /// of that.
     pub(crate) async fn release(mut self, conn: &Connection, held: u64) -> Vec<String> {
         let mut notes = Vec::new();
-        // Nothing acknowledged: every window goes back whole (`nack_held`).
+        // Nothing acknowledged: every window goes back whole (`give_back_parts`).
         let whole = held >= self.taken;
+        let parts = self.give_back_parts(whole, held);
         let mut held = held;
         notes.extend(self.broker_counted(conn, held));
         // Before dlq's own cancels, which end the consumers' streams too.
@@ -1173,7 +1249,8 @@ impl Taker {
         // credit delivered and not taken, and the close counted each (4.3.6: 191 of 3,000
         // at `--rate 200`, 1,984 without, after a Ctrl-C once 300-400 had moved).
         if alive && self.nacks && held + self.beyond() > 0 {
-            let in_order = self.nack_held(conn, ready_before, whole).await;
+            let mut in_order = self.nack_held(conn, ready_before, &parts).await;
+            in_order &= self.all_shown(conn, ready_before, &parts, held).await;
             // What RabbitMQ took back was said, and put the queue out of order already.
             notes.extend(
                 (!in_order && !taken_back).then(|| super::settle::out_of_order_note(&self.queue)),
@@ -1226,6 +1303,34 @@ pub(crate) fn taken_back_note(moved: bool, planned: bool) -> String {
 /// (before it: 1,224–2,074 of 3,000 kept, every run); what is left is a window consumer's,
 /// or messages another consumer took from under the count. `lost`: a lost connection gave
 /// them back, which did not always count (`Renewal::finish`).
+/// One take channel's give-back (`Taker::give_back_parts`): a `multiple` nack up to each of
+/// `ends`, one window's messages each, then the rest (`rest` of them, where known).
+struct Parts {
+    ends: Vec<u64>,
+    rest: Option<u64>,
+}
+
+impl Parts {
+    fn new(ends: Vec<u64>, rest: Option<u64>) -> Parts {
+        Parts { ends, rest }
+    }
+
+    /// A channel whose windows end at `ends` (each's last delivery tag, the channel's last
+    /// window excepted), with only `kept` (ascending) left unacknowledged: a nack up to the
+    /// last kept tag of each window that kept any (a tag acknowledged already is unknown to
+    /// the channel, and a nack of it closes the channel), then those of the last window.
+    fn of_kept(ends: &[u64], kept: &[u64]) -> Parts {
+        let mut out = Vec::new();
+        let mut rest = kept;
+        for &end in ends {
+            let n = rest.partition_point(|&t| t <= end);
+            out.extend(rest[..n].last());
+            rest = &rest[n..];
+        }
+        Parts::new(out, Some(rest.len() as u64))
+    }
+}
+
 fn beyond_note(queue: &str, n: u64, lost: bool) -> String {
     let count = match lost {
         true => "may be 1",
@@ -1256,6 +1361,17 @@ mod tests {
         // Tag 1 not settled (moved elsewhere, or held): nothing in one go.
         assert_eq!(run(1, &[2, 3]), 0);
         assert_eq!(run(0, &[1, 2]), 0);
+    }
+
+    #[test]
+    fn kept_messages_go_back_one_window_at_a_time_up_to_a_tag_still_held() {
+        // Windows 1-16, 17-32, 33-48 and the last from 49; nothing kept in the second.
+        let p = Parts::of_kept(&[16, 32, 48], &[3, 16, 40, 41, 50]);
+        assert_eq!((p.ends, p.rest), (vec![16, 41], Some(1)));
+        let p = Parts::of_kept(&[16], &[2]);
+        assert_eq!((p.ends, p.rest), (vec![2], Some(0)));
+        let p = Parts::of_kept(&[], &[]);
+        assert_eq!((p.ends, p.rest), (vec![], Some(0)));
     }
 
     #[test]

@@ -482,3 +482,39 @@ async fn an_archive_to_stdout_whose_reader_stops_reading_completes() {
     );
     crate::queue_read::unchanged_and_undelivered(b, q, n).await;
 }
+
+/// A selective `archive --delete` of a quorum DLQ on RabbitMQ 4.3 gives back what it did
+/// not select with a nack. Its windows share one channel while they keep fewer than 2,000,
+/// and one nack over many consumers is one return each: past 32 in flight the channel
+/// stashes them, sends them newest consumer first, and drops them as it closes (then
+/// counted). 3,000 messages in windows of 16, the 300 whose `n` ends in 7 not selected: each
+/// window's kept ones now go back by themselves, once the window before shows. The 300 stay,
+/// in order unless dlq said otherwise, none counted; the 2,700 are in the file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_selective_archive_gives_back_what_it_kept_window_by_window_counting_none() {
+    if crate::target::rabbitmq_version().await < (4, 3) {
+        return;
+    }
+    let (b, q, n) = crate::queue_read::paged_quorum_dlq("qarchkept").await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a.ndjson");
+    let to = file.to_str().unwrap();
+    let args = ["archive", "-Q", q, "-e", r#""n":[0-9]*[0-689],"#];
+    let args = [&args[..], &["--to", to, "--delete", "--yes"]].concat();
+    let run = b.run_with(&args, &[("DLQ_READ_WINDOW", "16")]).await;
+    let said = run.stderr();
+    run.ok();
+    let archived = std::fs::read_to_string(&file).unwrap().lines().count();
+    assert_eq!(archived, n as usize - 300 + 2, "{said}");
+    let after = b.snapshot(q).await;
+    let mut ns = crate::quorum_limits::snap_ns(&after);
+    let kept: Vec<i64> = (0..i64::from(n)).filter(|i| i % 10 == 7).collect();
+    if crate::queue_read::order_change_said(&said) {
+        ns.sort_unstable();
+    }
+    let ids: Vec<u64> = ns.iter().map(|&i| i as u64).collect();
+    assert!(ns == kept, "{}: {said}", crate::cluster::runs(&ids));
+    let counted = after.iter().filter(|m| m.delivery_count.unwrap_or(0) > 0);
+    assert_eq!(counted.count(), 0, "a delivery counted: {said}");
+    b.delete().await;
+}

@@ -1498,7 +1498,7 @@ async fn stopped_unread(tag: &str, args: &[&str]) -> Option<(String, String)> {
 /// Whether dlq `said` the queue's order may have changed: RabbitMQ took back or closed
 /// first (under a loaded CI, 4.3.6, stop 67: what it takes back goes to the queue's head,
 /// QUEUES.md), or a part of the give-back was not seen back before the next.
-fn order_change_said(said: &str) -> bool {
+pub(crate) fn order_change_said(said: &str) -> bool {
     [
         "RabbitMQ took back",
         "RabbitMQ closed",

@@ -471,16 +471,34 @@ async fn ctrl_c_mid_planned_move_leaves_the_rest_uncounted_in_order() {
     stopped_mid_move("sigmove", &args).await;
 }
 
+/// The same planned move, taken in windows of 16 (`DLQ_READ_WINDOW`): they share one take
+/// channel while they keep fewer than 2,000, and what the plan meant to move and did not
+/// went back in one nack, one return command per window. Past 32 in flight the channel
+/// stashes them, and its close drops the stash: on RabbitMQ 4.3.6, 2,104 and 2,472 of what
+/// was left came back counted, unsaid, in two trials. Each window now goes back by itself,
+/// once the one before it shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_c_mid_planned_move_in_many_windows_leaves_the_rest_uncounted_in_order() {
+    let args = ["--plan-first", "--yes", "--rate", "200"];
+    let env = [("DLQ_READ_WINDOW", "16")];
+    stopped_mid_move_with("sigmovewin", &args, &env).await;
+}
+
 /// `replay -Q pager.dlq --to-queue pager.work` with `more` on a `paged_quorum_dlq`, Ctrl-C
 /// once 300 moved: the move stops after the items in flight (exit 1, as documented), the
 /// destination holds the first k in order, and the DLQ the rest, in order, none counted.
 /// What dlq said.
 async fn stopped_mid_move(tag: &str, more: &[&str]) -> String {
+    stopped_mid_move_with(tag, more, &[]).await
+}
+
+/// `stopped_mid_move` with more environment.
+async fn stopped_mid_move_with(tag: &str, more: &[&str], env: &[(&str, &str)]) -> String {
     let (b, q, n) = paged_quorum_dlq(tag).await;
     let to = "pager.work";
     b.queue(to, FieldTable::default()).await;
     let args = [&["replay", "-Q", q, "--to-queue", to], more].concat();
-    let mut child = dlq(&b, &args);
+    let mut child = crate::queue_read::piped_dlq_with(&b.amqp_url(), &args, env);
     let deadline = Instant::now() + Duration::from_secs(60);
     while b.depth(to).await < 300 {
         assert!(

@@ -87,7 +87,8 @@ pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<E
 
 /// A move that stopped part-way (a signal, a canary, a refusal): what the plan meant to
 /// move and did not is renewed on release with what it kept, in take order, where giving
-/// it back would count a delivery (`Taker::renew_planned`).
+/// it back would count a delivery (`Taker::renew_planned`); else given back with it, one
+/// window at a time (`Taker::left_unmoved`).
 fn renew_unmoved(
     printer: &crate::output::Printer,
     takers: &mut [Taker],
@@ -102,6 +103,7 @@ fn renew_unmoved(
         if mine.is_empty() {
             continue;
         }
+        t.left_unmoved(mine.iter().copied());
         if let Some(note) = t.renew_planned(|chan, tag| mine.contains(&(chan, tag))) {
             printer.warn(note);
         }
