@@ -93,6 +93,8 @@ pub(crate) struct ReadSpec {
     pub(crate) give_back: GiveBack,
     /// RabbitMQ may take back what dlq holds with the channel open (`topology::timeout_cancels`).
     pub(crate) timeout_cancels: bool,
+    /// A nack puts a message behind what is ready (`topology::nack_goes_behind`).
+    pub(crate) nack_behind: bool,
     /// The queue's own consumer timeout in milliseconds (`topology::consumer_timeout`).
     pub(crate) consumer_timeout: Option<u64>,
     /// What the broker reports of it, the broker's own included (`with_reported`).
@@ -117,6 +119,7 @@ impl ReadSpec {
             counts_returns,
             give_back,
             timeout_cancels: timeout_cancels(&c.facts),
+            nack_behind: super::topology::nack_goes_behind(&c.facts),
             consumer_timeout: c.facts.consumer_timeout,
             reported: ReportedTimeouts::default(),
         }
@@ -737,6 +740,17 @@ async fn nack_given_back(
 ) -> Option<super::Depth> {
     // Counted before the nack puts them back.
     let ready_before = ready_now(conn, &spec.queue).await;
+    // On a queue whose nack appends (`topology::nack_goes_behind`), `give_back_counted`
+    // closes the channel instead: its consumers' messages go back in place, ahead of any
+    // that landed meanwhile (the count just before cannot see those).
+    if spec.nack_behind && live.len() <= super::settle::IN_ORDER_ON_CLOSE {
+        return ready_before;
+    }
+    if spec.nack_behind && ready_before.is_none_or(|d| d.ready > 0) {
+        report
+            .renewal_notes
+            .push(super::settle::behind_note(&spec.queue));
+    }
     let ready = ready_before.map(|d| d.ready);
     let ends = window_ends(live, report.read, taken_back);
     match nack_read(conn, ch, &spec.queue, live, &ends, ready).await {

@@ -108,6 +108,19 @@ pub(crate) fn out_of_order_note(queue: &str) -> String {
     )
 }
 
+/// The most consumers of one channel whose messages a close gives back in the order they
+/// started: rabbit_fifo returns a down channel's consumers in the order of `maps:keys`,
+/// sorted up to 32 keys and in hash order past them (4.0.5 `handle_down`).
+pub(crate) const IN_ORDER_ON_CLOSE: usize = 32;
+
+/// A give-back by nack on a queue that puts nacked messages behind what is ready
+/// (`topology::nack_goes_behind`), where a close could not keep the order either.
+pub(crate) fn behind_note(queue: &str) -> String {
+    format!(
+        "{queue:?}: RabbitMQ before 4.3 puts a nacked message of a quorum queue without a delivery limit at the back of it, and messages were ready there when dlq gave back what it held (new ones, or some it had not reached), so the queue's order may have changed; none is lost"
+    )
+}
+
 fn acks_sent() -> u64 {
     ACKS_SENT.load(Ordering::Relaxed)
 }

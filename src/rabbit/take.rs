@@ -198,7 +198,7 @@ pub(crate) struct Taker {
     /// it settles only what it means to (`Renewal::ack_each`).
     settled: Vec<u64>,
     /// Per channel, the last delivery tag of each window before its last one (a holding
-    /// take's windows share a channel): `nack_held` gives them back one by one, in order.
+    /// take's windows share a channel): `give_back_in_turn` gives them back one by one, in order.
     window_ends: Vec<Vec<u64>>,
     /// Per channel, the delivery tags of a holding take's kept messages and of what its
     /// caller planned and did not move (`left_unmoved`), given back by nack: never
@@ -217,6 +217,8 @@ pub(crate) struct Taker {
     renews: bool,
     /// Kept messages are given back with a nack (RabbitMQ 4.3+, which counts a close).
     nacks: bool,
+    /// A nack puts a message behind what is ready (`topology::nack_goes_behind`).
+    nack_behind: bool,
     renewal: Option<Renewal>,
     /// Ready messages at the start, for the renewal's audit record.
     ready: u64,
@@ -397,6 +399,7 @@ impl Taker {
             ended_short: false,
             renews,
             nacks: spec.give_back == GiveBack::Nack,
+            nack_behind: spec.nack_behind,
             renewal: None,
             ready: spec.ready,
             quorum: spec.read_all_to_keep_order(),
@@ -686,18 +689,44 @@ impl Taker {
         Ok(())
     }
 
-    /// Gives back what every take channel holds with a nack, every consumer cancelled
-    /// first: a nack gives a live consumer its credit back, and the broker would hand it
-    /// the same messages again, for the close to return them counted. Oldest channel first,
-    /// each nack once the one before it is applied (the queue's `ready` count, just before,
-    /// grew): otherwise a later channel's could come back first (on 4.0, the last 91 kept
-    /// came back ahead of the 1,409 before them in 1 run of 3). Each channel in `parts`
-    /// (`give_back_parts`). Whether each part showed before the next went.
-    async fn nack_held(
+    /// Gives back by nack what the take holds, or where a nack would go behind what is
+    /// ready (`topology::nack_goes_behind`) by closing each channel instead
+    /// (`give_back_in_turn`). What to say of the order, if anything.
+    async fn give_back_held(
         &mut self,
         conn: &Connection,
         ready: Option<super::Depth>,
         parts: &[Parts],
+        held: u64,
+    ) -> Option<String> {
+        let few = |ends: &Vec<u64>| ends.len() < super::settle::IN_ORDER_ON_CLOSE;
+        let close = self.nack_behind && self.window_ends.iter().all(few);
+        let mut in_order = self.give_back_in_turn(conn, ready, parts, close).await;
+        if close {
+            return (!in_order).then(|| super::settle::out_of_order_note(&self.queue));
+        }
+        in_order &= self.all_shown(conn, ready, parts, held).await;
+        if self.nack_behind && ready.is_none_or(|d| d.ready > 0) {
+            return Some(super::settle::behind_note(&self.queue));
+        }
+        (!in_order).then(|| super::settle::out_of_order_note(&self.queue))
+    }
+
+    /// Gives back what every take channel holds, every consumer cancelled first: a live
+    /// one would be handed what the others give back, for the close to return it counted.
+    /// Oldest channel first, each once what the one before it held shows in the queue's
+    /// `ready` count (just before, `ready`): otherwise a later channel's could come back
+    /// first (on 4.0, the last 91 kept came back ahead of the 1,409 before them in 1 run of
+    /// 3). Each channel by nack, in `parts` (`give_back_parts`), or (`close`) by closing it:
+    /// a close gives its consumers' messages back in place, in the order they started (32
+    /// at most, `IN_ORDER_ON_CLOSE`), ahead of what landed meanwhile. Whether each part
+    /// showed before the next went.
+    async fn give_back_in_turn(
+        &mut self,
+        conn: &Connection,
+        ready: Option<super::Depth>,
+        parts: &[Parts],
+        close: bool,
     ) -> bool {
         self.cancel_all().await;
         let mut ready = ready.map(|d| d.ready);
@@ -705,21 +734,30 @@ impl Taker {
         let last = self.channels.len().saturating_sub(1);
         for (i, ch) in self.channels.iter().enumerate() {
             let Parts { ends, rest } = &parts[i];
-            let nacked = super::settle::nack_windows(conn, ch, &self.queue, ends, &mut ready);
-            match nacked.await {
-                Ok(ordered) => in_order &= ordered,
-                Err(_) => continue,
+            if close {
+                super::close_channel(ch, "dlq: done, every message not moved is given back").await;
+            } else {
+                let nacked = super::settle::nack_windows(conn, ch, &self.queue, ends, &mut ready);
+                match nacked.await {
+                    Ok(ordered) => in_order &= ordered,
+                    Err(_) => continue,
+                }
             }
-            // Nothing left to show, or nothing after it to keep behind.
-            if i == last || *rest == Some(0) {
+            // What is left to show, where known: the last window's after its nacks, the
+            // channel's after a close (naught only where it holds nothing: a window, or a
+            // kept message, counts one at least).
+            let left = match close {
+                true => rest.map(|r| r + ends.len() as u64),
+                false => *rest,
+            };
+            if i == last || left == Some(0) {
                 continue;
             }
-            // The channel's last window comes back at once, as one return.
             let Some(before) = ready else { continue };
-            let n = rest.unwrap_or(self.delivered[i]);
+            let n = left.unwrap_or(self.delivered[i]);
             ready = super::settle::shown_back(conn, &self.queue, n, before).await;
             // Unknown: with acknowledgements sent, the rest may be nothing, never to show.
-            if rest.is_some() && ready.is_none_or(|n| n <= before) {
+            if left.is_some() && ready.is_none_or(|n| n <= before) {
                 (in_order, ready) = (false, None);
             }
         }
@@ -752,7 +790,7 @@ impl Taker {
         false
     }
 
-    /// How each take channel goes back (`nack_held`). One nack over several consumers of a
+    /// How each take channel goes back (`give_back_in_turn`). One nack over several consumers of a
     /// channel is one return command per consumer, and past 32 in flight the channel stashes
     /// them, sends them newest consumer first, and drops them if it closes first (then
     /// counted, 4.3.6): so a holding take's windows go back one by one, where what each
@@ -1249,12 +1287,9 @@ impl Taker {
         // credit delivered and not taken, and the close counted each (4.3.6: 191 of 3,000
         // at `--rate 200`, 1,984 without, after a Ctrl-C once 300-400 had moved).
         if alive && self.nacks && held + self.beyond() > 0 {
-            let mut in_order = self.nack_held(conn, ready_before, &parts).await;
-            in_order &= self.all_shown(conn, ready_before, &parts, held).await;
+            let said = self.give_back_held(conn, ready_before, &parts, held).await;
             // What RabbitMQ took back was said, and put the queue out of order already.
-            notes.extend(
-                (!in_order && !taken_back).then(|| super::settle::out_of_order_note(&self.queue)),
-            );
+            notes.extend(said.filter(|_| !taken_back));
         }
         // Oldest first: a quorum queue appends returned messages in the order they come back.
         for ch in &self.channels {

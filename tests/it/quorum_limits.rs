@@ -1824,3 +1824,48 @@ async fn replay_whose_connection_is_lost(tag: &str, args: &[&str]) {
     );
     b.delete().await;
 }
+
+/// Before 4.3, RabbitMQ puts a nacked message of a quorum queue without a delivery limit at
+/// the back (rabbit_fifo turns the return into a requeue), behind messages that landed while
+/// dlq held the queue: on 4.0.5 an `inspect` of 3,000 with 10 newcomers left
+/// `100000-100009, 0-2999`, and a dry run did the same, unsaid. dlq now closes instead there
+/// (in place, ahead of the newcomers), each take channel in turn. A read and a dry run with
+/// a trickle of newcomers, on a DLQ whose limit is off: what dlq held is first, in order,
+/// then the newcomers, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_without_a_limit_stays_ahead_of_newcomers() {
+    if crate::target::rabbitmq_major().await < 4 {
+        return;
+    }
+    const N: i64 = 3_000;
+    let dry = [
+        "replay",
+        "-Q",
+        "q.dlq",
+        "--to-queue",
+        "q.src",
+        "--dry-run",
+        "-o",
+        "ndjson",
+    ];
+    let read = ["inspect", "-Q", "q.dlq", "--limit", "5000", "-o", "ndjson"];
+    for args in [&read[..], &dry] {
+        let b = quorum_dlq("qnewc", limit(-1), N as usize).await;
+        let (run, sent) = trickle_during(&b, args, 100_000).await;
+        assert_eq!(run.code(), 0, "{args:?}: {}", run.stderr());
+        b.wait_depth("q.dlq", (N as usize + sent) as u32).await;
+        let ns = snap_ns(&b.snapshot("q.dlq").await);
+        let newcomers = 100_000..100_000 + sent as i64;
+        let expected: Vec<i64> = (0..N).chain(newcomers).collect();
+        let at = ns.iter().zip(&expected).take_while(|(a, b)| a == b).count();
+        let near = |v: &[i64]| v[at.saturating_sub(2)..(at + 5).min(v.len())].to_vec();
+        assert!(
+            ns == expected,
+            "{args:?}: from {at} on, {:?} where {:?}: {}",
+            near(&ns),
+            near(&expected),
+            run.stderr()
+        );
+        b.delete().await;
+    }
+}
