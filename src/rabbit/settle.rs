@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 const SETTLE_GRACE: Duration = Duration::from_millis(200);
 
 /// The soft limit of commands in flight per channel and quorum queue (rabbit_fifo_client).
-const SOFT_LIMIT: u64 = 32;
+pub(crate) const SOFT_LIMIT: u64 = 32;
 
 /// `basic.ack` frames this process sent on take and read channels, single or `multiple`.
 /// One count for the process: several DLQs' takes share it, which only makes a wait longer.

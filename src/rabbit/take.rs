@@ -776,7 +776,8 @@ impl Taker {
         parts: &[Parts],
         held: u64,
     ) -> bool {
-        let stashed = |(p, ends): (&Parts, &Vec<u64>)| p.rest.is_none() && ends.len() >= 32;
+        let many = |ends: &Vec<u64>| ends.len() as u64 >= super::settle::SOFT_LIMIT;
+        let stashed = |(p, ends): (&Parts, &Vec<u64>)| p.rest.is_none() && many(ends);
         if !parts.iter().zip(&self.window_ends).any(stashed) {
             return true;
         }
@@ -1332,12 +1333,6 @@ pub(crate) fn taken_back_note(moved: bool, planned: bool) -> String {
     )
 }
 
-/// What a renewing take says of the messages delivered past its count: the consumer's credit
-/// reached the copies it had put at the tail (or newcomers) before its cancel took effect.
-/// The acknowledgement budget (`budget`) keeps a streamed replay's credit within its count
-/// (before it: 1,224–2,074 of 3,000 kept, every run); what is left is a window consumer's,
-/// or messages another consumer took from under the count. `lost`: a lost connection gave
-/// them back, which did not always count (`Renewal::finish`).
 /// One take channel's give-back (`Taker::give_back_parts`): a `multiple` nack up to each of
 /// `ends`, one window's messages each, then the rest (`rest` of them, where known).
 struct Parts {
@@ -1366,6 +1361,12 @@ impl Parts {
     }
 }
 
+/// What a renewing take says of the messages delivered past its count: the consumer's credit
+/// reached the copies it had put at the tail (or newcomers) before its cancel took effect.
+/// The acknowledgement budget (`budget`) keeps a streamed replay's credit within its count
+/// (before it: 1,224–2,074 of 3,000 kept, every run); what is left is a window consumer's,
+/// or messages another consumer took from under the count. `lost`: a lost connection gave
+/// them back, which did not always count (`Renewal::finish`).
 fn beyond_note(queue: &str, n: u64, lost: bool) -> String {
     let count = match lost {
         true => "may be 1",
