@@ -412,8 +412,12 @@ async fn ack_written(
         // The file is whole: the acknowledgements are not stopped by a signal (the copies
         // kept in case nothing was deleted go with the release).
         taker.moving();
-        // Consumers left live by `Taker::open_holding` stay so while they acknowledge.
-        taker.watch_consumers().await;
+        if taker.is_quorum() && !written.is_empty() {
+            // `still_queued` looks for every one of them.
+            taker.removal_checked();
+        }
+        // Consumers left live by `Taker::open_holding`: cancelled first where that is safe.
+        taker.before_acks().await;
         match ack_each_channel(&mut taker, &written).await {
             Ok(()) => deleted += written.len() as u64,
             Err(e) => {

@@ -95,6 +95,9 @@ pub(crate) struct ReadSpec {
     pub(crate) timeout_cancels: bool,
     /// A nack puts a message behind what is ready (`topology::nack_goes_behind`).
     pub(crate) nack_behind: bool,
+    /// A cancelled consumer's messages come back if dlq's node is lost
+    /// (`topology::cancelled_given_back`).
+    pub(crate) cancelled_given_back: bool,
     /// The queue's own consumer timeout in milliseconds (`topology::consumer_timeout`).
     pub(crate) consumer_timeout: Option<u64>,
     /// What the broker reports of it, the broker's own included (`with_reported`).
@@ -120,6 +123,7 @@ impl ReadSpec {
             give_back,
             timeout_cancels: timeout_cancels(&c.facts),
             nack_behind: super::topology::nack_goes_behind(&c.facts),
+            cancelled_given_back: super::topology::cancelled_given_back(&c.facts),
             consumer_timeout: c.facts.consumer_timeout,
             reported: ReportedTimeouts::default(),
         }

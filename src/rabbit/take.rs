@@ -219,6 +219,8 @@ pub(crate) struct Taker {
     nacks: bool,
     /// A nack puts a message behind what is ready (`topology::nack_goes_behind`).
     nack_behind: bool,
+    /// A cancelled consumer's messages come back if dlq's node is lost (`before_acks`).
+    cancelled_given_back: bool,
     renewal: Option<Renewal>,
     /// Ready messages at the start, for the renewal's audit record.
     ready: u64,
@@ -251,6 +253,9 @@ pub(crate) struct Taker {
     /// RabbitMQ may take back what a consumer holds with its channel open (a quorum queue's
     /// consumer timeout from 4.3): each consumer is watched for that (`consumer`).
     timeout_cancels: bool,
+    /// The caller looks for what it acknowledged in the queue after the release (an
+    /// archive's check of the removal): the count after the give-back need not guess.
+    removal_checked: bool,
     /// A holding take's kept messages, not copied yet (`keep`), and their bodies' bytes.
     deferred: Vec<Kept>,
     deferred_bytes: u64,
@@ -340,6 +345,28 @@ impl Taker {
         });
     }
 
+    /// Before an archive acknowledges what it wrote (`open_holding`). Where a cancelled
+    /// consumer's messages come back if dlq's node is lost (`topology::cancelled_given_back`),
+    /// every consumer is cancelled first, while none has credit left, so that no dead letter
+    /// arriving meanwhile is delivered to it. Left live, each acknowledgement gave its
+    /// consumer credit, newcomers came to it, and RabbitMQ returned those still on their way
+    /// at the cancel at once, ahead of the kept messages given back after (4.3.6: a block of
+    /// 3-6 first, and others amid them). Elsewhere they stay live (`watch_consumers`). The
+    /// acknowledgements take moments; should the queue's consumer timeout pass meanwhile,
+    /// RabbitMQ closes a cancelled consumer's channel instead of cancelling it, which counts
+    /// what it held, and the release says so (`broker_counted`).
+    ///
+    /// Not for a planned replay, whose move may outlast the queue's consumer timeout: a
+    /// live consumer is then cancelled by RabbitMQ, uncounted, and the replay stops; a
+    /// cancelled one's channel is closed, which counts what it held.
+    pub(crate) async fn before_acks(&mut self) {
+        if self.cancelled_given_back && self.renewal.is_none() {
+            self.cancel_live().await;
+        } else {
+            self.watch_consumers().await;
+        }
+    }
+
     /// Whether RabbitMQ cancelled a consumer this take left live holding messages
     /// (`open_holding`), before `watch_consumers` (checked here) or since (its watch): on
     /// RabbitMQ 4.3 a quorum queue's consumer timeout does, and puts what the consumer held
@@ -400,6 +427,7 @@ impl Taker {
             renews,
             nacks: spec.give_back == GiveBack::Nack,
             nack_behind: spec.nack_behind,
+            cancelled_given_back: spec.cancelled_given_back,
             renewal: None,
             ready: spec.ready,
             quorum: spec.read_all_to_keep_order(),
@@ -415,6 +443,7 @@ impl Taker {
             watched: Vec::new(),
             taken_back: Arc::default(),
             timeout_cancels: spec.timeout_cancels,
+            removal_checked: false,
             deferred: Vec::new(),
             deferred_bytes: 0,
             planned: Some(Vec::new()),
@@ -498,6 +527,16 @@ impl Taker {
     /// (`renew_planned`).
     pub(crate) fn moving(&mut self) {
         self.signals = None;
+    }
+
+    /// The caller will look for what it acknowledged in the queue once the take is
+    /// released, and say how many are still there: the release then does not say, from the
+    /// queue's count alone, that more came back than it gave back (acknowledgements dropped,
+    /// or newcomers). An archive of a DLQ that dead letters kept landing in said that "up
+    /// to 226 message(s) that dlq moved, archived or renewed are there twice" when its check
+    /// found none of them there.
+    pub(crate) fn removal_checked(&mut self) {
+        self.removal_checked = true;
     }
 
     /// From now on a signal makes `next` fail with `error::Interrupted`: for a caller that
@@ -1303,8 +1342,9 @@ impl Taker {
         // of an archive "not ready again", on 4.3.6). The caller says what happened.
         if alive && !taken_back {
             // A quorum queue's channel may drop acknowledgements as it closes.
+            let acked = self.quorum && !self.removal_checked;
             let after =
-                super::reader::after_give_back(conn, &self.queue, ready_before, back, self.quorum);
+                super::reader::after_give_back(conn, &self.queue, ready_before, back, acked);
             notes.extend(after.await);
         }
         notes

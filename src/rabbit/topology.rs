@@ -475,6 +475,20 @@ pub(crate) fn timeout_cancels(facts: &QueueFacts) -> bool {
         && facts.version.is_none_or(|v| v >= TIMEOUT_CANCELS_FROM)
 }
 
+/// From 4.3 a quorum queue gives back a *cancelled* consumer's messages too when its node
+/// is lost: rabbit_fifo's `{down, Pid, noconnection}` marks every consumer of that channel
+/// suspected down, cancelled or not, and returns what it holds after
+/// `consumer_disconnected_timeout` or at the node's return. 4.0.5 (and 3.10) mark and return
+/// only `up` consumers, so a cancelled one's messages stay out of reach (read in both
+/// versions' code; #31's crash trials on 3.10).
+const CANCELLED_RETURNED_FROM: Version = Version(4, 3, 0);
+
+/// Whether a take of this queue may cancel consumers that still hold messages without
+/// stranding them should dlq's node be lost (see `CANCELLED_RETURNED_FROM`).
+pub(crate) fn cancelled_given_back(facts: &QueueFacts) -> bool {
+    facts.kind == QueueKind::Quorum && facts.version.is_some_and(|v| v >= CANCELLED_RETURNED_FROM)
+}
+
 /// A quorum queue with a delivery limit: whatever dlq's give-back, a lost connection or a
 /// channel RabbitMQ closes brings what dlq held one delivery closer to it.
 pub(crate) fn delivery_limited(facts: &QueueFacts) -> bool {

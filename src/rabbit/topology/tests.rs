@@ -410,15 +410,19 @@ fn the_smaller_of_two_held_counts_is_quoted() {
     assert_eq!(nearer_held(Some(300), None), None);
 }
 
-#[test]
-fn only_quorum_queues_from_4_3_take_back_with_the_channel_open() {
-    let facts = |kind, version| QueueFacts {
+/// A queue of `kind` on a broker of `version`, without a limit or a timeout of its own.
+fn facts(kind: QueueKind, version: Option<Version>) -> QueueFacts {
+    QueueFacts {
         kind,
         delivery_limit: None,
         version,
         renew_blocker: None,
         consumer_timeout: None,
-    };
+    }
+}
+
+#[test]
+fn only_quorum_queues_from_4_3_take_back_with_the_channel_open() {
     let v = |major, minor| Some(Version(major, minor, 0));
     assert!(timeout_cancels(&facts(QueueKind::Quorum, v(4, 3))));
     assert!(timeout_cancels(&facts(QueueKind::Quorum, v(5, 0))));
@@ -458,4 +462,18 @@ fn a_queue_consumer_timeout_is_the_smaller_of_argument_and_policy() {
     assert_eq!(consumer_timeout(&text, &none, v), None);
     let zero = map(json!({"x-consumer-timeout": 0}));
     assert_eq!(consumer_timeout(&zero, &none, v), None);
+}
+
+#[test]
+fn only_quorum_queues_from_4_3_give_back_a_lost_nodes_cancelled_consumers() {
+    let v = |major, minor| Some(Version(major, minor, 0));
+    assert!(cancelled_given_back(&facts(QueueKind::Quorum, v(4, 3))));
+    assert!(cancelled_given_back(&facts(QueueKind::Quorum, v(5, 0))));
+    // 4.0.5 strands them (read in its code), 3.10 too (#31's trials); an unknown version
+    // or type is taken as the older broker.
+    assert!(!cancelled_given_back(&facts(QueueKind::Quorum, v(4, 2))));
+    assert!(!cancelled_given_back(&facts(QueueKind::Quorum, v(3, 10))));
+    assert!(!cancelled_given_back(&facts(QueueKind::Quorum, None)));
+    assert!(!cancelled_given_back(&facts(QueueKind::Unknown, v(4, 3))));
+    assert!(!cancelled_given_back(&facts(QueueKind::Classic, v(4, 3))));
 }
