@@ -221,6 +221,10 @@ pub(crate) struct Taker {
     nack_behind: bool,
     /// A cancelled consumer's messages come back if dlq's node is lost (`before_acks`).
     cancelled_given_back: bool,
+    /// When the take began, and half the queue's consumer timeout (`ReadSpec::hold_wait`):
+    /// `before_acks` cancels only well within it.
+    opened: std::time::Instant,
+    hold_wait: Duration,
     renewal: Option<Renewal>,
     /// Ready messages at the start, for the renewal's audit record.
     ready: u64,
@@ -351,16 +355,17 @@ impl Taker {
     /// arriving meanwhile is delivered to it. Left live, each acknowledgement gave its
     /// consumer credit, newcomers came to it, and RabbitMQ returned those still on their way
     /// at the cancel at once, ahead of the kept messages given back after (4.3.6: a block of
-    /// 3-6 first, and others amid them). Elsewhere they stay live (`watch_consumers`). The
-    /// acknowledgements take moments; should the queue's consumer timeout pass meanwhile,
-    /// RabbitMQ closes a cancelled consumer's channel instead of cancelling it, which counts
-    /// what it held, and the release says so (`broker_counted`).
+    /// 3-6 first, and others amid them). Elsewhere they stay live (`watch_consumers`), and
+    /// so they do once the take has held messages for half the queue's consumer timeout:
+    /// should the timeout pass while it acknowledges, RabbitMQ cancels a live consumer,
+    /// uncounted, but closes a cancelled one's channel, which counts what it held.
     ///
     /// Not for a planned replay, whose move may outlast the queue's consumer timeout: a
     /// live consumer is then cancelled by RabbitMQ, uncounted, and the replay stops; a
     /// cancelled one's channel is closed, which counts what it held.
     pub(crate) async fn before_acks(&mut self) {
-        if self.cancelled_given_back && self.renewal.is_none() {
+        let early = self.opened.elapsed() < self.hold_wait;
+        if self.cancelled_given_back && self.renewal.is_none() && early {
             self.cancel_live().await;
         } else {
             self.watch_consumers().await;
@@ -428,6 +433,8 @@ impl Taker {
             nacks: spec.give_back == GiveBack::Nack,
             nack_behind: spec.nack_behind,
             cancelled_given_back: spec.cancelled_given_back,
+            opened: std::time::Instant::now(),
+            hold_wait: spec.hold_wait(),
             renewal: None,
             ready: spec.ready,
             quorum: spec.read_all_to_keep_order(),
