@@ -417,7 +417,8 @@ async fn ack_written(
             taker.removal_checked();
         }
         // Consumers left live by `Taker::open_holding`: cancelled first where that is safe.
-        taker.before_acks().await;
+        // Acknowledgements take moments.
+        taker.before_acks(Some(std::time::Duration::ZERO)).await;
         match ack_each_channel(&mut taker, &written).await {
             Ok(()) => deleted += written.len() as u64,
             Err(e) => {

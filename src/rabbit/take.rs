@@ -279,7 +279,7 @@ pub(crate) struct Taker {
 impl Taker {
     /// Prepares to take at most the ready messages counted in `spec` (so a growing queue
     /// still ends: later arrivals are left for the next run), for a caller that
-    /// acknowledges nothing until the take is over and then calls `watch_consumers` (an
+    /// acknowledges nothing until the take is over and then calls `before_acks` (an
     /// archive, a replay's plan): on a quorum queue, a window's consumer then stays live,
     /// with no credit left, instead of being cancelled while it holds its window (see the
     /// module's notes; a renewing take's kept messages: `ack_kept_here`).
@@ -289,9 +289,9 @@ impl Taker {
         Ok(t)
     }
 
-    /// Keeps the consumers `open_holding` left live while the caller acknowledges what it
-    /// moved (a planned replay), so that a crash of dlq's node strands none of what they hold
-    /// (see the module's notes). An acknowledgement gives its consumer credit, which only a
+    /// Keeps the consumers `open_holding` left live while the caller acknowledges (where
+    /// `before_acks` does not cancel them), so that a crash of dlq's node strands none of
+    /// what they hold (see the module's notes). An acknowledgement gives its consumer credit, which only a
     /// message that came into the queue since can use: at the first such delivery every one
     /// of them is cancelled, and what they delivered stays held, given back on release (a
     /// newcomer may then come back ahead of older messages that were not moved).
@@ -301,7 +301,7 @@ impl Taker {
     /// One that copied kept messages cancels every consumer first: the message after the
     /// last one taken may then be a copy, and the copies delivered before the cancel would be
     /// given back (64 of 6,000, each counted once, measured) at the first acknowledgement.
-    pub(crate) async fn watch_consumers(&mut self) {
+    async fn watch_consumers(&mut self) {
         if self.renewal.as_ref().is_some_and(|r| r.copied > 0) {
             self.cancel_live().await;
             return;
@@ -349,22 +349,22 @@ impl Taker {
         });
     }
 
-    /// Before an archive acknowledges what it wrote (`open_holding`). Where a cancelled
-    /// consumer's messages come back if dlq's node is lost (`topology::cancelled_given_back`),
-    /// every consumer is cancelled first, while none has credit left, so that no dead letter
-    /// arriving meanwhile is delivered to it. Left live, each acknowledgement gave its
-    /// consumer credit, newcomers came to it, and RabbitMQ returned those still on their way
-    /// at the cancel at once, ahead of the kept messages given back after (4.3.6: a block of
-    /// 3-6 first, and others amid them). Elsewhere they stay live (`watch_consumers`), and
-    /// so they do once the take has held messages for half the queue's consumer timeout:
-    /// should the timeout pass while it acknowledges, RabbitMQ cancels a live consumer,
-    /// uncounted, but closes a cancelled one's channel, which counts what it held.
+    /// Before a holding take's caller acknowledges (`open_holding`: an archive what it wrote,
+    /// a planned replay what it moves, for `acking`, the caller's estimate). Where a
+    /// cancelled consumer's messages come back if dlq's node is lost
+    /// (`topology::cancelled_given_back`), every consumer is cancelled first, while none has
+    /// credit left, so that no dead letter arriving meanwhile is delivered to it. Left live,
+    /// each acknowledgement gave its consumer credit, newcomers came to it, and RabbitMQ
+    /// returned those still on their way at the cancel at once, ahead of the kept messages
+    /// given back after (4.3.6: 1 to 60 of them, an archive and a planned replay alike).
     ///
-    /// Not for a planned replay, whose move may outlast the queue's consumer timeout: a
-    /// live consumer is then cancelled by RabbitMQ, uncounted, and the replay stops; a
-    /// cancelled one's channel is closed, which counts what it held.
-    pub(crate) async fn before_acks(&mut self) {
-        let early = self.opened.elapsed() < self.hold_wait;
+    /// Elsewhere they stay live (`watch_consumers`), and so they do unless the take will
+    /// have held its messages for less than half the queue's consumer timeout when `acking`
+    /// is over: should the timeout pass meanwhile, RabbitMQ cancels a live consumer,
+    /// uncounted (the caller stops: `taken_back`), but closes a cancelled one's channel,
+    /// which counts what it held (said on release: `broker_counted`).
+    pub(crate) async fn before_acks(&mut self, acking: Option<Duration>) {
+        let early = acking.is_some_and(|a| self.opened.elapsed() + a < self.hold_wait);
         if self.cancelled_given_back && self.renewal.is_none() && early {
             self.cancel_live().await;
         } else {

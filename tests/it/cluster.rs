@@ -869,6 +869,14 @@ async fn crash_of_dlqs_node_while_a_plan_holds(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dlqs_node_lost_while_a_planned_replay_moves_strands_nothing() {
     let cluster = start("planned").await;
+    let even = ["--where", ".payload.n % 2 == 0"];
+    if crate::target::nacks_uncounted().await {
+        // 4.3 renews nothing, and its planned replays cancel their consumers before they
+        // move (`Taker::before_acks`): half of them kept on cancelled consumers.
+        let what = "a selective planned replay";
+        crash_of_dlqs_node_while_a_planned_replay_moves(&cluster, what, true, &even).await;
+        return;
+    }
     crash_of_dlqs_node_while_a_planned_replay_moves(&cluster, "a planned replay", true, &[]).await;
     // 3.x has no default delivery limit, so no take renews.
     if !crate::support::cluster::newer_generation() {
@@ -877,7 +885,6 @@ async fn dlqs_node_lost_while_a_planned_replay_moves_strands_nothing() {
     let what = "a renewing planned replay";
     crash_of_dlqs_node_while_a_planned_replay_moves(&cluster, what, false, &[]).await;
     // Half of them kept: their copies wait until the consumers are cancelled.
-    let even = ["--where", ".payload.n % 2 == 0"];
     let what = "a selective renewing planned replay";
     crash_of_dlqs_node_while_a_planned_replay_moves(&cluster, what, false, &even).await;
 }

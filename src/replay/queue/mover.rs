@@ -29,6 +29,7 @@ use lapin::message::Delivery;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 /// 2. Move what the plan selected (a canary first when asked), then give back the rest.
 pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<Exit> {
@@ -54,9 +55,10 @@ pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<E
         // Held messages are acknowledged on the take channels that delivered them; the
         // consumers the plan left live (`Taker::open_holding`) stay live meanwhile.
         mover.unmoved = Some(Vec::new());
+        let acking = move_time(&session, plan.count);
         for t in takers.iter_mut() {
             t.moving();
-            t.watch_consumers().await;
+            t.before_acks(acking).await;
             mover.taken_back.push((t.taken_back_flag(), true));
         }
         for (qi, t) in takers.iter().enumerate() {
@@ -83,6 +85,26 @@ pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<E
     drop(holding);
     renew_unmoved(session.printer, &mut takers, &ended.unmoved);
     session.finish(ended, Some(takers), Ok(())).await
+}
+
+/// The slowest an unpaced move is taken to go, in messages a second, when it decides
+/// whether the take's consumers can be cancelled before it (`Taker::before_acks`): dlq
+/// moves thousands a second (bench/).
+const SLOWEST_MOVE: f64 = 200.0;
+
+/// How long the planned move of `n` messages will hold its take's messages, when dlq can
+/// tell: at `--rate`, at most `SLOWEST_MOVE`. Not with a canary or `--follow`, which wait
+/// on workers.
+fn move_time(session: &Session<'_>, n: u64) -> Option<Duration> {
+    if session.opts.canary.is_some() || session.opts.follow.is_some() {
+        return None;
+    }
+    let rate = session
+        .opts
+        .common
+        .rate
+        .map_or(SLOWEST_MOVE, |r| r.min(SLOWEST_MOVE));
+    (rate > 0.0).then(|| Duration::from_secs_f64(n as f64 / rate))
 }
 
 /// A move that stopped part-way (a signal, a canary, a refusal): what the plan meant to
