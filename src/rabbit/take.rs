@@ -291,10 +291,11 @@ impl Taker {
 
     /// Keeps the consumers `open_holding` left live while the caller acknowledges (where
     /// `before_acks` does not cancel them), so that a crash of dlq's node strands none of
-    /// what they hold (see the module's notes). An acknowledgement gives its consumer credit, which only a
-    /// message that came into the queue since can use: at the first such delivery every one
-    /// of them is cancelled, and what they delivered stays held, given back on release (a
-    /// newcomer may then come back ahead of older messages that were not moved).
+    /// what they hold (see the module's notes). An acknowledgement gives its consumer
+    /// credit, which only a message that came into the queue since can use: at the first
+    /// such delivery every one of them is cancelled, and what they delivered stays held,
+    /// given back on release (a newcomer may then come back ahead of older messages that
+    /// were not moved).
     ///
     /// A renewing take too, as long as it copied nothing yet (`keep` defers the copies): a
     /// newcomer given back counts one delivery, which the next run's renewal sets to 0 again.
@@ -360,9 +361,11 @@ impl Taker {
     ///
     /// Elsewhere they stay live (`watch_consumers`), and so they do unless the take will
     /// have held its messages for less than half the queue's consumer timeout when `acking`
-    /// is over: should the timeout pass meanwhile, RabbitMQ cancels a live consumer,
-    /// uncounted (the caller stops: `taken_back`), but closes a cancelled one's channel,
-    /// which counts what it held (said on release: `broker_counted`).
+    /// is over (`ReadSpec::hold_wait`: the queue's own, else RabbitMQ's default; a lower
+    /// broker-wide `consumer_timeout` is not known here): should the timeout pass
+    /// meanwhile, RabbitMQ cancels a live consumer, uncounted (the caller stops:
+    /// `taken_back`), but closes a cancelled one's channel, which counts what it held (said
+    /// on release: `broker_counted`).
     pub(crate) async fn before_acks(&mut self, acking: Option<Duration>) {
         let early = acking.is_some_and(|a| self.opened.elapsed() + a < self.hold_wait);
         if self.cancelled_given_back && self.renewal.is_none() && early {

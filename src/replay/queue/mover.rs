@@ -53,7 +53,8 @@ pub(crate) async fn move_planned(session: Session<'_>, taken: Taken) -> Result<E
     }
     if holding.single_pass {
         // Held messages are acknowledged on the take channels that delivered them; the
-        // consumers the plan left live (`Taker::open_holding`) stay live meanwhile.
+        // consumers the plan left live (`Taker::open_holding`) stay live meanwhile, or are
+        // cancelled first where that strands nothing (`Taker::before_acks`).
         mover.unmoved = Some(Vec::new());
         let acking = move_time(&session, plan.count);
         for t in takers.iter_mut() {
