@@ -412,8 +412,10 @@ async fn ack_written(
         // The file is whole: the acknowledgements are not stopped by a signal (the copies
         // kept in case nothing was deleted go with the release).
         taker.moving();
-        if taker.is_quorum() && !written.is_empty() {
-            // `still_queued` looks for every one of them.
+        // A quorum queue's archived messages are looked for afterwards (`still_queued`).
+        let verified =
+            (taker.is_quorum() && !written.is_empty()).then(|| taker.queue_name().to_owned());
+        if verified.is_some() {
             taker.removal_checked();
         }
         // Consumers left live by `Taker::open_holding`: cancelled first where that is safe.
@@ -426,11 +428,10 @@ async fn ack_written(
             }
         }
         let held = taker.taken.saturating_sub(written.len() as u64);
-        let quorum = taker.is_quorum().then(|| taker.queue_name().to_owned());
         for note in taker.release(conn, held).await {
             printer.warn(note);
         }
-        if let Some(queue) = quorum.filter(|_| !written.is_empty()) {
+        if let Some(queue) = verified {
             let archived = written.into_iter().map(|w| w.key).collect();
             to_verify.push(ToVerify::new(queue, archived, kept));
         }

@@ -747,14 +747,11 @@ async fn nack_given_back(
     // On a queue whose nack appends (`topology::nack_goes_behind`), `give_back_counted`
     // closes the channel instead: its consumers' messages go back in place, ahead of any
     // that landed meanwhile (the count just before cannot see those).
-    if spec.nack_behind && live.len() <= super::settle::IN_ORDER_ON_CLOSE {
+    if super::settle::closes_in_place(spec.nack_behind, live.len()) {
         return ready_before;
     }
-    if spec.nack_behind && ready_before.is_none_or(|d| d.ready > 0) {
-        report
-            .renewal_notes
-            .push(super::settle::behind_note(&spec.queue));
-    }
+    let behind = super::settle::behind_note(&spec.queue, spec.nack_behind, ready_before);
+    report.renewal_notes.extend(behind);
     let ready = ready_before.map(|d| d.ready);
     let ends = window_ends(live, report.read, taken_back);
     match nack_read(conn, ch, &spec.queue, live, &ends, ready).await {

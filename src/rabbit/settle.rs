@@ -111,14 +111,26 @@ pub(crate) fn out_of_order_note(queue: &str) -> String {
 /// The most consumers of one channel whose messages a close gives back in the order they
 /// started: rabbit_fifo returns a down channel's consumers in the order of `maps:keys`,
 /// sorted up to 32 keys and in hash order past them (4.0.5 `handle_down`).
-pub(crate) const IN_ORDER_ON_CLOSE: usize = 32;
+const IN_ORDER_ON_CLOSE: usize = 32;
 
-/// A give-back by nack on a queue that puts nacked messages behind what is ready
-/// (`topology::nack_goes_behind`), where a close could not keep the order either.
-pub(crate) fn behind_note(queue: &str) -> String {
-    format!(
+/// Whether a channel with `consumers` of a queue whose nack goes behind what is ready
+/// (`nack_behind`, `topology::nack_goes_behind`) is given back by closing it instead: its
+/// consumers' messages then go back in place, in order, ahead of what landed meanwhile.
+pub(crate) fn closes_in_place(nack_behind: bool, consumers: usize) -> bool {
+    nack_behind && consumers <= IN_ORDER_ON_CLOSE
+}
+
+/// What to say of a give-back by nack to `queue`, `ready` just before it, where the nack
+/// goes behind what is ready (`nack_behind`) and a close could not keep the order either:
+/// that the order may have changed, unless nothing was ready.
+pub(crate) fn behind_note(
+    queue: &str,
+    nack_behind: bool,
+    ready: Option<super::Depth>,
+) -> Option<String> {
+    (nack_behind && ready.is_none_or(|d| d.ready > 0)).then(|| format!(
         "{queue:?}: RabbitMQ before 4.3 puts a nacked message of a quorum queue without a delivery limit at the back of it, and messages were ready there when dlq gave back what it held (new ones, or some it had not reached), so the queue's order may have changed; none is lost"
-    )
+    ))
 }
 
 fn acks_sent() -> u64 {

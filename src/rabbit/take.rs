@@ -748,17 +748,17 @@ impl Taker {
         parts: &[Parts],
         held: u64,
     ) -> Option<String> {
-        let few = |ends: &Vec<u64>| ends.len() < super::settle::IN_ORDER_ON_CLOSE;
-        let close = self.nack_behind && self.window_ends.iter().all(few);
+        // A channel's windows: its ends, and its last window.
+        let in_place =
+            |ends: &Vec<u64>| super::settle::closes_in_place(self.nack_behind, ends.len() + 1);
+        let close = self.nack_behind && self.window_ends.iter().all(in_place);
         let mut in_order = self.give_back_in_turn(conn, ready, parts, close).await;
         if close {
             return (!in_order).then(|| super::settle::out_of_order_note(&self.queue));
         }
         in_order &= self.all_shown(conn, ready, parts, held).await;
-        if self.nack_behind && ready.is_none_or(|d| d.ready > 0) {
-            return Some(super::settle::behind_note(&self.queue));
-        }
-        (!in_order).then(|| super::settle::out_of_order_note(&self.queue))
+        super::settle::behind_note(&self.queue, self.nack_behind, ready)
+            .or_else(|| (!in_order).then(|| super::settle::out_of_order_note(&self.queue)))
     }
 
     /// Gives back what every take channel holds, every consumer cancelled first: a live
@@ -768,7 +768,7 @@ impl Taker {
     /// first (on 4.0, the last 91 kept came back ahead of the 1,409 before them in 1 run of
     /// 3). Each channel by nack, in `parts` (`give_back_parts`), or (`close`) by closing it:
     /// a close gives its consumers' messages back in place, in the order they started (32
-    /// at most, `IN_ORDER_ON_CLOSE`), ahead of what landed meanwhile. Whether each part
+    /// at most, `settle::closes_in_place`), ahead of what landed meanwhile. Whether each part
     /// showed before the next went.
     async fn give_back_in_turn(
         &mut self,

@@ -1857,15 +1857,8 @@ async fn a_give_back_without_a_limit_stays_ahead_of_newcomers() {
         let ns = snap_ns(&b.snapshot("q.dlq").await);
         let newcomers = 100_000..100_000 + sent as i64;
         let expected: Vec<i64> = (0..N).chain(newcomers).collect();
-        let at = ns.iter().zip(&expected).take_while(|(a, b)| a == b).count();
-        let near = |v: &[i64]| v[at.saturating_sub(2)..(at + 5).min(v.len())].to_vec();
-        assert!(
-            ns == expected,
-            "{args:?}: from {at} on, {:?} where {:?}: {}",
-            near(&ns),
-            near(&expected),
-            run.stderr()
-        );
+        let differs = where_differs(&ns, &expected);
+        assert!(ns == expected, "{args:?}: {differs}: {}", run.stderr());
         b.delete().await;
     }
 }
@@ -1884,8 +1877,7 @@ async fn a_selective_archive_gives_back_what_it_kept_ahead_of_newcomers() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("a.ndjson");
     let to = file.to_str().unwrap();
-    // Newcomers (6 digits) that land before dlq counts are taken, and kept.
-    let args = ["archive", "-Q", "q.dlq", "-e", r#""n": [0-9]{0,3}[0-689]}"#];
+    let args = ["archive", "-Q", "q.dlq", "-e", ALL_BUT_7S];
     let args = [&args[..], &["--to", to, "--delete", "--yes"]].concat();
     let (run, sent) = trickle_during(&b, &args, 100_000).await;
     assert_eq!(run.code(), 0, "{}", run.stderr());
@@ -1911,7 +1903,7 @@ async fn a_selective_planned_replay_gives_back_what_it_kept_ahead_of_newcomers()
         return;
     };
     let args = ["replay", "-Q", "q.dlq", "--to-queue", "q.src"];
-    let select = ["-e", r#""n": [0-9]{0,3}[0-689]}"#, "--plan-first", "--yes"];
+    let select = ["-e", ALL_BUT_7S, "--plan-first", "--yes"];
     let (run, sent) = trickle_during(&b, &[&args[..], &select].concat(), 100_000).await;
     assert_eq!(run.code(), 0, "{}", run.stderr());
     let moved = snap_ns(&b.snapshot("q.src").await);
@@ -1928,6 +1920,10 @@ async fn a_selective_planned_replay_gives_back_what_it_kept_ahead_of_newcomers()
 
 /// The dead letters of a selective take with newcomers, in a DLQ with a limit.
 const TAKEN: i64 = 3_000;
+
+/// Selects every one of them but those ending in 7; never a newcomer (6 digits), which is
+/// kept where dlq takes it.
+const ALL_BUT_7S: &str = r#""n": [0-9]{0,3}[0-689]}"#;
 
 /// `TAKEN` dead letters in a quorum DLQ with a limit of 20, on RabbitMQ 4.3 or later only.
 async fn selective_on_4_3(tag: &str) -> Option<Broker> {
@@ -1946,20 +1942,24 @@ async fn kept_then_newcomers(b: &Broker, n: i64, sent: usize, said: &str) {
     let ns = snap_ns(&after);
     let kept = (0..n).filter(|i| i % 10 == 7);
     let expected: Vec<i64> = kept.chain(100_000..100_000 + sent as i64).collect();
-    let at = ns.iter().zip(&expected).take_while(|(a, b)| a == b).count();
-    let near = |v: &[i64]| v[at.saturating_sub(2)..(at + 5).min(v.len())].to_vec();
     let last_kept = ns.iter().rposition(|&i| i < n).unwrap_or(0);
     let ahead: Vec<i64> = ns[..last_kept]
         .iter()
         .filter(|&&i| i >= n)
         .copied()
         .collect();
+    let differs = where_differs(&ns, &expected);
     assert!(
         ns == expected,
-        "from {at} on, {:?} where {:?}; newcomers ahead of a kept message: {ahead:?}: {said}",
-        near(&ns),
-        near(&expected),
+        "{differs}; newcomers ahead of a kept message: {ahead:?}: {said}"
     );
     let counted = after.iter().filter(|m| m.delivery_count.unwrap_or(0) > 0);
     assert_eq!(counted.count(), 0, "a delivery counted: {said}");
+}
+
+/// Where `ns` first differs from `expected`, and a few of each from there, for a failure.
+fn where_differs(ns: &[i64], expected: &[i64]) -> String {
+    let at = ns.iter().zip(expected).take_while(|(a, b)| a == b).count();
+    let near = |v: &[i64]| v[at.saturating_sub(2)..(at + 5).min(v.len())].to_vec();
+    format!("from {at} on, {:?} where {:?}", near(ns), near(expected))
 }
