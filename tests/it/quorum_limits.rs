@@ -700,7 +700,7 @@ async fn a_worker_runs_exactly_a_selective_replay_of_a_renewed_quorum_dlq() {
     let mut args = vec![("x-queue-type", ls("quorum"))];
     args.extend(limit(20));
     let b = celery_dead_letters("qcelery", table(args)).await;
-    let (run, snaps) = a_worker_runs_one_in_three(&b).await;
+    let (run, snaps) = a_worker_runs_one_in_three(&b, &[]).await;
     assert_eq!(first_args(&snaps), one_in_three_kept(), "out of order");
     renewed_without_a_copy(&run, &snaps, 2000).await;
     b.delete().await;
@@ -738,9 +738,26 @@ async fn a_worker_runs_exactly_a_selective_replay_of_a_quorum_dlq_without_a_limi
             .await;
     }
     let b = celery_dead_letters_in(b, table(vec![("x-queue-type", ls("quorum"))])).await;
-    let (run, snaps) = a_worker_runs_one_in_three(&b).await;
+    let (run, snaps) = a_worker_runs_one_in_three(&b, &[]).await;
     assert!(!run.stderr().contains("renewed"), "{}", run.stderr());
     assert_eq!(first_args(&snaps), one_in_three_kept(), "out of order");
+    b.delete().await;
+}
+
+/// The same as a planned replay (`--plan-first`): everything held, then moved. On 4.3 its
+/// consumers are cancelled before the move (`Taker::before_acks`); the worker still runs
+/// exactly the selection, and the kept are in the DLQ once each, in order, uncounted.
+#[tokio::test]
+async fn a_worker_runs_exactly_a_selective_planned_replay_of_a_quorum_dlq() {
+    if crate::target::rabbitmq_version().await < (4, 3) {
+        return;
+    }
+    let mut args = vec![("x-queue-type", ls("quorum"))];
+    args.extend(limit(20));
+    let b = celery_dead_letters("qceleryplan", table(args)).await;
+    let (run, snaps) = a_worker_runs_one_in_three(&b, &["--plan-first"]).await;
+    assert_eq!(first_args(&snaps), one_in_three_kept(), "out of order");
+    renewed_without_a_copy(&run, &snaps, 2000).await;
     b.delete().await;
 }
 
@@ -797,10 +814,11 @@ async fn left_by_the_warm_up(b: &Broker) {
     }
 }
 
-/// A streamed replay of one in three of `celery_dead_letters` while a real worker consumes
-/// the work queue: it succeeds, the worker runs each selected task once and no other, and
-/// the rest are in the DLQ once each. The run, and the DLQ as it is then.
-async fn a_worker_runs_one_in_three(b: &Broker) -> (crate::common::Run, Vec<Snap>) {
+/// A streamed replay (or, with `more` arguments, another) of one in three of
+/// `celery_dead_letters` while a real worker consumes the work queue: it succeeds, the
+/// worker runs each selected task once and no other, and the rest are in the DLQ once each.
+/// The run, and the DLQ as it is then.
+async fn a_worker_runs_one_in_three(b: &Broker, more: &[&str]) -> (crate::common::Run, Vec<Snap>) {
     let url = b.amqp_url();
     let env = [("DLQ_TEST_BROKER", url.as_str())];
     let worker =
@@ -814,7 +832,7 @@ async fn a_worker_runs_one_in_three(b: &Broker) -> (crate::common::Run, Vec<Snap
         one_in_three,
         "--yes",
     ];
-    let run = b.run(&args).await;
+    let run = b.run(&[&args[..], more].concat()).await;
     assert_eq!(run.code(), 0, "{}", run.stderr());
     assert!(run.stderr().contains("1000 replayed"), "{}", run.stderr());
     let runs = worker.wait_runs(1_000).await;
